@@ -1,0 +1,1 @@
+"""Speed and memory measurements; each ``bench_<topic>.py`` writes ``results/<topic>.json``."""

@@ -1,0 +1,7 @@
+"""Exercise checks, one module per chapter: ``from labsupport.check import ch01 as check``.
+
+Each ``check.qN(learner_function)`` prints a pass/fail line with a hint; see ``_core``.
+"""
+from ._core import CheckFailed, CheckResult, check, expect, results, short, summary
+
+__all__ = ["CheckFailed", "CheckResult", "check", "expect", "results", "short", "summary"]

@@ -1,0 +1,86 @@
+"""Checks for chapter 0 (orientation): parallel layout, memory arithmetic, book exercise 5."""
+from __future__ import annotations
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from ..config import ConfigError, parallel_layout
+from ..orientation import training_memory_gb
+from ._core import check, expect, short
+from ._core import summary as _summary
+
+CHAPTER = "ch00"
+
+
+def summary() -> None:
+    """Print this chapter's check results and score (last cell of the solutions notebook)."""
+    _summary(CHAPTER)
+
+
+def _layout_cfg(devices: int, nodes: int, tp: int, pp: int):
+    return OmegaConf.create({"trainer": {"devices": devices, "num_nodes": nodes},
+                             "model": {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp}})
+
+
+@check(CHAPTER, "q1", hint="world size = devices × num_nodes; DP = world / (TP × PP); "
+       "raise ValueError when TP × PP does not divide the world size or TP > devices.")
+def q1(data_parallel_size) -> str:
+    rng = np.random.default_rng()
+    good = bad = 0
+    while good < 30 or bad < 30:
+        devices = int(rng.choice([1, 2, 4, 8]))
+        nodes = int(rng.integers(1, 33))
+        tp = int(rng.choice([1, 2, 3, 4, 8]))
+        pp = int(rng.choice([1, 2, 3, 4, 5]))
+        try:
+            expected = parallel_layout(_layout_cfg(devices, nodes, tp, pp)).data_parallel
+        except ConfigError:
+            expected = None
+        if (expected is None and bad >= 30) or (expected is not None and good >= 30):
+            continue
+        call = f"data_parallel_size(devices={devices}, num_nodes={nodes}, tp={tp}, pp={pp})"
+        if expected is None:
+            try:
+                got = data_parallel_size(devices, nodes, tp, pp)
+            except ValueError:
+                bad += 1
+                continue
+            expect(False, f"{call} returned {short(got)}; that layout is impossible, expected ValueError")
+        got = data_parallel_size(devices, nodes, tp, pp)
+        expect(isinstance(got, (int, np.integer)) and not isinstance(got, bool),
+               f"{call} returned {short(got)} ({type(got).__name__}); expected an int")
+        expect(got == expected, f"{call} returned {got}, expected {expected}")
+        good += 1
+    return f"{good} valid and {bad} impossible random layouts"
+
+
+@check(CHAPTER, "q2", hint="full fine-tuning with mixed-precision Adam keeps 16 bytes per parameter "
+       "(bf16 weights 2 + grads 2 + fp32 master 4 + Adam m 4 + v 4); bf16 weights alone are 2. "
+       "Answer in decimal GB (1e9 bytes).")
+def q2(memory_gb) -> str:
+    rng = np.random.default_rng()
+    for _ in range(30):
+        n = float(rng.choice([1, 3, 7, 8, 13, 34, 70, 405])) * 1e9 * float(rng.uniform(0.5, 1.5))
+        for method in ("bf16_weights", "full_adam"):
+            got = memory_gb(n, method)
+            want = training_memory_gb(n, method)
+            expect(isinstance(got, (int, float, np.floating)) and abs(got - want) <= 1e-6 * want,
+                   f"memory_gb({n:.4g}, {method!r}) returned {short(got)}, expected {want:.4g}")
+    return "60 random model sizes"
+
+
+@check(CHAPTER, "q3", hint="Book §6.2.8: very large distributed pre-training favours NeMo/Megatron-Core; "
+       "small-scale fine-tuning is simpler in the HF ecosystem (either works); NeMo has speech collections.")
+def q3(exercise_5) -> tuple[str, dict[str, str]]:
+    answer = exercise_5()
+    expect(isinstance(answer, dict), f"exercise_5() must return a dict, got {type(answer).__name__}")
+    allowed = {"nemo", "hf", "either"}
+    for key in ("a", "b", "c"):
+        expect(key in answer, f"missing key {key!r}: give one of {sorted(allowed)} for each scenario")
+        expect(answer[key] in allowed, f"answer[{key!r}] = {short(answer[key])}; use one of {sorted(allowed)}")
+    expect(answer["a"] == "nemo", "(a) 1024-GPU continued pre-training: which framework was built for that scale?")
+    expect(answer["b"] in ("hf", "either"), "(b) LoRA of a 7B model on one 8-GPU node: is a large-scale framework needed?")
+    expect(answer["c"] == "nemo", "(c) speech recognition + LLM: which framework ships speech collections?")
+    why = answer.get("why", "")
+    expect(isinstance(why, str) and len(why.split()) >= 5, "add a 'why' field: a few sentences giving your reasons")
+    return "scenario choices correct", {"why": why}

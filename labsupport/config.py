@@ -1,0 +1,118 @@
+"""NeMo-style YAML configs read with OmegaConf (chapter 0; chapter 6 end to end).
+
+NeMo declares model, data and trainer in YAML and overrides keys from the command line
+(Hydra's ``key.sub=value`` dotlist). ``load_config`` does the same; ``describe_config`` says
+what each key controls and which chapter shows it; ``parallel_layout`` derives the
+data-parallel size and refuses layouts that cannot work, naming the field.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from omegaconf import DictConfig, OmegaConf
+
+from .paths import CONFIG_DIR
+
+#: key → (what it controls, where the workbook shows it)
+KEY_NOTES: dict[str, tuple[str, str]] = {
+    "model.hidden_size": ("width of every transformer layer (d_model)", "book §6.3"),
+    "model.num_layers": ("number of transformer layers", "book §6.3"),
+    "model.tensor_model_parallel_size": ("GPUs that split each layer's matrices (TP); all-reduce / all-gather inside a layer", "ch05 collectives"),
+    "model.pipeline_model_parallel_size": ("GPUs that hold consecutive groups of layers (PP); send/recv between stages", "ch05 collectives"),
+    "model.precision": ("number format of the compute: bf16 halves memory and traffic vs fp32", "book §1.14"),
+    "data.data_prefix": ("weights and .bin/.idx prefixes to blend", "ch02 indexing, ch03 blending"),
+    "data.seq_length": ("tokens per training sample; packing fills it", "ch04 packing"),
+    "data.tokenizer.type": ("tokenizer library; must match preprocessing and inference", "ch01 tokenization"),
+    "data.tokenizer.model": ("the tokenizer model file (its fingerprint is stored beside each dataset)", "ch01, ch02"),
+    "trainer.devices": ("GPUs per node", "ch00 environment check"),
+    "trainer.num_nodes": ("machines; devices × num_nodes GPUs in all", "ch05 collectives"),
+    "trainer.max_steps": ("optimizer steps to run; with the batch size it fixes the samples drawn", "ch03 blending"),
+}
+
+
+class ConfigError(ValueError):
+    """A config value that cannot work; the message names the field."""
+
+
+def load_config(source: str | Path = "gpt_pretrain", overrides: Iterable[str] = ()) -> DictConfig:
+    """Load a YAML config (a name in ``configs/`` or a path) and apply Hydra-style overrides.
+
+    ``overrides`` are dotlist strings such as ``"model.tensor_model_parallel_size=4"``.
+    A key that does not exist in the file is refused (a typo would otherwise add a new key
+    silently); use ``+key=value`` to add one on purpose, as Hydra does.
+    """
+    path = Path(source)
+    if not path.suffix:
+        path = CONFIG_DIR / f"{source}.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"config {path.name!r} not found (looked in {CONFIG_DIR.name}/ and the given path)")
+    cfg = OmegaConf.load(path)
+    strict, additions = [], []
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r}: expected key=value, e.g. trainer.devices=4")
+        (additions if item.startswith("+") else strict).append(item.lstrip("+"))
+    for item in strict:
+        key = item.split("=", 1)[0]
+        if OmegaConf.select(cfg, key, default="__missing__") == "__missing__":
+            raise ConfigError(f"override {item!r}: key {key!r} is not in {path.name}; prefix it with '+' to add it")
+    return OmegaConf.merge(cfg, OmegaConf.from_dotlist(strict + additions))
+
+
+def flat_items(cfg: DictConfig, prefix: str = "") -> list[tuple[str, object]]:
+    """(dotted key, value) pairs of the leaves, in file order; lists stay whole."""
+    items: list[tuple[str, object]] = []
+    for key, value in cfg.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, DictConfig):
+            items += flat_items(value, dotted + ".")
+        else:
+            items.append((dotted, OmegaConf.to_container(value) if hasattr(value, "_content") else value))
+    return items
+
+
+def describe_config(cfg: DictConfig) -> list[tuple[str, object, str, str]]:
+    """Rows (key, value, what it controls, chapter) for every leaf of ``cfg``."""
+    rows = []
+    for key, value in flat_items(cfg):
+        what, where = KEY_NOTES.get(key, ("(not explained in this workbook)", ""))
+        rows.append((key, value, what, where))
+    return rows
+
+
+@dataclass(frozen=True)
+class ParallelLayout:
+    """How the GPUs of a run are divided: world = TP × PP × DP."""
+
+    world_size: int
+    tensor_parallel: int
+    pipeline_parallel: int
+    data_parallel: int
+
+
+def parallel_layout(cfg: DictConfig) -> ParallelLayout:
+    """Derive the data-parallel size from trainer.devices × trainer.num_nodes / (TP × PP).
+
+    Raises ConfigError naming the field when a size is not a positive integer, when TP
+    exceeds the GPUs of one node (TP traffic must stay on NVLink), or when the world size
+    is not divisible by TP × PP.
+    """
+    def positive(key: str) -> int:
+        value = OmegaConf.select(cfg, key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{key} must be a positive integer, got {value!r}")
+        return value
+
+    devices, nodes = positive("trainer.devices"), positive("trainer.num_nodes")
+    tp = positive("model.tensor_model_parallel_size")
+    pp = positive("model.pipeline_model_parallel_size")
+    world = devices * nodes
+    if tp > devices:
+        raise ConfigError(f"model.tensor_model_parallel_size={tp} exceeds trainer.devices={devices}: "
+                          "tensor parallelism must stay inside one node")
+    if world % (tp * pp):
+        raise ConfigError(f"trainer.devices × trainer.num_nodes = {world} GPUs is not divisible by "
+                          f"model.tensor_model_parallel_size × model.pipeline_model_parallel_size = {tp}×{pp}")
+    return ParallelLayout(world, tp, pp, world // (tp * pp))

@@ -1,0 +1,56 @@
+"""Where the workbook's files live, independent of the notebook's working directory.
+
+Used by every chapter: corpora in ``data/``, generated artefacts (tokenizer models,
+.bin/.idx prefixes, packed sets) in a work folder that is not committed.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+#: Root of the repository (the folder holding ``labsupport/``, ``data/``, ``notebooks/``).
+REPO_ROOT: Path = Path(__file__).resolve().parent.parent
+#: The shipped corpora (jsonl), see ``data/README.md``.
+DATA_DIR: Path = REPO_ROOT / "data"
+#: The book's example configs (YAML).
+CONFIG_DIR: Path = REPO_ROOT / "configs"
+
+DOMAINS: tuple[str, ...] = ("web", "code", "books", "korean")
+
+
+def data_file(name: str) -> Path:
+    """Path of a shipped corpus: ``data_file("web")`` → ``<repo>/data/web.jsonl``.
+
+    Raises FileNotFoundError naming the file and how to rebuild it when it is missing.
+    """
+    path = DATA_DIR / (name if name.endswith(".jsonl") else f"{name}.jsonl")
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"corpus {path.name!r} not found in {DATA_DIR}: the data ships with the repository; "
+            "run `make data` to rebuild it from offline sources"
+        )
+    return path
+
+
+def work_dir(*parts: str) -> Path:
+    """A folder for generated artefacts, created on demand.
+
+    ``$LABSUPPORT_WORK`` if set, else ``<repo>/work`` (git-ignored). Artefacts there are
+    rebuilt deterministically when missing, so deleting the folder is always safe.
+    """
+    base = Path(os.environ.get("LABSUPPORT_WORK", REPO_ROOT / "work"))
+    path = base.joinpath(*parts)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def display_path(path: os.PathLike | str) -> str:
+    """A path as shown in notebook output: relative to the repository, never machine-specific."""
+    p = Path(path).resolve()
+    for base, label in ((REPO_ROOT, ""), (Path(os.environ.get("LABSUPPORT_WORK", REPO_ROOT / "work")).resolve(), "work/")):
+        try:
+            rel = p.relative_to(base)
+            return label + rel.as_posix() if label else rel.as_posix()
+        except ValueError:
+            continue
+    return p.name
