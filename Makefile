@@ -10,6 +10,7 @@ PY          := $(VENV)/bin/python
 TORCH_SPEC  ?= torch==2.13.0
 MEGATRON    ?= megatron-core==0.16.1
 PYTEST_ARGS ?=
+LAB_ARGS    ?= $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 export PYTHONHASHSEED := 0
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
@@ -42,7 +43,7 @@ setup: $(VENV)/.stamp-base
 setup-crosscheck: $(VENV)/.stamp-crosscheck
 
 lab: setup
-	$(VENV)/bin/jupyter lab --notebook-dir=. notebooks/00_orientation.ipynb
+	$(VENV)/bin/jupyter lab --notebook-dir=. $(LAB_ARGS) notebooks/00_orientation.ipynb
 
 test: setup-crosscheck
 	LABSUPPORT_REQUIRE_CROSSCHECK=1 $(PY) -m pytest $(PYTEST_ARGS)
