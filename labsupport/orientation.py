@@ -24,9 +24,9 @@ def draw_data_path(highlight: str | None = None, ax=None):
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
     if ax is None:
-        _, ax = plt.subplots(figsize=(11, 2.2))
+        _, ax = plt.subplots(figsize=(12, 2.2))
     n = len(DATA_PATH)
-    width, gap = 1.5, 0.35
+    width, gap = 1.75, 0.3
     for i, (label, detail, chapter) in enumerate(DATA_PATH):
         x = i * (width + gap)
         on = highlight is not None and chapter == highlight
@@ -34,7 +34,7 @@ def draw_data_path(highlight: str | None = None, ax=None):
                                     facecolor="#76b900" if on else "#e8f0f8",
                                     edgecolor="#333333", linewidth=1.5 if on else 0.8))
         ax.text(x + width / 2, 0.72, label, ha="center", va="center", fontsize=10, weight="bold")
-        ax.text(x + width / 2, 0.33, detail, ha="center", va="center", fontsize=7.5)
+        ax.text(x + width / 2, 0.33, detail, ha="center", va="center", fontsize=7)
         ax.text(x + width / 2, -0.18, chapter, ha="center", va="center", fontsize=8, color="#555555")
         if i < n - 1:
             ax.add_patch(FancyArrowPatch((x + width + 0.03, 0.5), (x + width + gap - 0.03, 0.5),

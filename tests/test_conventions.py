@@ -1,0 +1,67 @@
+"""Every chapter notebook follows CONTRIBUTING.md: title, parameters, setup, checkpoint, tags."""
+from __future__ import annotations
+
+import ast
+import re
+
+import nbformat
+import pytest
+
+from labsupport.paths import REPO_ROOT
+
+CHAPTERS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+# "# Chapter N — Topic (한국어 용어) · book §6.2.x" (chapter 5 cites seed 001 beside the book)
+TITLE = re.compile(r"^# Chapter (\d+) — .+\(.*[\uac00-\ud7a3].*\) · (book §|seed )")
+
+
+def _nb(path):
+    return nbformat.read(path, as_version=4)
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_title_cell(path):
+    first = _nb(path).cells[0]
+    assert first.cell_type == "markdown"
+    head = first.source.splitlines()[0]
+    m = TITLE.match(head)
+    assert m, f"{path.name}: title must read '# Chapter N — Topic (한국어) · book §6.2.x', got {head!r}"
+    assert int(m.group(1)) == int(path.name[:2])
+    for part in ("Learning goals", "Prerequisites", "Time to complete"):
+        assert part in first.source, f"{path.name}: title cell lacks '{part}'"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_parameters_cell(path):
+    cells = _nb(path).cells
+    tagged = [i for i, c in enumerate(cells) if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, f"{path.name}: exactly one cell tagged 'parameters'"
+    cell = cells[tagged[0]]
+    names = {t.id for node in ast.walk(ast.parse(cell.source)) if isinstance(node, ast.Assign) for t in node.targets
+             if isinstance(t, ast.Name)}
+    assert {"device", "seed"} <= names, f"{path.name}: parameters cell must define device and seed"
+    following = "".join(c.source for c in cells[tagged[0] + 1:] if c.cell_type == "code")
+    assert "labsupport.setup(" in following, f"{path.name}: call labsupport.setup(seed=seed, device=device) after the parameters"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_checkpoint_is_last(path):
+    md = [c for c in _nb(path).cells if c.cell_type == "markdown"]
+    assert "Checkpoint" in md[-1].source.splitlines()[0], f"{path.name}: the last markdown cell is the Checkpoint"
+    assert "- [ ]" in md[-1].source
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_no_path_hacks_and_gpu_cells_are_guarded(path):
+    for cell in _nb(path).cells:
+        if cell.cell_type != "code":
+            continue
+        assert "sys.path" not in cell.source, f"{path.name}: import labsupport as a package, no sys.path edits"
+        if "requires-gpu" in cell.metadata.get("tags", []):
+            assert "cuda_available()" in cell.source and "NO_GPU_NOTE" in cell.source, \
+                f"{path.name}: a requires-gpu cell must run on CPU too (see CONTRIBUTING.md)"
+
+
+def test_same_names_in_all_three_folders():
+    names = {folder: sorted(p.name for p in (REPO_ROOT / folder).glob("[0-9][0-9]_*.ipynb"))
+             for folder in ("notebooks", "solutions", "exercises")}
+    assert names["notebooks"] == names["solutions"] == names["exercises"]
