@@ -1,0 +1,153 @@
+"""Exercise checks of chapter 5 (NCCL collectives): ``from labsupport.check import ch05 as check``.
+
+q1 the reduce-scatter phase of the ring · q2 busbw from a measured time · q3 which collective
+for DP, TP and ZeRO · q4 seed 001's "global std" snippet, corrected.
+Each check calls the learner's function on fresh random inputs and compares with
+``labsupport.collectives``.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from .. import collectives as C
+from ._core import check, expect, short
+from ._core import summary as _summary
+
+CHAPTER = "ch05"
+
+
+def summary() -> None:
+    """Print this chapter's check results and score (last cell of the solutions notebook)."""
+    _summary(CHAPTER)
+
+#: The scenario keys of q3 and the allowed answers.
+SCENARIOS = {
+    "dp_gradients": "data parallel: make every replica's gradients the average of all replicas'",
+    "tp_row_parallel_output": "tensor parallel without sequence parallelism: sum the partial outputs of a "
+                              "row-parallel linear layer so every TP rank has the full result",
+    "tp_sp_enter": "tensor + sequence parallel: each rank holds a slice of the sequence and the next "
+                   "column-parallel layer needs the whole sequence",
+    "tp_sp_exit": "tensor + sequence parallel: sum the partial outputs of a row-parallel layer and leave "
+                  "each rank with its slice of the sequence",
+    "zero_gradients": "ZeRO / distributed optimizer: each rank must end with the summed gradients of the "
+                      "parameter shard it owns",
+    "zero_parameters": "ZeRO / distributed optimizer: after each rank updated its shard, every rank needs all "
+                       "the updated parameters",
+    "initial_weights": "at start-up, rank 0 loaded a checkpoint and every rank needs the same weights",
+    "pp_activations": "pipeline parallel: stage k hands its output activations to stage k+1",
+}
+CHOICES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send/recv")
+_ANSWERS = {
+    "dp_gradients": "all_reduce", "tp_row_parallel_output": "all_reduce", "tp_sp_enter": "all_gather",
+    "tp_sp_exit": "reduce_scatter", "zero_gradients": "reduce_scatter", "zero_parameters": "all_gather",
+    "initial_weights": "broadcast", "pp_activations": "send/recv",
+}
+
+
+@check(CHAPTER, "q1", hint="split with np.array_split(buffer, n); n − 1 steps; in step s (from 0) rank r sends "
+                           "chunk (r − s) mod n to rank (r + 1) mod n, which adds it to its own copy of that chunk")
+def q1(ring_reduce_scatter: Callable) -> str:
+    """``ring_reduce_scatter(buffers)`` → per-rank lists of n chunks after the n−1 reduce-scatter steps."""
+    rng = np.random.default_rng()
+    cases = 0
+    for n in [2, 3, 4, 5, 8] + list(rng.integers(2, 9, size=10)):
+        n = int(n)
+        size = int(rng.choice([n, 2 * n, 3 * n + 1, int(rng.integers(n, 6 * n))]))
+        buffers = [rng.integers(-50, 50, size=size) for _ in range(n)]
+        copies = [b.copy() for b in buffers]
+        got = ring_reduce_scatter([b for b in buffers])
+        sim = C.simulate_ring_allreduce(copies)
+        expect(all(np.array_equal(b, c) for b, c in zip(buffers, copies)),
+               "your function changed the input buffers; work on copies")
+        expect(isinstance(got, (list, tuple)) and len(got) == n,
+               f"with n={n} ranks, expected a list of {n} per-rank chunk lists, got {short(got)}")
+        for r in range(n):
+            expect(isinstance(got[r], (list, tuple)) and len(got[r]) == n,
+                   f"rank {r}: expected a list of {n} chunks (np.array_split(buffer, {n})), got {short(got[r])}")
+            for c in range(n):
+                want = sim.states[n - 1][r][sim.bounds[c]:sim.bounds[c + 1]]
+                have = np.asarray(got[r][c])
+                if have.shape != want.shape or not np.array_equal(have, want):
+                    who = sim.contributors[n - 1][r][c]
+                    expect(False, f"with n={n} ranks (size {size}), rank {r} chunk {c} is {short(have.tolist(), 60)}, "
+                                  f"expected {short(want.tolist(), 60)} = the sum of ranks {list(who)}' chunk {c}")
+        cases += 1
+    return f"{cases} random rings, every chunk of every rank as in the ring's schedule"
+
+
+@check(CHAPTER, "q2", hint="algbw = S / t / 1e9; busbw = algbw × 2(n−1)/n for all_reduce, (n−1)/n for all_gather "
+                           "and reduce_scatter, 1 for broadcast")
+def q2(busbw_from_time: Callable) -> str:
+    """``busbw_from_time(collective, nbytes, seconds, world_size)`` → decimal GB/s."""
+    rng = np.random.default_rng()
+    cases = 0
+    for collective in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):
+        for n in (1, 2, 8, int(rng.integers(3, 200))):
+            nbytes = float(2 ** int(rng.integers(10, 34)))
+            seconds = float(rng.uniform(1e-5, 2.0))
+            want = C.bus_bandwidth(collective, nbytes, seconds, n)
+            got = busbw_from_time(collective, nbytes, seconds, n)
+            expect(got is not None and np.isfinite(float(got)),
+                   f"busbw_from_time({collective!r}, {nbytes:g}, {seconds:.3g}, {n}) returned {short(got)}")
+            ok = np.isclose(float(got), want, rtol=1e-9, atol=1e-12)
+            hint = ""
+            if not ok and want and np.isclose(float(got), want * 1e9, rtol=1e-6):
+                hint = " (that is B/s: divide by 1e9 for GB/s)"
+            elif not ok and want and np.isclose(float(got), want * 2 ** 30 / 1e9, rtol=1e-6):
+                hint = " (that is GiB/s: nccl-tests uses decimal GB = 1e9 bytes)"
+            elif not ok and n > 1 and np.isclose(float(got), nbytes / seconds / 1e9, rtol=1e-9):
+                hint = " (that is algbw: multiply by the collective's bus factor)"
+            expect(ok, f"busbw_from_time({collective!r}, nbytes={nbytes:g}, seconds={seconds:.4g}, world_size={n}) "
+                       f"= {float(got):.6g}, expected {want:.6g} GB/s{hint}")
+            cases += 1
+    return f"{cases} random measurements, 4 collectives"
+
+
+@check(CHAPTER, "q3", hint="all_reduce = reduce_scatter + all_gather; sequence parallelism and ZeRO split it into "
+                           "its two halves; weights from one rank to all is a broadcast; pipeline stages talk pairwise")
+def q3(choose_collectives: Callable):
+    """``choose_collectives()`` → ``{scenario: collective, ..., "zero_bytes_ratio": float, "why": str}``."""
+    answer = choose_collectives()
+    expect(isinstance(answer, dict), f"expected a dict, got {short(answer)}")
+    missing = [k for k in SCENARIOS if k not in answer]
+    expect(not missing, f"missing scenario keys: {missing}")
+    bad = [k for k in SCENARIOS if answer[k] not in CHOICES]
+    expect(not bad, f"answers must be one of {CHOICES}; not so for {[(k, answer[k]) for k in bad]}")
+    wrong = [k for k in SCENARIOS if answer[k] != _ANSWERS[k]]
+    expect(not wrong, f"{len(wrong)} of {len(SCENARIOS)} scenarios have another collective: {wrong}")
+    ratio = answer.get("zero_bytes_ratio")
+    expect(isinstance(ratio, (int, float)) and np.isclose(float(ratio), 1.0),
+           f"zero_bytes_ratio = {short(ratio)}: bytes per rank of reduce_scatter + all_gather over those of one "
+           "all_reduce of the same gradients, use ring costs (n−1)/n·S and 2(n−1)/n·S")
+    why = str(answer.get("why", "")).strip()
+    expect(len(why.split()) >= 5, "write a sentence or two in 'why'")
+    return f"{len(SCENARIOS)} scenarios and the byte ratio", {"why": why}
+
+
+@check(CHAPTER, "q4", hint="std of per-rank stds is not the data's std: sum counts, sums and sums of squares over "
+                           "ranks, then mean = Σx/N and var = (Σx² − N·mean²)/(N − 1)")
+def q4(global_mean_std: Callable) -> str:
+    """``global_mean_std(stats)``: stats is a (world_size, 3) array of per-rank ``[count, sum, sum of
+    squares]`` (what all_gather returns); returns the global (mean, unbiased std)."""
+    rng = np.random.default_rng()
+    cases = 0
+    for _ in range(20):
+        n = int(rng.integers(1, 9))
+        parts = [rng.normal(rng.uniform(-20, 20), rng.uniform(0.1, 5), size=int(rng.integers(2, 400))) for _ in range(n)]
+        stats = np.array([[len(p), p.sum(), (p ** 2).sum()] for p in parts], dtype=np.float64)
+        data = np.concatenate(parts)
+        got = global_mean_std(stats.copy())
+        expect(isinstance(got, (tuple, list)) and len(got) == 2, f"expected (mean, std), got {short(got)}")
+        mean, std = float(got[0]), float(got[1])
+        want_mean, want_std = float(data.mean()), float(data.std(ddof=1))
+        expect(np.isclose(mean, want_mean, rtol=1e-6, atol=1e-9),
+               f"{n} ranks with {[len(p) for p in parts]} samples: mean {mean:.6g}, expected {want_mean:.6g} "
+               "(a mean of per-rank means is wrong when ranks hold different numbers of samples)")
+        if np.isclose(std, float(data.std(ddof=0)), rtol=1e-9) and not np.isclose(std, want_std, rtol=1e-6):
+            expect(False, f"std {std:.6g} is the population std (ddof=0); use the sample std (N − 1), like torch.std")
+        expect(np.isclose(std, want_std, rtol=1e-6, atol=1e-9),
+               f"{n} ranks with {[len(p) for p in parts]} samples: std {std:.6g}, expected {want_std:.6g}")
+        cases += 1
+    return f"{cases} random splits of data over ranks"

@@ -1,0 +1,297 @@
+"""Collective communication (집합 통신) — chapter 5: the ring algorithm, the cost model, and
+where each collective appears in training.
+
+* :func:`simulate_ring_allreduce` — the ring all-reduce in plain numpy, step by step (the
+  figure of which chunk each rank holds), with the bytes each rank sends.
+* :func:`bus_bandwidth`, :func:`algo_bandwidth`, :func:`bus_factor` — nccl-tests' algbw/busbw.
+* :func:`alpha_beta_time`, :func:`fit_alpha_beta` — the latency–bandwidth (α–β) cost model.
+* :func:`training_traffic` — bytes each collective moves per rank per training step (DP, TP, PP,
+  ZeRO).
+* Re-exported for one import: :func:`run_workers` and its errors (``collectives_launch``) and the
+  ring implementations that run inside the ranks (``collectives_workers``); the NCCL
+  environment-variable fact check lives in ``collectives_facts``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from .collectives_launch import WorkerError, WorkerTimeout, run_workers
+from .collectives_workers import naive_ring_all_reduce, ring_all_reduce
+
+__all__ = [
+    "run_workers", "WorkerError", "WorkerTimeout", "ring_all_reduce", "naive_ring_all_reduce",
+    "RingSimulation", "ring_schedule", "simulate_ring_allreduce", "ring_bytes_per_rank",
+    "COLLECTIVES", "bus_factor", "algo_bandwidth", "bus_bandwidth", "alpha_beta_time", "fit_alpha_beta",
+    "measure_all_reduce", "training_traffic",
+]
+
+#: Collectives as torch.distributed spells them, with nccl-tests' busbw factor as a function of n.
+_FACTORS = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+}
+COLLECTIVES: tuple[str, ...] = tuple(_FACTORS)
+
+
+# ----------------------------------------------------------------------------- ring simulation
+
+def ring_schedule(n: int) -> list[list[tuple[int, int, int]]]:
+    """The chunked ring all-reduce on ``n`` ranks as a list of 2(n−1) steps; each step is the list
+    of ``(src, dst, chunk)`` transfers, one per rank, all happening at once.
+
+    Steps 0..n−2 (reduce-scatter): rank r sends chunk (r−s) mod n to (r+1) mod n, which adds it.
+    Steps n−1..2n−3 (all-gather): rank r sends chunk (r+1−s) mod n, which the receiver copies.
+    """
+    if not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"ring_schedule: n (the number of ranks) must be an int ≥ 1, got {n!r}")
+    steps = [[(r, (r + 1) % n, (r - s) % n) for r in range(n)] for s in range(n - 1)]
+    steps += [[(r, (r + 1) % n, (r + 1 - s) % n) for r in range(n)] for s in range(n - 1)]
+    return steps
+
+
+@dataclass
+class RingSimulation:
+    """The outcome of :func:`simulate_ring_allreduce` on ``n`` ranks.
+
+    results: per-rank final buffers (each the element-wise sum of all inputs).
+    states: ``states[t][r]`` is rank r's buffer after step t (t = 0 is the input; 2(n−1) steps).
+    contributors: ``contributors[t][r][c]`` is the sorted tuple of ranks whose data is summed in
+        chunk c of rank r after step t (what the figure colours).
+    sends: ``sends[t-1]`` lists the ``(src, dst, chunk)`` transfers of step t.
+    bounds: chunk c covers ``buffer[bounds[c]:bounds[c+1]]`` (np.array_split sizes).
+    bytes_sent: bytes each rank sent in total; 2(n−1)/n · S when the size divides by n.
+    """
+
+    n: int
+    results: list[np.ndarray]
+    states: list[list[np.ndarray]]
+    contributors: list[list[list[tuple[int, ...]]]]
+    sends: list[list[tuple[int, int, int]]]
+    bounds: list[int]
+    bytes_sent: list[int] = field(default_factory=list)
+
+    @property
+    def reduce_scatter_steps(self) -> int:
+        """How many steps the reduce-scatter phase has (n − 1); the all-gather has as many."""
+        return self.n - 1
+
+    def phase(self, t: int) -> str:
+        """``"input"``, ``"reduce-scatter"`` or ``"all-gather"`` for the state after step t."""
+        return "input" if t == 0 else ("reduce-scatter" if t <= self.n - 1 else "all-gather")
+
+
+def _validate_buffers(buffers: Sequence[np.ndarray]) -> list[np.ndarray]:
+    if isinstance(buffers, np.ndarray) and buffers.ndim >= 1:
+        buffers = list(buffers)
+    if not isinstance(buffers, (list, tuple)) or len(buffers) == 0:
+        raise ValueError("buffers must be a non-empty list with one array per rank")
+    arrays = [np.asarray(b) for b in buffers]
+    for i, a in enumerate(arrays):
+        if a.shape != arrays[0].shape:
+            raise ValueError(f"buffers[{i}] has shape {a.shape} but buffers[0] has {arrays[0].shape}: "
+                             "every rank must hold a tensor of the same shape")
+        if a.dtype != arrays[0].dtype:
+            raise ValueError(f"buffers[{i}] has dtype {a.dtype} but buffers[0] has {arrays[0].dtype}: "
+                             "every rank must hold the same dtype")
+    return arrays
+
+
+def simulate_ring_allreduce(buffers: Sequence[np.ndarray]) -> RingSimulation:
+    """Run the chunked ring all-reduce (SUM) on per-rank arrays, in numpy, recording every step.
+
+    buffers: one array per rank, all of the same shape and dtype (n = len(buffers)); any shape,
+        flattened and split into n chunks with ``np.array_split`` (chunks may be empty).
+    Returns a :class:`RingSimulation`; ``results[r]`` has the input's shape.  All transfers of a
+    step read the senders' buffers *before* the step, as on real hardware.  The inputs are not
+    modified.
+    """
+    arrays = _validate_buffers(buffers)
+    n, shape = len(arrays), arrays[0].shape
+    flat = [a.reshape(-1).copy() for a in arrays]
+    size = flat[0].size
+    bounds = [0] + list(np.cumsum([len(c) for c in np.array_split(np.empty(size), n)]))
+    bounds = [int(b) for b in bounds]
+    itemsize = arrays[0].dtype.itemsize
+
+    def sl(c: int) -> slice:
+        return slice(bounds[c], bounds[c + 1])
+
+    contrib = [[(r,) for _ in range(n)] for r in range(n)]
+    states = [[f.reshape(shape).copy() for f in flat]]
+    contributors = [[list(row) for row in contrib]]
+    schedule = ring_schedule(n)
+    sent = [0] * n
+    for t, step in enumerate(schedule):
+        reducing = t < n - 1
+        payload = [(src, dst, c, flat[src][sl(c)].copy(), contrib[src][c]) for src, dst, c in step]
+        for src, dst, c, data, who in payload:
+            if reducing:
+                flat[dst][sl(c)] += data
+                contrib[dst][c] = tuple(sorted(set(contrib[dst][c]) | set(who)))
+            else:
+                flat[dst][sl(c)] = data
+                contrib[dst][c] = who
+            sent[src] += data.size * itemsize
+        states.append([f.reshape(shape).copy() for f in flat])
+        contributors.append([list(row) for row in contrib])
+    return RingSimulation(n=n, results=[f.reshape(shape) for f in flat], states=states,
+                          contributors=contributors, sends=schedule, bounds=bounds, bytes_sent=sent)
+
+
+def ring_bytes_per_rank(nbytes: float, world_size: int, algorithm: str = "ring") -> float:
+    """Bytes one rank sends in an all-reduce of ``nbytes``: ``"ring"`` 2(n−1)/n·S (chunked, the
+    bandwidth-optimal lower bound), ``"naive"`` (n−1)·S (the whole tensor travels around)."""
+    n = _check_world(world_size)
+    if algorithm == "ring":
+        return 2 * (n - 1) / n * nbytes
+    if algorithm == "naive":
+        return (n - 1) * nbytes
+    raise ValueError(f"algorithm must be 'ring' or 'naive', got {algorithm!r}")
+
+
+# ----------------------------------------------------------------------------- cost model
+
+def _check_world(world_size: int) -> int:
+    if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)) or world_size < 1:
+        raise ValueError(f"world_size must be an int ≥ 1 (the number of ranks), got {world_size!r}")
+    return int(world_size)
+
+
+def bus_factor(collective: str, world_size: int) -> float:
+    """nccl-tests' busbw/algbw factor: all_reduce 2(n−1)/n; all_gather, reduce_scatter,
+    all_to_all (n−1)/n; broadcast, reduce 1."""
+    if collective not in _FACTORS:
+        raise ValueError(f"collective {collective!r} is not one of {', '.join(COLLECTIVES)} "
+                         "(spelled as in torch.distributed)")
+    return float(_FACTORS[collective](_check_world(world_size)))
+
+
+def algo_bandwidth(nbytes: float, seconds: float) -> float:
+    """algbw in decimal GB/s: S / t / 1e9 (S in bytes, t in seconds)."""
+    if nbytes < 0:
+        raise ValueError(f"nbytes must be ≥ 0, got {nbytes!r}")
+    if not seconds > 0:
+        raise ValueError(f"seconds must be > 0 (a measured time), got {seconds!r}")
+    return nbytes / seconds / 1e9
+
+
+def bus_bandwidth(collective: str, nbytes: float, seconds: float, world_size: int) -> float:
+    """busbw in decimal GB/s as nccl-tests reports it: algbw × :func:`bus_factor`.
+
+    nbytes: the collective's size S in bytes as nccl-tests counts it — the buffer all-reduced or
+    broadcast; for all_gather and reduce_scatter the *total* (per-rank size × world_size).
+    seconds: time of one operation.  busbw is comparable with the link's bandwidth: a ring on
+    links of B GB/s shows busbw → B for large S, whatever the number of ranks.
+    """
+    factor = bus_factor(collective, world_size)
+    return algo_bandwidth(nbytes, seconds) * factor
+
+
+def _ring_steps(collective: str, n: int) -> tuple[int, float]:
+    """(latency steps, bytes factor) of the ring version of ``collective`` on n ranks."""
+    factor = bus_factor(collective, n)
+    steps = 2 * (n - 1) if collective == "all_reduce" else (n - 1)
+    return steps, factor
+
+
+def alpha_beta_time(collective: str, nbytes: float, world_size: int, alpha: float, beta: float) -> float:
+    """Predicted seconds of one ring ``collective`` of ``nbytes`` on ``world_size`` ranks.
+
+    T = steps·α + factor·S·β, with α the per-message latency (s), β the seconds per byte of one
+    link (1 / bandwidth in B/s), steps = 2(n−1) for all_reduce and n−1 otherwise, factor the busbw
+    factor (so for large S, busbw → 1/β).  Broadcast/reduce use the pipelined-chain bound
+    (n−1)·α + S·β.  The reduction arithmetic is ignored.
+    """
+    n = _check_world(world_size)
+    if nbytes < 0 or alpha < 0 or beta < 0:
+        raise ValueError(f"nbytes, alpha and beta must be ≥ 0, got {nbytes!r}, {alpha!r}, {beta!r}")
+    steps, factor = _ring_steps(collective, n)
+    return steps * alpha + factor * nbytes * beta
+
+
+def fit_alpha_beta(collective: str, nbytes: Sequence[float], seconds: Sequence[float],
+                   world_size: int) -> tuple[float, float]:
+    """Least-squares (α, β) of :func:`alpha_beta_time` to measured times, relative errors weighted
+    equally (so small and large sizes count alike).  Returns (α seconds, β seconds per byte), both ≥ 0."""
+    n = _check_world(world_size)
+    s = np.asarray(nbytes, dtype=np.float64)
+    t = np.asarray(seconds, dtype=np.float64)
+    if s.shape != t.shape or s.ndim != 1 or len(s) < 2:
+        raise ValueError(f"nbytes and seconds must be 1-D of the same length ≥ 2, got {s.shape} and {t.shape}")
+    if np.any(t <= 0):
+        raise ValueError("seconds must all be > 0")
+    steps, factor = _ring_steps(collective, n)
+    design = np.stack([np.full_like(s, steps), factor * s], axis=1) / t[:, None]
+    (alpha, beta), *_ = np.linalg.lstsq(design, np.ones_like(t), rcond=None)
+    if alpha < 0:   # refit with α = 0
+        alpha, beta = 0.0, float(np.sum(design[:, 1]) / np.sum(design[:, 1] ** 2))
+    elif beta < 0:  # refit with β = 0
+        alpha, beta = float(np.sum(design[:, 0]) / np.sum(design[:, 0] ** 2)), 0.0
+    return float(alpha), float(beta)
+
+
+def measure_all_reduce(world_size: int, sizes: Sequence[int], reps: int | Sequence[int] = 5, *,
+                       backend: str = "gloo", impl: str = "dist", timeout: float = 120.0) -> list[float]:
+    """Seconds per all-reduce for each size in ``sizes`` (bytes, float32 tensors), measured on a
+    fresh process group: the max over ranks of each rank's mean over ``reps`` calls (one number or
+    one per size; one warm-up call first), as nccl-tests reports.  impl: ``"dist"``, ``"ring"`` or
+    ``"naive"``."""
+    from .collectives_workers import time_all_reduce
+
+    reps = reps if isinstance(reps, (int, float)) else list(reps)
+    per_rank = run_workers(time_all_reduce, world_size, (list(sizes), reps, 1, impl),
+                           backend=backend, timeout=timeout, echo=False)
+    return [max(r[i] for r in per_rank) for i in range(len(sizes))]
+
+
+# ----------------------------------------------------------------------------- training traffic
+
+def training_traffic(*, params: float, hidden: int, layers: int, seq_len: int, micro_batch: int,
+                     micro_batches: int, dp: int, tp: int, pp: int, grad_bytes: int = 2,
+                     act_bytes: int = 2, distributed_optimizer: bool = False) -> list[dict]:
+    """Bytes each collective sends per rank in one training step of a Megatron-style 3-D layout.
+
+    params: model parameters; hidden/layers/seq_len: transformer shape; micro_batch: sequences per
+    micro-batch; micro_batches: micro-batches per step per data-parallel rank; dp/tp/pp: group sizes;
+    grad_bytes/act_bytes: bytes per gradient / activation element (2 = bf16).
+    Rows (dicts): ``parallelism, collective, group, message_bytes, ops_per_step, bytes_per_rank``.
+
+    * DP: one all-reduce of this rank's gradients (params / (tp·pp) elements), or with the
+      distributed optimizer (ZeRO-1/2) a reduce-scatter of gradients + an all-gather of updated
+      parameters — the same bytes.
+    * TP with sequence parallelism: per layer and micro-batch, forward 2 all-gathers + 2
+      reduce-scatters of the activation ``micro_batch × seq_len × hidden``, backward the same, as
+      Korthikanti et al. (2022) count them (without sequence parallelism: 4 all-reduces, the same
+      bytes).  An implementation that re-gathers inputs in the backward pass sends more.
+    * PP: per micro-batch, the activation sent forward and its gradient sent backward.
+    """
+    for name, v in (("dp", dp), ("tp", tp), ("pp", pp), ("layers", layers), ("micro_batches", micro_batches)):
+        if not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"training_traffic: {name} must be an int ≥ 1, got {v!r}")
+    if layers % pp:
+        raise ValueError(f"training_traffic: layers ({layers}) must divide by pp ({pp})")
+    rows = []
+    grads = params / (tp * pp) * grad_bytes
+    if distributed_optimizer:
+        for coll in ("reduce_scatter", "all_gather"):
+            rows.append({"parallelism": "DP (ZeRO)", "collective": coll, "group": dp, "message_bytes": grads,
+                         "ops_per_step": 1, "bytes_per_rank": (dp - 1) / dp * grads})
+    else:
+        rows.append({"parallelism": "DP", "collective": "all_reduce", "group": dp, "message_bytes": grads,
+                     "ops_per_step": 1, "bytes_per_rank": 2 * (dp - 1) / dp * grads})
+    act = micro_batch * seq_len * hidden * act_bytes
+    tp_ops = 4 * (layers // pp) * micro_batches
+    for coll in ("all_gather", "reduce_scatter"):
+        rows.append({"parallelism": "TP", "collective": coll, "group": tp, "message_bytes": act,
+                     "ops_per_step": tp_ops, "bytes_per_rank": tp_ops * (tp - 1) / tp * act})
+    if pp > 1:
+        rows.append({"parallelism": "PP", "collective": "send/recv", "group": 2, "message_bytes": act,
+                     "ops_per_step": 2 * micro_batches, "bytes_per_rank": 2 * micro_batches * act})
+    return rows

@@ -1,0 +1,135 @@
+"""Seed 001's NCCL environment-variable list, fact-checked (chapter 5).
+
+``SEED_001_NCCL_SCRIPT`` is the book's "NCCL 환경 변수 완벽 가이드" export block, verbatim.
+``fact_check_exports(script)`` parses any such block and returns one row per variable with its
+status (exists / deprecated / obsolete / does not exist / PyTorch's / not NCCL's) and the fact,
+checked against NCCL 2.30's documentation and source and PyTorch's ProcessGroupNCCL
+(see ``../shared/reference/collectives.md``).  ``nccl_environment()`` reports the NCCL version
+of this torch build and the NCCL-related variables set in this process.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Mapping
+
+__all__ = ["SEED_001_NCCL_SCRIPT", "NCCL_ENV_FACTS", "fact_check_exports", "nccl_environment", "STATUSES"]
+
+SEED_001_NCCL_SCRIPT = """\
+# NCCL 환경 변수 완벽 가이드
+
+# 1. 알고리즘 선택
+export NCCL_ALGO=Ring           # Ring (기본), Tree, CollNet
+export NCCL_ALGO_ALL=Ring       # AllReduce 알고리즘 지정
+export NCCL_ALGO_TREE=Tree      # Tree 알고리즘 강제
+
+# 2. 프로토콜 선택
+export NCCL_PROTO=Simple        # Simple (기본) 또는 LL (Low Latency)
+
+# 3. 채널 설정 (매우 중요)
+export NCCL_MIN_NCHANNELS=4     # 최소 채널 수 (기본 4)
+export NCCL_MAX_NCHANNELS=8     # 최대 채널 수 (기본 32)
+
+# 4. 버퍼 크기
+export NCCL_BUFFSIZE=2097152    # 기본 2MB, 1MB-4MB 권장
+
+# 5. 디버그 설정
+export NCCL_DEBUG=INFO          # TRACE, DEBUG, INFO, WARN
+export NCCL_DEBUG_FILE=/var/log/nccl-debug.txt
+export NCCL_DEBUG_SUBSYS=ALL    # 모든 서브시스템 추적
+
+# 6. 네트워크 인터페이스
+export NCCL_SOCKET_IFNAME=eth0  # 사용할 네트워크 인터페이스
+export NCCL_IB_DISABLE=0        # InfiniBand 사용
+
+# 7. EFA 설정 (AWS)
+export FI_PROVIDER=efa
+export FI_EFA_USE_DEVICE_RDMA=1
+export FI_EFA_FORK_SAFE=1
+
+# 8. 커널 최적화
+export NCCL_CHECKS_DISABLE=0    # 안전 검사 활성화 (프로덕션)
+export NCCL_COMM_BLOCKING_WAIT=0
+export NCCL_ASYNC_ERROR_HANDLING=1
+
+# 9. P2P 설정
+export NCCL_P2P_DISABLE=0       # GPU P2P 통신 활성화
+export NCCL_P2P_LEVEL=SYS       # P2P 레벨: LOC (로컬), SYS (시스템)
+
+# 10. 타임아웃 설정
+export NCCL_COMM_WAIT_TIMEOUT=0 # 0 = 무한 대기
+"""
+
+STATUSES = ("exists", "exists, debug only", "deprecated", "obsolete", "does not exist", "PyTorch's", "not NCCL's")
+
+#: variable → (status, fact).  "debug only": NCCL's docs say not to set it in production scripts.
+NCCL_ENV_FACTS: dict[str, tuple[str, str]] = {
+    "NCCL_ALGO": ("exists, debug only",
+                  "values Ring, Tree, CollnetDirect, CollnetChain, NVLS, NVLSTree, PAT ('^' excludes); "
+                  "unset = NCCL's tuner picks per call, so 'Ring (default)' is wrong"),
+    "NCCL_ALGO_ALL": ("does not exist", "per-collective choice is written inside NCCL_ALGO, e.g. 'allreduce:tree'"),
+    "NCCL_ALGO_TREE": ("does not exist", "an internal constant of NCCL, not a variable; use NCCL_ALGO=Tree"),
+    "NCCL_PROTO": ("exists, debug only", "values LL, LL128, Simple; unset = tuner picks; NVIDIA discourages setting it"),
+    "NCCL_MIN_NCHANNELS": ("deprecated", "deprecated since NCCL 2.17: use NCCL_MIN_CTAS"),
+    "NCCL_MAX_NCHANNELS": ("deprecated", "deprecated since NCCL 2.17: use NCCL_MAX_CTAS"),
+    "NCCL_BUFFSIZE": ("exists, debug only", "default 4 MiB (4194304), not 2 MB"),
+    "NCCL_DEBUG": ("exists", "levels VERSION, WARN, INFO, TRACE (there is no DEBUG level)"),
+    "NCCL_DEBUG_FILE": ("exists", "file name pattern for NCCL's log"),
+    "NCCL_DEBUG_SUBSYS": ("exists", "subsystems to log with NCCL_DEBUG=INFO, e.g. INIT,COLL or ALL"),
+    "NCCL_SOCKET_IFNAME": ("exists", "network interfaces NCCL's sockets may use"),
+    "NCCL_IB_DISABLE": ("exists", "1 disables InfiniBand/RoCE; 0 (the default) allows it"),
+    "NCCL_CHECKS_DISABLE": ("obsolete", "deprecated in NCCL 2.2.12 and no longer read"),
+    "NCCL_COMM_BLOCKING_WAIT": ("does not exist", "PyTorch has TORCH_NCCL_BLOCKING_WAIT (old name NCCL_BLOCKING_WAIT)"),
+    "NCCL_ASYNC_ERROR_HANDLING": ("PyTorch's", "read by PyTorch, not NCCL; now TORCH_NCCL_ASYNC_ERROR_HANDLING "
+                                  "(the old name is a deprecated alias)"),
+    "NCCL_P2P_DISABLE": ("exists, debug only", "1 disables peer-to-peer (NVLink/PCIe) transfers"),
+    "NCCL_P2P_LEVEL": ("exists, debug only", "levels LOC, NVL, PIX, PXB, PHB, SYS (the seed names only LOC and SYS)"),
+    "NCCL_COMM_WAIT_TIMEOUT": ("does not exist", "timeouts are PyTorch's: init_process_group(timeout=...)"),
+}
+
+_EXPORT = re.compile(r"^\s*export\s+([A-Za-z_][A-Za-z0-9_]*)=(\S*)\s*(?:#\s*(.*))?$")
+
+
+def fact_check_exports(script: str, facts: Mapping[str, tuple[str, str]] | None = None) -> list[dict[str, str]]:
+    """One row per ``export NAME=value  # comment`` line of ``script``, in order.
+
+    Row keys: ``line`` (1-based), ``variable``, ``value``, ``seed_says`` (the comment),
+    ``status`` (one of :data:`STATUSES`) and ``fact``.  Variables outside the table: ``FI_*``
+    are libfabric's (AWS EFA, read by the aws-ofi-nccl plugin), others are reported as unchecked.
+    """
+    facts = NCCL_ENV_FACTS if facts is None else facts
+    rows = []
+    for lineno, line in enumerate(script.splitlines(), start=1):
+        m = _EXPORT.match(line)
+        if not m:
+            continue
+        name, value, comment = m.group(1), m.group(2), (m.group(3) or "").strip()
+        if name in facts:
+            status, fact = facts[name]
+        elif name.startswith("FI_"):
+            status, fact = "not NCCL's", "libfabric (AWS EFA provider), read through the aws-ofi-nccl plugin; not checked here"
+        else:
+            status, fact = "unchecked", "not in this fact table"
+        rows.append({"line": str(lineno), "variable": name, "value": value, "seed_says": comment,
+                     "status": status, "fact": fact})
+    return rows
+
+
+def nccl_environment(environ: Mapping[str, str] | None = None) -> dict[str, object]:
+    """``{"nccl_version": "2.x.y" or None, "variables": {name: value}}`` for this process.
+
+    nccl_version is None when this torch build has no NCCL (CPU wheels).  variables are the set
+    ``NCCL_*``, ``TORCH_NCCL_*`` and ``FI_*`` environment variables, sorted by name.
+    """
+    environ = os.environ if environ is None else environ
+    version = None
+    try:
+        import torch
+
+        if torch.cuda.is_available() or hasattr(torch._C, "_nccl_version"):
+            v = torch.cuda.nccl.version()
+            version = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+    except Exception:  # noqa: BLE001 - CPU builds have no NCCL
+        version = None
+    names = sorted(k for k in environ if k.startswith(("NCCL_", "TORCH_NCCL_", "FI_")))
+    return {"nccl_version": version, "variables": {k: environ[k] for k in names}}

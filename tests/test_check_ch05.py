@@ -1,0 +1,140 @@
+"""labsupport.check.ch05: each check passes a correct answer, fails plausible mistakes and
+hard-coded answers, and reports an untouched stub as not attempted."""
+from __future__ import annotations
+
+import numpy as np
+
+from labsupport import collectives as C
+from labsupport.check import ch05 as check
+
+
+def stub(*args):
+    raise NotImplementedError("exercise")
+
+
+def ring_reduce_scatter(buffers):
+    n = len(buffers)
+    chunks = [[c.copy() for c in np.array_split(np.asarray(b), n)] for b in buffers]
+    for s in range(n - 1):
+        sends = [(r, (r - s) % n, chunks[r][(r - s) % n].copy()) for r in range(n)]
+        for src, c, data in sends:
+            chunks[(src + 1) % n][c] += data
+    return chunks
+
+
+def test_q1_reduce_scatter_phase(capsys):
+    assert check.q1(ring_reduce_scatter).passed
+
+    def from_the_simulation(buffers):  # another correct route: the reference's own state
+        sim = C.simulate_ring_allreduce(buffers)
+        return [[sim.states[len(buffers) - 1][r][sim.bounds[c]:sim.bounds[c + 1]] for c in range(len(buffers))]
+                for r in range(len(buffers))]
+
+    def in_place(buffers):  # correct too: within a step no chunk is both sent and received
+        n = len(buffers)
+        chunks = [[c.copy() for c in np.array_split(np.asarray(b), n)] for b in buffers]
+        for s in range(n - 1):
+            for r in range(n):
+                chunks[(r + 1) % n][(r - s) % n] += chunks[r][(r - s) % n]
+        return chunks
+
+    def one_step_too_many(buffers):
+        n = len(buffers)
+        chunks = [[c.copy() for c in np.array_split(np.asarray(b), n)] for b in buffers]
+        for s in range(n):
+            for r in range(n):
+                chunks[(r + 1) % n][(r - s) % n] += chunks[r][(r - s) % n]
+        return chunks
+
+    def plus_s(buffers):  # sends chunk (r + s) instead of (r − s)
+        n = len(buffers)
+        chunks = [[c.copy() for c in np.array_split(np.asarray(b), n)] for b in buffers]
+        for s in range(n - 1):
+            sends = [(r, (r + s) % n, chunks[r][(r + s) % n].copy()) for r in range(n)]
+            for src, c, data in sends:
+                chunks[(src + 1) % n][c] += data
+        return chunks
+
+    def wrong_direction(buffers):  # sends to r−1
+        n = len(buffers)
+        chunks = [[c.copy() for c in np.array_split(np.asarray(b), n)] for b in buffers]
+        for s in range(n - 1):
+            sends = [(r, (r - s) % n, chunks[r][(r - s) % n].copy()) for r in range(n)]
+            for src, c, data in sends:
+                chunks[(src - 1) % n][c] += data
+        return chunks
+
+    def full_sums(buffers):  # skips the ring: every chunk fully reduced everywhere
+        n = len(buffers)
+        total = np.sum(buffers, axis=0)
+        return [list(np.array_split(total, n)) for _ in range(n)]
+
+    def mutating(buffers):
+        out = ring_reduce_scatter(buffers)
+        buffers[0] += 1
+        return out
+
+    assert check.q1(from_the_simulation).passed
+    assert check.q1(in_place).passed
+    for wrong in (one_step_too_many, plus_s, wrong_direction, full_sums, mutating):
+        assert check.q1(wrong).status == "failed", wrong.__name__
+    assert check.q1(stub).status == "not attempted"
+    assert "hint:" in capsys.readouterr().out
+
+
+def test_q2_busbw():
+    assert check.q2(C.bus_bandwidth).passed
+    algbw = lambda coll, s, t, n: s / t / 1e9
+    bytes_per_s = lambda coll, s, t, n: C.bus_bandwidth(coll, s, t, n) * 1e9
+    gib = lambda coll, s, t, n: C.bus_bandwidth(coll, s, t, n) * 1e9 / 2 ** 30
+    all_reduce_factor_everywhere = lambda coll, s, t, n: s / t / 1e9 * 2 * (n - 1) / n
+    hard_coded = lambda coll, s, t, n: 1.75
+    for wrong in (algbw, bytes_per_s, gib, all_reduce_factor_everywhere, hard_coded):
+        assert check.q2(wrong).status == "failed"
+    assert check.q2(stub).status == "not attempted"
+
+
+GOOD_Q3 = {"dp_gradients": "all_reduce", "tp_row_parallel_output": "all_reduce", "tp_sp_enter": "all_gather",
+           "tp_sp_exit": "reduce_scatter", "zero_gradients": "reduce_scatter", "zero_parameters": "all_gather",
+           "initial_weights": "broadcast", "pp_activations": "send/recv", "zero_bytes_ratio": 1.0,
+           "why": "all-reduce is reduce-scatter then all-gather, the same bytes in total."}
+
+
+def test_q3_choose_collectives(capsys):
+    result = check.q3(lambda: dict(GOOD_Q3))
+    assert result.passed and "why" in result.manual
+    for change in ({"zero_gradients": "all_reduce"}, {"pp_activations": "broadcast"}, {"zero_bytes_ratio": 2.0},
+                   {"tp_sp_exit": "allreduce"}, {"why": ""}):
+        assert check.q3(lambda: {**GOOD_Q3, **change}).status == "failed", change
+    missing = dict(GOOD_Q3)
+    del missing["tp_sp_enter"]
+    assert check.q3(lambda: missing).status == "failed"
+    assert check.q3(stub).status == "not attempted"
+    capsys.readouterr()
+
+
+def test_q4_global_std():
+    def correct(stats):
+        n, s, ss = np.asarray(stats, dtype=float).sum(axis=0)
+        mean = s / n
+        return mean, np.sqrt((ss - n * mean ** 2) / (n - 1))
+
+    def std_of_stds(stats):  # the seed's approach, on per-rank mean/std rebuilt from the rows
+        stats = np.asarray(stats, dtype=float)
+        means = stats[:, 1] / stats[:, 0]
+        stds = np.sqrt((stats[:, 2] - stats[:, 0] * means ** 2) / (stats[:, 0] - 1))
+        return means.mean(), stds.std(ddof=1) if len(stds) > 1 else stds[0]
+
+    def population(stats):
+        n, s, ss = np.asarray(stats, dtype=float).sum(axis=0)
+        mean = s / n
+        return mean, np.sqrt(ss / n - mean ** 2)
+
+    def mean_of_means(stats):
+        stats = np.asarray(stats, dtype=float)
+        return float(np.mean(stats[:, 1] / stats[:, 0])), correct(stats)[1]
+
+    assert check.q4(correct).passed
+    for wrong in (std_of_stds, population, mean_of_means, lambda stats: (19.67, 10.32)):
+        assert check.q4(wrong).status == "failed"
+    assert check.q4(stub).status == "not attempted"
