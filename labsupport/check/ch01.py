@@ -1,0 +1,213 @@
+"""Checks for chapter 1 (tokenization): a BPE merge step, tokens per character, diagnosing a
+tokenizer mismatch, and book exercise 4 (tokenizer consistency).
+
+Every check draws fresh random inputs (sequences, corpus snippets, freshly trained tokenizers)
+and compares the learner's function with the ``labsupport`` reference:
+:func:`labsupport.bpe.merge_step`, :func:`labsupport.tokenizer.tokens_per_character` and
+:func:`labsupport.tokenizer.compare_tokenizers`.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import random
+import shutil
+import tempfile
+from pathlib import Path
+
+from ..bpe import merge_step as _merge_step
+from ..paths import DOMAINS, data_file
+from ..tokenizer import (Tokenizer, compare_tokenizers, read_documents, train_sentencepiece_bytes,
+                         tokens_per_character as _tokens_per_character, workbook_tokenizer)
+from ._core import check, expect, short
+from ._core import summary as _summary
+
+CHAPTER = "ch01"
+
+#: Book exercise 4: the options the learner chooses from (shown in the solutions notebook).
+EXERCISE_4_CAUSES = {
+    "a": "the learning rate was too high, so fine-tuning diverged",
+    "b": "the serving stack loads a different tokenizer than the one that preprocessed the training data "
+         "(another .model file, or the same vocabulary with different special-token ids)",
+    "c": "the deployment GPU rounds bf16 differently from the training GPU",
+    "d": "the data blend over-sampled a small dataset",
+}
+EXERCISE_4_CHECKS = {
+    "fingerprint": "compare the serving tokenizer's fingerprint (sha256 of the .model) with the one recorded "
+                   "beside the preprocessed data / checkpoint",
+    "special_ids": "compare bos / eos / eod / pad ids between preprocessing, training and serving",
+    "vocab_size": "compare the serving tokenizer's vocabulary size with the model's embedding rows",
+    "roundtrip": "decode a sample of training token ids (.bin) with the serving tokenizer and read it; "
+                 "encode one text with both tokenizers and compare the ids",
+    "loss_curve": "re-inspect the training loss curve",
+    "gpu_util": "check GPU utilisation while serving",
+    "batch_size": "lower the serving batch size",
+}
+EXERCISE_4_FIXES = {
+    "ship_model": "ship the exact tokenizer .model with the checkpoint and load it from there",
+    "guard": "record the tokenizer fingerprint at preprocessing and assert it when training and serving start",
+    "reprocess": "if the tokenizer must change, re-preprocess the data and fine-tune again with the new tokenizer",
+    "more_epochs": "fine-tune for more epochs",
+    "temperature": "lower the sampling temperature",
+    "bigger_vocab": "switch serving to a tokenizer with a bigger vocabulary",
+}
+_CAUSE = "b"
+_CHECKS = {"fingerprint", "special_ids", "vocab_size", "roundtrip"}
+_FIXES = {"ship_model", "guard", "reprocess"}
+
+
+def summary() -> None:
+    """Print this chapter's check results and score (last cell of the solutions notebook)."""
+    _summary(CHAPTER)
+
+
+@functools.lru_cache(maxsize=1)
+def _corpus() -> dict[str, list[str]]:
+    return {d: read_documents(data_file(d)) for d in DOMAINS}
+
+
+def _snippet(rng: random.Random, domain: str, lo: int = 40, hi: int = 1500) -> str:
+    doc = rng.choice(_corpus()[domain])
+    n = rng.randint(lo, hi)
+    start = rng.randint(0, max(0, len(doc) - n))
+    return doc[start:start + n]
+
+
+def _random_text(rng: random.Random) -> str:
+    pools = [lambda: rng.choice(" \t\n"), lambda: chr(rng.randint(0x21, 0x7E)),
+             lambda: chr(rng.randint(0xAC00, 0xD7A3)), lambda: chr(rng.randint(0x1F600, 0x1F64F))]
+    return "".join(rng.choice(pools)() for _ in range(rng.randint(1, 80)))
+
+
+# ---------------------------------------------------------------------------------------------
+@check(CHAPTER, "q1", hint="count adjacent pairs (overlaps count), take the most frequent (ties: the pair "
+       "seen first), then scan left to right replacing each non-overlapping occurrence by new_id; return "
+       "(new_ids, pair), or (ids, None) when there are fewer than two tokens. Do not modify the input.")
+def q1(merge_step) -> str:
+    rng = random.Random()
+    cases = 0
+    for k in range(60):
+        if k < 4:
+            ids = [rng.randint(0, 255) for _ in range(k % 2)]  # empty and single-token inputs
+        elif k < 30:
+            ids = [rng.randint(0, 3) for _ in range(rng.randint(2, 40))]  # many ties and overlaps
+        else:
+            text = _random_text(rng)
+            ids = list(text.encode("utf-8")) + [rng.randint(256, 300) for _ in range(rng.randint(0, 5))]
+            if rng.random() < 0.2:
+                rng.shuffle(ids)
+        new_id = rng.randint(256, 5000)
+        before = list(ids)
+        got = merge_step(ids, new_id)
+        want_ids, want_pair = _merge_step(before, new_id)
+        call = f"merge_step({short(before, 80)}, {new_id})"
+        expect(ids == before, f"{call} modified its input list; build a new list instead")
+        expect(isinstance(got, tuple) and len(got) == 2, f"{call} returned {short(got)}; expected a (new_ids, pair) tuple")
+        got_ids, got_pair = got
+        got_pair = tuple(got_pair) if got_pair is not None else None
+        expect(got_pair == want_pair, f"{call} merged pair {short(got_pair)}, expected {want_pair}")
+        expect(list(got_ids) == want_ids, f"{call} returned ids {short(list(got_ids))}, expected {short(want_ids)}")
+        cases += 1
+    return f"{cases} random sequences"
+
+
+# ---------------------------------------------------------------------------------------------
+@check(CHAPTER, "q2", hint="tokens per character = (sum over texts of len(tok.encode(text))) / (sum of len(text)); "
+       "encode each text on its own, count characters (len of the str), not UTF-8 bytes; use the tokenizer "
+       "you are given.")
+def q2(tokens_per_character) -> str:
+    rng = random.Random()
+    toks = [Tokenizer(workbook_tokenizer())]
+    sample = [_snippet(rng, d, 200, 3000) for d in DOMAINS for _ in range(15)]
+    proto = train_sentencepiece_bytes(sample, rng.choice([1500, 2000]), hard_vocab_limit=False)
+    toks.append(Tokenizer.from_bytes(proto, "fresh_random.model"))
+    cases = 0
+    for tok in toks:
+        for domain in DOMAINS:
+            texts = [_snippet(rng, domain) for _ in range(rng.randint(3, 12))]
+            if rng.random() < 0.3:
+                texts.append(_random_text(rng))  # emoji and rare Hangul: byte fallback
+            got = tokens_per_character(tok, list(texts))
+            want = _tokens_per_character(tok, texts)
+            expect(isinstance(got, (int, float)) and not isinstance(got, bool) and math.isfinite(got),
+                   f"tokens_per_character returned {short(got)}; expected a float")
+            expect(abs(got - want) <= 1e-9 * want,
+                   f"{len(texts)} random {domain} snippets with {tok.path.name}: got {got:.6f}, expected {want:.6f}")
+            cases += 1
+    return f"{cases} random domain samples with 2 tokenizers"
+
+
+# ---------------------------------------------------------------------------------------------
+_Q3_KEYS = ("same_fingerprint", "vocab_sizes", "special_ids_differ", "id_agreement", "garbled", "verdict")
+
+
+@check(CHAPTER, "q3", hint="compare fingerprints (the decisive test), vocab sizes, the special ids "
+       "(tok.special_ids()), the fraction of probe texts encoded identically, and decode the training "
+       "tokenizer's ids with the serving tokenizer: the first text that does not come back is 'garbled'.")
+def q3(diagnose_tokenizer_mismatch) -> str:
+    rng = random.Random()
+    english = [_snippet(rng, rng.choice(["web", "books", "code"]), 200, 3000) for _ in range(100)]
+    other = [_snippet(rng, rng.choice(["web", "books", "code"]), 200, 3000) for _ in range(100)]
+    vocab = rng.choice([800, 1000, 1200])
+    with tempfile.TemporaryDirectory() as tmp:
+        def tok(name, proto):
+            path = Path(tmp) / name
+            path.write_bytes(proto)
+            return Tokenizer(path)
+
+        a = tok("preprocess.model", train_sentencepiece_bytes(english, vocab))
+        scenarios = {
+            "the same file copied elsewhere": Tokenizer(shutil.copy(a.path, Path(tmp) / "serving_copy.model")),
+            "other training data, same vocab size": tok("other_data.model", train_sentencepiece_bytes(other, vocab)),
+            "same data, bos/eos swapped": tok("swapped.model", train_sentencepiece_bytes(english, vocab, bos_id=3, eos_id=2)),
+            "same data, bigger vocab": tok("bigger.model", train_sentencepiece_bytes(english, vocab + 200)),
+        }
+        order = list(scenarios)
+        rng.shuffle(order)
+        for name in order:
+            serve = scenarios[name]
+            probes = [_snippet(rng, rng.choice(DOMAINS), 40, 400) for _ in range(rng.randint(3, 8))]
+            want = compare_tokenizers(a, serve, probes)
+            got = diagnose_tokenizer_mismatch(a, serve, list(probes))
+            expect(isinstance(got, dict), f"{name}: returned {type(got).__name__}, expected a dict")
+            missing = [k for k in _Q3_KEYS if k not in got]
+            expect(not missing, f"{name}: missing key(s) {missing}")
+            for key in _Q3_KEYS:
+                g, w = got[key], want[key]
+                if key == "id_agreement":
+                    ok = isinstance(g, (int, float)) and abs(g - w) <= 1e-9
+                elif key in ("vocab_sizes", "special_ids_differ"):
+                    ok = g is not None and list(g) == list(w)
+                else:
+                    ok = g == w
+                expect(ok, f"{name}: {key} = {short(g, 90)}, expected {short(w, 90)}")
+    return f"{len(scenarios)} freshly trained tokenizer pairs"
+
+
+# ---------------------------------------------------------------------------------------------
+@check(CHAPTER, "q4", hint="Training was fine and the output is broken text: suspect the tokenizer the "
+       "serving stack loads (book §6.2.4 pitfall, §6.2.9). Checks compare the tokenizers themselves; fixes "
+       "make the same .model travel with the model and fail fast when it does not.")
+def q4(exercise_4) -> tuple[str, dict[str, str]]:
+    answer = exercise_4()
+    expect(isinstance(answer, dict), f"exercise_4() must return a dict, got {type(answer).__name__}")
+    for key in ("cause", "checks", "fixes", "explanation"):
+        expect(key in answer, f"missing key {key!r}")
+    expect(answer["cause"] in EXERCISE_4_CAUSES,
+           f"cause = {short(answer['cause'])}; answer one of {sorted(EXERCISE_4_CAUSES)}")
+    for key, options in (("checks", EXERCISE_4_CHECKS), ("fixes", EXERCISE_4_FIXES)):
+        value = answer[key]
+        expect(isinstance(value, (list, tuple, set)) and all(isinstance(v, str) for v in value),
+               f"{key} must be a list of option keys, got {short(value)}")
+        unknown = sorted(set(value) - set(options))
+        expect(not unknown, f"{key}: unknown option(s) {unknown}; choose from {sorted(options)}")
+    expect(answer["cause"] == _CAUSE, "cause: training was fine, so what differs between training and serving?")
+    checks, fixes = set(answer["checks"]), set(answer["fixes"])
+    expect(not checks - _CHECKS, f"checks: {sorted(checks - _CHECKS)} would not reveal a tokenizer problem")
+    expect(checks == _CHECKS, f"checks: {len(_CHECKS - checks)} useful check(s) missing")
+    expect(not fixes - _FIXES, f"fixes: {sorted(fixes - _FIXES)} do not remove the cause")
+    expect(fixes == _FIXES, f"fixes: {len(_FIXES - fixes)} fix(es) missing")
+    text = answer["explanation"]
+    expect(isinstance(text, str) and len(text.split()) >= 15,
+           "explanation: a few sentences (15+ words) in your own words")
+    return "cause, checks and fixes correct", {"explanation": text}

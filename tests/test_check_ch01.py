@@ -1,0 +1,102 @@
+"""labsupport.check.ch01: each check passes the reference, fails plausible mistakes and hard-coded
+answers, and reports an untouched stub as not attempted."""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from labsupport.bpe import merge, merge_step
+from labsupport.check import ch01 as check
+from labsupport.tokenizer import compare_tokenizers, tokens_per_character
+
+
+def stub(*args):
+    raise NotImplementedError("exercise")
+
+
+GOOD_Q4 = {"cause": "b", "checks": ["fingerprint", "special_ids", "vocab_size", "roundtrip"],
+           "fixes": ["ship_model", "guard", "reprocess"],
+           "explanation": "The serving stack loaded a different tokenizer model than preprocessing used, so the "
+                          "same ids mean different pieces; compare fingerprints and ship the model file."}
+
+
+def test_q1_merge_step(capsys):
+    assert check.q1(merge_step).passed
+
+    def smallest_pair_on_ties(ids, new_id):
+        if len(ids) < 2:
+            return list(ids), None
+        c = Counter(zip(ids, ids[1:]))
+        top = max(c.values())
+        pair = min(p for p, n in c.items() if n == top)
+        return merge(ids, pair, new_id), pair
+
+    def overlapping(ids, new_id):  # replaces overlapping occurrences: [7,7,7] -> [9,9]
+        new, pair = merge_step(ids, new_id)
+        if pair is None:
+            return new, None
+        out = [new_id if (a, b) == pair else a for a, b in zip(ids, ids[1:])]
+        return out, pair
+
+    def mutating(ids, new_id):
+        new, pair = merge_step(ids, new_id)
+        ids[:] = new
+        return new, pair
+
+    for wrong in (smallest_pair_on_ties, overlapping, mutating):
+        assert check.q1(wrong).status == "failed", wrong.__name__
+    assert check.q1(stub).status == "not attempted"
+    assert "hint:" in capsys.readouterr().out
+
+
+def test_q2_tokens_per_character():
+    assert check.q2(tokens_per_character).passed
+    per_byte = lambda tok, texts: sum(len(tok.encode(t)) for t in texts) / sum(len(t.encode()) for t in texts)
+    joined = lambda tok, texts: len(tok.encode("".join(texts))) / len("".join(texts))
+    hard_coded = lambda tok, texts: 0.26
+    for wrong in (per_byte, joined, hard_coded):
+        assert check.q2(wrong).status == "failed"
+    assert check.q2(stub).status == "not attempted"
+
+
+def test_q3_diagnose_tokenizer_mismatch():
+    assert check.q3(compare_tokenizers).passed
+
+    def verdict_from_ids(a, b, probes):  # misses the swapped-special-ids case
+        r = compare_tokenizers(a, b, probes)
+        r["verdict"] = "same" if r["id_agreement"] == 1.0 else "mismatch"
+        r["same_fingerprint"] = r["verdict"] == "same"
+        return r
+
+    def path_compare(a, b, probes):  # compares paths instead of model bytes
+        r = compare_tokenizers(a, b, probes)
+        r["same_fingerprint"] = a.path == b.path
+        r["verdict"] = "same" if r["same_fingerprint"] else "mismatch"
+        return r
+
+    for wrong in (verdict_from_ids, path_compare):
+        assert check.q3(wrong).status == "failed"
+    assert check.q3(stub).status == "not attempted"
+
+
+def test_q4_exercise_4(capsys):
+    result = check.q4(lambda: dict(GOOD_Q4))
+    assert result.passed and result.manual == {"explanation": GOOD_Q4["explanation"]}
+    for change in ({"cause": "a"}, {"checks": GOOD_Q4["checks"] + ["loss_curve"]},
+                   {"checks": ["fingerprint"]}, {"fixes": ["temperature"]}, {"fixes": ["guard", "nope"]},
+                   {"explanation": "tokenizer"}):
+        assert check.q4(lambda: {**GOOD_Q4, **change}).status == "failed", change
+    assert check.q4(lambda: {"cause": "b"}).status == "failed"
+    assert check.q4(stub).status == "not attempted"
+    capsys.readouterr()
+
+
+def test_options_shown_to_learners_contain_the_answers():
+    assert check._CAUSE in check.EXERCISE_4_CAUSES
+    assert check._CHECKS < set(check.EXERCISE_4_CHECKS) and check._FIXES < set(check.EXERCISE_4_FIXES)
+
+
+@pytest.mark.parametrize("name", ["q1", "q2", "q3", "q4"])
+def test_checks_carry_a_hint(name):
+    assert getattr(check, name).hint

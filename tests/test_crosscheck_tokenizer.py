@@ -1,0 +1,73 @@
+"""labsupport.tokenizer against megatron-core 0.16.1 (chapter 1).
+
+Megatron's own SentencePiece wrapper, loading the same ``.model`` file, must produce the same
+ids, decode them to the same text, report the same vocabulary size and use the same id for
+EOD (what ``--append-eod`` appends); its dtype rule must match :func:`token_dtype`.
+The one deliberate difference: a literal "▁" (U+2581) in the text, which SentencePiece turns
+into a space; labsupport encodes it as its three UTF-8 bytes so the round trip stays exact.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+from labsupport.tokenizer import Tokenizer, token_dtype, train_sentencepiece
+
+from test_tokenizer import EDGE_CASES, synthetic_docs, write_jsonl
+
+pytestmark = pytest.mark.crosscheck
+
+
+@pytest.fixture(scope="module")
+def mcore_sp():
+    """Megatron-Core's SentencePieceTokenizer class (skips, or fails under LABSUPPORT_REQUIRE_CROSSCHECK=1)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Transformer Engine and Apex are not installed"
+        try:
+            from megatron.core.tokenizers.text.libraries.sentencepiece_tokenizer import SentencePieceTokenizer
+            from megatron.core.datasets.indexed_dataset import DType
+        except ImportError as exc:
+            if os.environ.get("LABSUPPORT_REQUIRE_CROSSCHECK", "") not in ("", "0"):
+                pytest.fail(f"megatron-core is required for cross-checks: {exc}")
+            pytest.skip(f"megatron-core not installed: {exc}")
+    return SentencePieceTokenizer, DType
+
+
+@pytest.fixture(scope="module", params=["bpe", "unigram"])
+def model_path(request, tmp_path_factory):
+    d = tmp_path_factory.mktemp(f"xc_{request.param}")
+    corpus = write_jsonl(d / "c.jsonl", synthetic_docs(seed=21))
+    return train_sentencepiece(corpus, d / "m", 700, model_type=request.param)
+
+
+def test_same_ids_text_vocab_and_eod(mcore_sp, model_path):
+    SentencePieceTokenizer, _ = mcore_sp
+    ours = Tokenizer(model_path)
+    theirs = SentencePieceTokenizer(str(model_path))
+    texts = [t for t in EDGE_CASES + synthetic_docs(seed=22, n=30) if "\u2581" not in t]
+    for text in texts:
+        ids = ours.encode(text)
+        assert theirs.text_to_ids(text) == ids
+        assert theirs.ids_to_text(ids) == ours.decode(ids) == text
+    assert theirs.vocab_size == ours.vocab_size
+    assert (theirs.eod, theirs.bos_id, theirs.eos_id, theirs.pad_id) == (ours.eod, ours.bos, ours.eos, ours.pad)
+    # Megatron's wrapper sees that these models keep runs of spaces (no extra-space workaround)
+    assert theirs.removed_extra_spaces is False
+
+
+def test_literal_meta_symbol_is_the_one_difference(mcore_sp, model_path):
+    SentencePieceTokenizer, _ = mcore_sp
+    ours, theirs = Tokenizer(model_path), SentencePieceTokenizer(str(model_path))
+    text = "a▁b"
+    assert theirs.ids_to_text(theirs.text_to_ids(text)) == "a b"  # SentencePiece: ▁ becomes a space
+    assert ours.decode(ours.encode(text)) == text
+    assert theirs.ids_to_text(ours.encode(text)) == text  # and Megatron decodes our ids correctly
+
+
+@pytest.mark.parametrize("vocab", [256, 8000, 32000, 65499, 65500, 65536, 128256])
+def test_dtype_rule_matches_megatron(mcore_sp, vocab):
+    _, DType = mcore_sp
+    assert np.dtype(DType.optimal_dtype(vocab)) == token_dtype(vocab)
