@@ -53,3 +53,16 @@ def test_report_file_and_summary(tmp_path, monkeypatch, capsys):
     _core.summary("chXX")
     out = capsys.readouterr().out
     assert "✅ chXX q9: passed" in out and "score: 1 / 1" in out
+
+
+@check("chXX", "q8", hint="-")
+def q8_buggy(fn):
+    fn(1)
+    return {}["missing"]  # a bug in the checker, not in the learner's code
+
+
+def test_checker_bug_is_not_blamed_on_the_learner(capsys):
+    result = q8_buggy(lambda x: x)
+    out = capsys.readouterr().out
+    assert result.status == "failed"
+    assert "bug in the checker" in out and "your code" not in out

@@ -80,6 +80,19 @@ def _raised_not_implemented(exc: BaseException) -> bool:
     return False
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _blame(exc: BaseException) -> str:
+    """Say whose code raised: the learner's (any frame outside labsupport) or the checker's."""
+    frames = traceback.extract_tb(exc.__traceback__)[1:]  # drop the check wrapper itself
+    learner = [f for f in frames if not os.path.abspath(f.filename).startswith(_PACKAGE_DIR)]
+    if learner:
+        return f"your code raised {type(exc).__name__}: {exc} (line {learner[-1].lineno})"
+    return (f"the check itself raised {type(exc).__name__}: {exc} — this is a bug in the checker, "
+            "not in your answer; please report it")
+
+
 def check(chapter: str, question: str, hint: str, points: float = 1.0) -> Callable:
     """Decorator turning ``body(*learner_objects) -> str | (str, dict)`` into a check.
 
@@ -105,10 +118,7 @@ def check(chapter: str, question: str, hint: str, points: float = 1.0) -> Callab
                     result = CheckResult(chapter, question, NOT_ATTEMPTED,
                                          "the stub still raises NotImplementedError", 0.0, points)
                 else:
-                    where = traceback.extract_tb(exc.__traceback__)[-1]
-                    result = CheckResult(
-                        chapter, question, FAIL,
-                        f"your code raised {type(exc).__name__}: {exc} (line {where.lineno})", 0.0, points)
+                    result = CheckResult(chapter, question, FAIL, _blame(exc), 0.0, points)
             line = f"{_ICON[result.status]} {question} {result.status}"
             if result.message:
                 line += f" — {result.message}"
