@@ -85,7 +85,7 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _blame(exc: BaseException) -> str:
     """Say whose code raised: the learner's (any frame outside labsupport) or the checker's."""
-    frames = traceback.extract_tb(exc.__traceback__)[1:]  # drop the check wrapper itself
+    frames = traceback.extract_tb(exc.__traceback__)[2:]  # drop the wrapper and the check body
     learner = [f for f in frames if not os.path.abspath(f.filename).startswith(_PACKAGE_DIR)]
     if learner:
         return f"your code raised {type(exc).__name__}: {exc} (line {learner[-1].lineno})"
