@@ -8,7 +8,6 @@ into a space; labsupport encodes it as its three UTF-8 bytes so the round trip s
 """
 from __future__ import annotations
 
-import os
 import warnings
 
 import numpy as np
@@ -22,17 +21,12 @@ pytestmark = pytest.mark.crosscheck
 
 
 @pytest.fixture(scope="module")
-def mcore_sp():
-    """Megatron-Core's SentencePieceTokenizer class (skips, or fails under LABSUPPORT_REQUIRE_CROSSCHECK=1)."""
+def mcore_sp(megatron):
+    """Megatron-Core's SentencePieceTokenizer class (via the shared ``megatron`` fixture in conftest.py)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Transformer Engine and Apex are not installed"
-        try:
-            from megatron.core.tokenizers.text.libraries.sentencepiece_tokenizer import SentencePieceTokenizer
-            from megatron.core.datasets.indexed_dataset import DType
-        except ImportError as exc:
-            if os.environ.get("LABSUPPORT_REQUIRE_CROSSCHECK", "") not in ("", "0"):
-                pytest.fail(f"megatron-core is required for cross-checks: {exc}")
-            pytest.skip(f"megatron-core not installed: {exc}")
+        from megatron.core.tokenizers.text.libraries.sentencepiece_tokenizer import SentencePieceTokenizer
+        from megatron.core.datasets.indexed_dataset import DType
     return SentencePieceTokenizer, DType
 
 

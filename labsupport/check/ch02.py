@@ -1,0 +1,170 @@
+"""Checks for chapter 2 (binary indexing): parse an ``.idx`` by hand, the byte offset of
+document k, and book exercise 1 (three problems of tokenizing every step, and how
+``.bin``/``.idx`` + mmap solves each).
+
+q1 and q2 build fresh random datasets with :class:`labsupport.indexed.IndexedDatasetBuilder`
+(random dtype, lengths, multi-sequence and empty documents) and compare the learner's function
+with :class:`labsupport.indexed.IndexedDataset`.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from ..indexed import IndexedDataset, IndexedDatasetBuilder, get_bin_path, get_idx_path
+from ._core import check, expect, short
+from ._core import summary as _summary
+
+CHAPTER = "ch02"
+
+#: Book exercise 1: candidate problems of tokenizing every step (the learner picks three) ...
+EXERCISE_1_PROBLEMS = {
+    "cpu": "the same text is tokenized again at every step and every epoch: CPU-bound, the GPU starves",
+    "random_access": "a text/jsonl file has no index: reaching document k means scanning everything "
+                     "before it, so shuffling and exact resumption are slow or approximate",
+    "memory": "holding terabytes of text (or of token lists) in RAM does not fit: out of memory",
+    "precision": "bf16 matrix multiplications lose accuracy on tokenized text",
+    "padding": "short documents padded to seq_length waste compute",
+    "vocab": "the vocabulary grows with every new document",
+}
+#: ... and the mechanisms, one per problem.
+EXERCISE_1_SOLUTIONS = {
+    "tokenize_once": "tokenize once, offline; training reads token ids straight from the .bin",
+    "idx_pointers": "the .idx stores every sequence's length and byte offset: document k is one "
+                    "lookup away (O(1)), so any shuffle order or resume point is cheap and exact",
+    "mmap": "mmap the .bin: the OS pages in only the bytes a sample touches; resident memory stays "
+            "small whatever the file size",
+    "packing": "pack several documents into one sequence",
+    "fp32": "train in fp32",
+    "bigger_batch": "use a larger batch so each step tokenizes more text at once",
+}
+_ANSWER = {"cpu": "tokenize_once", "random_access": "idx_pointers", "memory": "mmap"}
+
+
+def summary() -> None:
+    """Print this chapter's check results and score (last cell of the solutions notebook)."""
+    _summary(CHAPTER)
+
+
+def _random_dataset(rng: np.random.Generator, folder: Path, name: str) -> str:
+    """A random .bin/.idx pair under ``folder``; returns its prefix."""
+    dtype = [np.uint16, np.int32, np.uint8, np.int64][int(rng.integers(0, 4))]
+    high = {np.uint16: 65535, np.int32: 2**31 - 1, np.uint8: 255, np.int64: 2**40}[dtype]
+    prefix = str(folder / name)
+    b = IndexedDatasetBuilder(get_bin_path(prefix), dtype)
+    for _ in range(int(rng.integers(1, 40))):
+        r = rng.random()
+        if r < 0.1:
+            b.add_document([], lengths=[] if rng.random() < 0.5 else [0])
+            continue
+        ids = rng.integers(0, high, int(rng.integers(1, 60)), dtype=np.int64)
+        if r < 0.3 and ids.size >= 2:
+            cut = int(rng.integers(1, ids.size))
+            b.add_document(ids, lengths=[cut, ids.size - cut])
+        else:
+            b.add_document(ids)
+    b.finalize(get_idx_path(prefix))
+    return prefix
+
+
+def _same_array(got, want) -> bool:
+    try:
+        return np.array_equal(np.asarray(got, dtype=np.int64), np.asarray(want, dtype=np.int64))
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+@check(CHAPTER, "q1", hint="magic = raw[:9]; struct.unpack('<QBQQ', raw[9:34]) gives version, dtype "
+       "code, N and D; then np.frombuffer(raw, '<i4', N, 34), ('<i8', N, 34 + 4N) and "
+       "('<i8', D, 34 + 12N). Raise ValueError when the magic is not b'MMIDIDX\\x00\\x00'.")
+def q1(parse_idx) -> str:
+    rng = np.random.default_rng()
+    tmp = Path(tempfile.mkdtemp(prefix="ch02_q1_"))
+    try:
+        for case in range(12):
+            prefix = _random_dataset(rng, tmp, f"d{case}")
+            raw = Path(get_idx_path(prefix)).read_bytes()
+            ds = IndexedDataset(prefix)
+            got = parse_idx(raw)
+            expect(isinstance(got, dict), f"parse_idx(...) returned {type(got).__name__}; expected a dict")
+            want = {"version": 1, "dtype_code": ds.header.dtype_code, "num_sequences": len(ds),
+                    "num_document_indices": len(ds.document_indices)}
+            for key, value in want.items():
+                expect(key in got, f"the dict has no key {key!r} (keys: {sorted(got)})")
+                expect(got[key] == value, f"{key} = {short(got[key])}, expected {value} "
+                       f"(a dataset with {len(ds)} sequences, dtype {ds.dtype.name})")
+            for key, arr in (("sequence_lengths", ds.sequence_lengths),
+                             ("sequence_pointers", ds.sequence_pointers),
+                             ("document_indices", ds.document_indices)):
+                expect(key in got, f"the dict has no key {key!r} (keys: {sorted(got)})")
+                expect(_same_array(got[key], arr), f"{key} = {short(np.asarray(got[key]).tolist())}, "
+                       f"expected {short(arr.tolist())}")
+            del ds
+        bad = bytearray(raw)
+        bad[:9] = b"TNTIDX\x00\x00\x00"
+        try:
+            parse_idx(bytes(bad))
+        except ValueError:
+            pass
+        else:
+            expect(False, "parse_idx accepted a file whose magic is b'TNTIDX\\x00\\x00\\x00'; "
+                   "raise ValueError for a wrong magic")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return "12 random .idx files (4 dtypes, empty and multi-sequence documents) and a bad magic"
+
+
+@check(CHAPTER, "q2", hint="document k starts at sequence d[k]; every sequence before it takes "
+       "length × itemsize bytes, so the offset is sum(sequence_lengths[:d[k]]) * itemsize.")
+def q2(document_byte_offset) -> str:
+    rng = np.random.default_rng()
+    tmp = Path(tempfile.mkdtemp(prefix="ch02_q2_"))
+    n = 0
+    try:
+        for case in range(10):
+            prefix = _random_dataset(rng, tmp, f"d{case}")
+            ds = IndexedDataset(prefix)
+            lengths = np.array(ds.sequence_lengths)
+            doc_idx = np.array(ds.document_indices)
+            itemsize = ds.dtype.itemsize
+            for k in rng.integers(0, ds.num_documents, 8):   # always 8: a stable message
+                k = int(k)
+                want = ds.document_byte_offset(k)
+                got = document_byte_offset(lengths.copy(), doc_idx.copy(), itemsize, k)
+                expect(isinstance(got, (int, np.integer)) and not isinstance(got, bool),
+                       f"document_byte_offset(..., itemsize={itemsize}, k={k}) returned "
+                       f"{short(got)} ({type(got).__name__}); expected an int")
+                expect(got == want, f"document_byte_offset(lengths={short(lengths.tolist(), 60)}, "
+                       f"document_indices={short(doc_idx.tolist(), 60)}, itemsize={itemsize}, k={k}) "
+                       f"returned {got}, expected {want}")
+                n += 1
+            del ds
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return f"{n} documents of 10 random datasets"
+
+
+@check(CHAPTER, "q3", hint="Book §6.2.3: the three problems are re-tokenizing (CPU), random access, "
+       "and memory; padding is real but solved by packing (chapter 4), not by .bin/.idx.")
+def q3(exercise_1) -> tuple[str, dict[str, str]]:
+    answer = exercise_1()
+    expect(isinstance(answer, dict), f"exercise_1() must return a dict, got {type(answer).__name__}")
+    problems = answer.get("problems")
+    expect(isinstance(problems, dict), "answer['problems'] must be a dict: problem key → solution key")
+    unknown = [k for k in problems if k not in EXERCISE_1_PROBLEMS]
+    expect(not unknown, f"unknown problem keys {unknown}; use keys of EXERCISE_1_PROBLEMS")
+    unknown = [v for v in problems.values() if v not in EXERCISE_1_SOLUTIONS]
+    expect(not unknown, f"unknown solution keys {unknown}; use keys of EXERCISE_1_SOLUTIONS")
+    expect(len(problems) == 3, f"pick exactly three problems, got {len(problems)}")
+    wrong = sorted(set(problems) - set(_ANSWER))
+    expect(not wrong, f"{wrong} is not one of the three problems of tokenizing every step that "
+           ".bin/.idx + mmap solves")
+    for p, s in problems.items():
+        expect(s == _ANSWER[p], f"problem {p!r}: {s!r} does not solve it")
+    text = answer.get("explanation", "")
+    expect(isinstance(text, str) and len(text.split()) >= 20,
+           "add an 'explanation' (at least 20 words): each problem and how its solution works")
+    return "problems and solutions matched", {"explanation": text}

@@ -1,0 +1,80 @@
+"""labsupport.check.ch02: each check passes a correct answer, fails plausible mistakes and
+hard-coded answers, and reports an untouched stub as not attempted."""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from labsupport.check import ch02 as check
+
+
+def stub(*args):
+    raise NotImplementedError("exercise")
+
+
+def parse_idx(raw: bytes) -> dict:
+    if raw[:9] != b"MMIDIDX\x00\x00":
+        raise ValueError("bad magic")
+    version, code, n, d = struct.unpack("<QBQQ", raw[9:34])
+    return {"version": version, "dtype_code": code, "num_sequences": n, "num_document_indices": d,
+            "sequence_lengths": np.frombuffer(raw, "<i4", n, 34),
+            "sequence_pointers": np.frombuffer(raw, "<i8", n, 34 + 4 * n),
+            "document_indices": np.frombuffer(raw, "<i8", d, 34 + 12 * n)}
+
+
+def document_byte_offset(lengths, document_indices, itemsize, k):
+    return int(np.asarray(lengths[: document_indices[k]], dtype=np.int64).sum()) * itemsize
+
+
+GOOD = {"problems": {"cpu": "tokenize_once", "random_access": "idx_pointers", "memory": "mmap"},
+        "explanation": "Tokenizing every step repeats CPU work so the GPU waits; the .bin holds ids "
+                       "made once. Text has no index, the .idx gives offsets for O(1) access. "
+                       "Loading all of it does not fit in RAM; mmap pages in only what is read."}
+
+
+def test_q1(capsys):
+    assert check.q1(parse_idx).passed
+
+    def no_magic_check(raw):
+        return parse_idx(b"MMIDIDX\x00\x00" + raw[9:])
+
+    def pointers_as_int32(raw):
+        out = parse_idx(raw)
+        n = out["num_sequences"]
+        out["sequence_pointers"] = np.frombuffer(raw, "<i4", n, 34 + 4 * n)
+        return out
+
+    def off_by_header(raw):  # forgets the dtype byte: header of 33 bytes
+        out = parse_idx(raw)
+        n = out["num_sequences"]
+        out["sequence_lengths"] = np.frombuffer(raw, "<i4", n, 33)
+        return out
+
+    assert not check.q1(no_magic_check).passed
+    assert not check.q1(pointers_as_int32).passed
+    assert not check.q1(off_by_header).passed
+    assert check.q1(stub).status == "not attempted"
+    out = capsys.readouterr().out
+    assert "✅ q1 passed" in out and "hint:" in out
+
+
+def test_q2(capsys):
+    assert check.q2(document_byte_offset).passed
+    assert not check.q2(lambda L, d, s, k: int(np.sum(L[:k])) * s).passed           # k, not d[k]
+    assert not check.q2(lambda L, d, s, k: int(np.sum(L[: d[k]]))).passed          # tokens, not bytes
+    assert not check.q2(lambda L, d, s, k: int(np.sum(L[: d[k] + 1])) * s).passed  # end, not start
+    assert not check.q2(lambda L, d, s, k: 0).passed
+    assert check.q2(stub).status == "not attempted"
+
+
+def test_q3(capsys):
+    res = check.q3(lambda: GOOD)
+    assert res.passed and res.manual == {"explanation": GOOD["explanation"]}
+    swapped = {**GOOD, "problems": {"cpu": "mmap", "random_access": "idx_pointers", "memory": "tokenize_once"}}
+    assert not check.q3(lambda: swapped).passed
+    padding = {**GOOD, "problems": {"cpu": "tokenize_once", "padding": "packing", "memory": "mmap"}}
+    assert not check.q3(lambda: padding).passed
+    assert not check.q3(lambda: {**GOOD, "explanation": "mmap"}).passed
+    assert not check.q3(lambda: {**GOOD, "problems": {**GOOD["problems"], "vocab": "fp32"}}).passed
+    assert check.q3(stub).status == "not attempted"

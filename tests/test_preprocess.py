@@ -1,0 +1,312 @@
+"""Tests of labsupport.preprocess (chapter 2): the CLI's outputs, order, bad lines, workbook_prefixes."""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from labsupport import preprocess as pp
+from labsupport.indexed import IndexedDataset
+from labsupport.tokenizer import Tokenizer, train_sentencepiece
+
+
+@pytest.fixture(scope="module")
+def tok_path(tmp_path_factory):
+    from labsupport.paths import data_file
+
+    d = tmp_path_factory.mktemp("tok")
+    return str(train_sentencepiece([data_file("code")], d / "t", 400, "bpe"))
+
+
+@pytest.fixture(scope="module")
+def tok(tok_path):
+    return Tokenizer(tok_path)
+
+
+TEXTS = ["def f(x):\n    return x + 1\n", "hello world", "", "안녕하세요 세계", "\ttabs\tand  spaces ",
+         "import os\nprint(os.getcwd())"]
+
+
+def write_jsonl(path, rows, trailing_newline=True):
+    lines = [r if isinstance(r, str) else json.dumps(r, ensure_ascii=False) for r in rows]
+    path.write_text("\n".join(lines) + ("\n" if trailing_newline else ""), encoding="utf-8")
+    return path
+
+
+def run(argv, capsys):
+    code = pp.main([str(a) for a in argv] + ["--no-progress"])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def docs_of(prefix):
+    ds = IndexedDataset(prefix)
+    return [ds.document(k).tolist() for k in range(ds.num_documents)]
+
+
+def test_cli_writes_exact_ids_with_eod(tmp_path, tok, tok_path, capsys):
+    src = write_jsonl(tmp_path / "a.jsonl", [{"text": t, "id": i} for i, t in enumerate(TEXTS)])
+    code, out, err = run(["--input", src, "--json-keys", "text", "--tokenizer-library",
+                          "sentencepiece", "--tokenizer-model", tok_path, "--output-prefix",
+                          tmp_path / "out" / "web", "--append-eod", "--workers", "1"], capsys)
+    assert code == 0, err
+    prefix = str(tmp_path / "out" / "web_text_document")
+    for ext in (".bin", ".idx", ".json"):
+        assert os.path.isfile(prefix + ext)
+    expected = [tok.encode(t) + [tok.eod] if tok.encode(t) else [] for t in TEXTS]
+    assert docs_of(prefix) == expected
+    ds = IndexedDataset(prefix)
+    # Megatron's script: empty text → a document with no sequence (and no EOD)
+    assert ds.num_documents == len(TEXTS) and len(ds) == len(TEXTS) - 1
+    assert ds.document_indices.tolist() == [0, 1, 2, 2, 3, 4, 5]
+    assert ds.dtype == np.uint16
+    assert "6 documents (1 empty), dtype uint16" in out
+    assert f"text: {sum(map(len, expected)):,} tokens" in out
+    assert "MB/s" not in out and "MB/s" in err          # timings only on stderr
+
+
+def test_without_append_eod_no_bos_no_eos(tmp_path, tok, tok_path, capsys):
+    src = write_jsonl(tmp_path / "a.jsonl", [{"text": t} for t in TEXTS])
+    code, _, err = run(["--input", src, "--tokenizer-model", tok_path, "--output-prefix",
+                        tmp_path / "x"], capsys)
+    assert code == 0, err
+    assert docs_of(str(tmp_path / "x_text_document")) == [tok.encode(t) for t in TEXTS]
+
+
+def test_sidecar_records_tokenizer_and_sources(tmp_path, tok, tok_path, capsys):
+    src = write_jsonl(tmp_path / "a.jsonl", [{"text": t} for t in TEXTS])
+    assert run(["--input", src, "--tokenizer-model", tok_path, "--output-prefix",
+                tmp_path / "x", "--append-eod"], capsys)[0] == 0
+    meta = IndexedDataset(str(tmp_path / "x_text_document")).metadata
+    assert meta["tokenizer"]["fingerprint"] == tok.fingerprint
+    assert meta["tokenizer"]["vocab_size"] == meta["vocab_size"] == 400
+    assert meta["dtype"] == "uint16" and meta["eod"] == tok.eod and meta["append_eod"] is True
+    assert meta["num_documents"] == 6 and meta["num_sequences"] == 5 and meta["empty_documents"] == 1
+    import hashlib
+    assert meta["sources"] == [{"path": str(src), "bytes": src.stat().st_size, "lines": 6,
+                                "sha256": hashlib.sha256(src.read_bytes()).hexdigest()}]
+
+
+def test_order_preserved_across_files_globs_workers_and_blocks(tmp_path, tok, tok_path):
+    rng = np.random.default_rng(0)
+    from labsupport.paths import data_file
+
+    pool = [json.loads(l)["text"] for l in data_file("code").read_text(encoding="utf-8").splitlines()]
+    texts = [pool[i] for i in rng.integers(0, len(pool), 240)] + [""] * 3
+    rng.shuffle(texts)
+    for part in range(3):
+        write_jsonl(tmp_path / f"part{part}.jsonl", [{"text": t} for t in texts[part::3]])
+    files = [tmp_path / "part0.jsonl", tmp_path / "part1.jsonl", tmp_path / "part2.jsonl"]
+    order = [t for f in files for t in (json.loads(l)["text"] for l in f.read_text().splitlines())]
+    expected = [tok.encode(t) + [tok.eod] if tok.encode(t) else [] for t in order]
+    outs = []
+    for workers, chunk in ((1, pp.CHUNK_BYTES), (2, 4096), (3, 700)):
+        res = pp.preprocess([str(tmp_path / "part*.jsonl")], tmp_path / f"w{workers}", tok_path,
+                            append_eod=True, workers=workers, show_progress=False, chunk_bytes=chunk)
+        prefix = res.prefixes["text"]
+        assert docs_of(prefix) == expected
+        outs.append(prefix)
+    for prefix in outs[1:]:
+        for ext in (".bin", ".idx"):
+            assert open(prefix + ext, "rb").read() == open(outs[0] + ext, "rb").read()
+
+
+def test_last_line_without_newline_and_long_lines(tmp_path, tok, tok_path):
+    long = "x = 1\n" * 3000
+    src = write_jsonl(tmp_path / "a.jsonl", [{"text": "first"}, {"text": long}, {"text": "last"}],
+                      trailing_newline=False)
+    res = pp.preprocess([src], tmp_path / "o", tok_path, workers=2, show_progress=False,
+                        chunk_bytes=1024)
+    assert docs_of(res.prefixes["text"]) == [tok.encode("first"), tok.encode(long), tok.encode("last")]
+    assert res.sidecars["text"]["sources"][0]["lines"] == 3
+
+
+BAD_ROWS = [
+    {"text": "good one"},
+    '{"text": "unterminated',
+    "",
+    "[1, 2, 3]",
+    {"body": "no text key"},
+    {"text": 42},
+    {"text": None},
+    {"text": "good two"},
+]
+
+
+def test_bad_lines_reported_skipped_and_counted(tmp_path, tok, tok_path, capsys):
+    src = write_jsonl(tmp_path / "bad.jsonl", BAD_ROWS)
+    good = write_jsonl(tmp_path / "good.jsonl", [{"text": "third"}, "not json at all"])
+    code, out, err = run(["--input", src, good, "--tokenizer-model", tok_path,
+                          "--output-prefix", tmp_path / "o", "--append-eod"], capsys)
+    assert code == 0
+    assert f"{src}:2: invalid JSON (Unterminated string" in err
+    assert f"{src}:3: blank line" in err
+    assert f"{src}:4: not a JSON object (a list)" in err
+    assert f"{src}:5: missing key 'text' (keys: ['body'])" in err
+    assert f"{src}:6: key 'text' is a int, expected a string" in err
+    assert f"{src}:7: key 'text' is a NoneType, expected a string" in err
+    assert f"{good}:2: invalid JSON" in err                 # line numbers restart per file
+    assert "skipped 7 bad lines" in out
+    docs = docs_of(str(tmp_path / "o_text_document"))
+    assert docs == [tok.encode(t) + [tok.eod] for t in ("good one", "good two", "third")]
+    meta = json.load(open(tmp_path / "o_text_document.json"))
+    assert meta["bad_lines_skipped"] == 7
+
+
+def test_invalid_utf8_is_a_bad_line(tmp_path, tok, tok_path):
+    src = tmp_path / "u.jsonl"
+    src.write_bytes(b'{"text": "ok"}\n{"text": "caf\xe9"}\n')
+    res = pp.preprocess([src], tmp_path / "o", tok_path, show_progress=False, log=open(os.devnull, "w"))
+    assert res.num_bad_lines == 1 and str(res.bad_lines[0]).startswith(f"{src}:2: not valid UTF-8")
+    assert res.documents == 1
+
+
+def test_strict_stops_at_first_bad_line_and_leaves_nothing(tmp_path, tok_path, capsys):
+    src = write_jsonl(tmp_path / "bad.jsonl", BAD_ROWS)
+    out_dir = tmp_path / "out"
+    code, out, err = run(["--input", src, "--tokenizer-model", tok_path, "--output-prefix",
+                          out_dir / "o", "--strict", "--workers", "2"], capsys)
+    assert code == 1
+    assert f"preprocess: error: {src}:2: invalid JSON" in err and "--strict" in err
+    assert not out_dir.exists() or os.listdir(out_dir) == []
+
+
+def test_many_bad_lines_are_capped_in_the_report(tmp_path, tok_path):
+    src = write_jsonl(tmp_path / "b.jsonl", ["nope"] * 50 + [{"text": "fine"}])
+    log = tmp_path / "log.txt"
+    with open(log, "w") as fh:
+        res = pp.preprocess([src], tmp_path / "o", tok_path, show_progress=False, log=fh)
+    assert res.num_bad_lines == 50 and len(res.bad_lines) == pp.MAX_REPORTED
+    text = log.read_text()
+    assert text.count("— skipped") == pp.MAX_REPORTED and "only counted" in text
+
+
+def test_multiple_json_keys(tmp_path, tok, tok_path, capsys):
+    rows = [{"input": "q1", "output": "a1"}, {"input": "q2"}, {"input": "q3", "output": "a3"}]
+    src = write_jsonl(tmp_path / "sft.jsonl", rows)
+    code, out, err = run(["--input", src, "--json-keys", "input", "output", "--tokenizer-model",
+                          tok_path, "--output-prefix", tmp_path / "sft", "--append-eod"], capsys)
+    assert code == 0
+    assert f"{src}:2: missing key 'output'" in err         # skipped for both keys: outputs stay aligned
+    assert docs_of(str(tmp_path / "sft_input_document")) == [tok.encode(q) + [tok.eod] for q in ("q1", "q3")]
+    assert docs_of(str(tmp_path / "sft_output_document")) == [tok.encode(a) + [tok.eod] for a in ("a1", "a3")]
+
+
+@pytest.mark.parametrize("argv_tail, message", [
+    (["--input", "MISSING.jsonl"], "--input 'MISSING.jsonl': no such file"),
+    (["--input", "nothing*here.jsonl"], "--input 'nothing*here.jsonl' matches no file"),
+])
+def test_missing_inputs(tmp_path, tok_path, capsys, monkeypatch, argv_tail, message):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(argv_tail + ["--tokenizer-model", tok_path, "--output-prefix", "o"], capsys)
+    assert code == 1 and message in err
+
+
+def test_directory_input_and_bad_tokenizer(tmp_path, tok_path, capsys):
+    code, _, err = run(["--input", tmp_path, "--tokenizer-model", tok_path, "--output-prefix",
+                        tmp_path / "o"], capsys)
+    assert code == 1 and "is a directory" in err
+    src = write_jsonl(tmp_path / "a.jsonl", [{"text": "x"}])
+    code, _, err = run(["--input", src, "--tokenizer-model", tmp_path / "no.model",
+                        "--output-prefix", tmp_path / "o"], capsys)
+    assert code == 1 and "--tokenizer-model" in err and "no.model" in err
+    (tmp_path / "junk.model").write_bytes(b"not a model")
+    code, _, err = run(["--input", src, "--tokenizer-model", tmp_path / "junk.model",
+                        "--output-prefix", tmp_path / "o"], capsys)
+    assert code == 1 and "junk.model is not a SentencePiece model" in err
+
+
+def test_usage_errors(tmp_path, tok_path, capsys):
+    assert run(["--tokenizer-model", tok_path, "--output-prefix", "o"], capsys)[0] == 2  # no --input
+    src = write_jsonl(tmp_path / "a.jsonl", [{"text": "x"}])
+    code, _, err = run(["--input", src, "--tokenizer-model", tok_path, "--output-prefix",
+                        tmp_path / "o", "--workers", "0"], capsys)
+    assert code == 1 and "--workers must be >= 1" in err
+    code, _, err = run(["--input", src, "--tokenizer-library", "huggingface", "--tokenizer-model",
+                        tok_path, "--output-prefix", tmp_path / "o"], capsys)
+    assert code == 2 and "invalid choice" in err
+
+
+def test_progress_bar_reports_documents_tokens_and_rate(tmp_path, tok_path, capsys, monkeypatch):
+    monkeypatch.setenv("LABSUPPORT_HEADLESS", "1")
+    src = write_jsonl(tmp_path / "a.jsonl", [{"text": t} for t in TEXTS * 20])
+    pp.preprocess([src], tmp_path / "o", tok_path, show_progress=True, chunk_bytes=256)
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "preprocess" in err and "docs" in err and "tokens" in err and "B/s" in err
+
+
+# ----------------------------------------------------------------------------- workbook_prefixes
+@pytest.fixture
+def isolated_work(tmp_path, monkeypatch):
+    """A fresh work dir holding only the (already built) workbook tokenizer."""
+    from labsupport.tokenizer import workbook_tokenizer
+
+    model = workbook_tokenizer()
+    work = tmp_path / "work"
+    (work / "tokenizer").mkdir(parents=True)
+    shutil.copy(model, work / "tokenizer" / model.name)
+    monkeypatch.setenv("LABSUPPORT_WORK", str(work))
+    return work
+
+
+def test_workbook_prefixes_builds_caches_and_prints_nothing(isolated_work, capsys):
+    from labsupport.paths import DOMAINS, data_file
+    from labsupport.tokenizer import workbook_tokenizer
+
+    prefixes = pp.workbook_prefixes()
+    assert capsys.readouterr().out == ""
+    assert list(prefixes) == list(DOMAINS)
+    tok = Tokenizer(workbook_tokenizer())
+    for d, prefix in prefixes.items():
+        assert prefix == str(isolated_work / "indexed" / f"{d}_text_document")
+        ds = IndexedDataset(prefix)
+        assert ds.metadata["tokenizer"]["fingerprint"] == tok.fingerprint
+        first = json.loads(data_file(d).read_text(encoding="utf-8").splitlines()[0])["text"]
+        assert ds.document(0).tolist() == tok.encode(first) + [tok.eod]
+        n_lines = len(data_file(d).read_text(encoding="utf-8").splitlines())
+        assert ds.num_documents == n_lines
+    mtimes = {d: os.stat(p + ".idx").st_mtime_ns for d, p in prefixes.items()}
+    assert pp.workbook_prefixes() == prefixes
+    assert {d: os.stat(p + ".idx").st_mtime_ns for d, p in prefixes.items()} == mtimes  # cached
+
+
+def test_workbook_prefixes_rebuilds_stale(isolated_work):
+    prefixes = pp.workbook_prefixes(["korean"])
+    side = prefixes["korean"] + ".json"
+    meta = json.load(open(side))
+    meta["tokenizer"]["fingerprint"] = "0" * 64          # built with "another tokenizer"
+    json.dump(meta, open(side, "w"))
+    pp.workbook_prefixes(["korean"])
+    assert json.load(open(side))["tokenizer"]["fingerprint"] != "0" * 64
+    os.unlink(prefixes["korean"] + ".idx")                # half a dataset
+    pp.workbook_prefixes(["korean"])
+    assert IndexedDataset(prefixes["korean"]).num_documents > 0
+
+
+def _race(work: str, q) -> None:
+    os.environ["LABSUPPORT_WORK"] = work
+    from labsupport.preprocess import workbook_prefixes
+
+    q.put(workbook_prefixes())
+
+
+def test_workbook_prefixes_two_processes_race(isolated_work):
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_race, args=(str(isolated_work), q)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    results = [q.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=120)
+        assert p.exitcode == 0
+    assert results[0] == results[1]
+    for prefix in results[0].values():
+        assert IndexedDataset(prefix).num_documents > 0
+    leftovers = [n for n in os.listdir(isolated_work / "indexed") if ".tmp-" in n]
+    assert leftovers == []
