@@ -1,0 +1,151 @@
+"""Checks for chapter 4 (sequence packing and boundary masks): padding share, first-fit
+decreasing, position ids and block mask from EOD positions, book exercise 3."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..bin_packing import first_fit_decreasing as _ffd
+from ..bin_packing import padding_share as _padding_share
+from ..gpt_samples import get_ltor_masks_and_position_ids
+from ._core import check, expect, short
+from ._core import summary as _summary
+
+CHAPTER = "ch04"
+
+#: Book exercise 3 (a): what padding every ~300-token example to 4096 wastes (choose the keys).
+WASTE_OPTIONS: dict[str, str] = {
+    "compute": "GPU compute (FLOPs) spent on pad tokens",
+    "memory": "activation memory held for pad positions",
+    "throughput": "real tokens per step, so many more steps for the same data",
+    "examples": "training examples, which are dropped",
+    "quality": "the gradient of each example, which padding contaminates",
+}
+#: Book exercise 3 (c): what packing must come with (choose the keys).
+MUST_DO_OPTIONS: dict[str, str] = {
+    "block_mask": "a block-diagonal causal attention mask (or cu_seqlens for a varlen kernel), "
+                  "so no example attends to another",
+    "reset_positions": "position ids that restart at 0 for every example",
+    "boundary_loss": "no loss on a label that belongs to another example or to padding",
+    "shuffle_inside": "shuffle the tokens inside each pack",
+    "raise_lr": "raise the learning rate in proportion to the examples per pack",
+    "one_per_pack": "keep a single example per pack",
+}
+_WASTE = {"compute", "memory", "throughput"}
+_MUST_DO = {"block_mask", "reset_positions", "boundary_loss"}
+
+
+def summary() -> None:
+    """Print this chapter's check results and score (last cell of the solutions notebook)."""
+    _summary(CHAPTER)
+
+
+def _number(value, what: str) -> float:
+    expect(isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool),
+           f"{what} must be a number, got {short(value)} ({type(value).__name__})")
+    return float(value)
+
+
+@check(CHAPTER, "q1", hint="padding share = padded slots / all slots = 1 − sum(lengths) / (n × seq_length).")
+def q1(padding_share) -> str:
+    rng = np.random.default_rng()
+    for _ in range(40):
+        seq_length = int(rng.choice([128, 512, 2048, 4096]))
+        lengths = rng.integers(1, seq_length + 1, int(rng.integers(1, 300))).tolist()
+        got = _number(padding_share(list(lengths), seq_length), f"padding_share(…{len(lengths)} lengths…, {seq_length})")
+        want = _padding_share(lengths, seq_length)
+        expect(abs(got - want) <= 1e-9,
+               f"padding_share({short(lengths, 60)}, {seq_length}) returned {got:.6f}, expected {want:.6f}")
+    got = _number(padding_share([300] * 1000, 4096), "padding_share([300]*1000, 4096)")
+    expect(abs(got - (1 - 300 / 4096)) <= 1e-9, f"padding_share([300]*1000, 4096) returned {got:.4f}")
+    return "41 random cases"
+
+
+def _as_bins(value, n: int, call: str) -> list[list[int]]:
+    expect(isinstance(value, (list, tuple)) or hasattr(value, "__iter__"),
+           f"{call} must return a list of packs (lists of indices), got {type(value).__name__}")
+    bins = [[int(i) for i in b] for b in value]
+    flat = sorted(i for b in bins for i in b)
+    expect(flat == list(range(n)), f"{call}: every index 0…{n - 1} must appear exactly once; got "
+           f"{len(flat)} indices{' with repeats' if len(set(flat)) != len(flat) else ''}")
+    expect(all(len(b) for b in bins), f"{call}: a pack is empty")
+    return bins
+
+
+@check(CHAPTER, "q2", hint="sort the indices by decreasing length (ties: lower index first); put each into the "
+       "first pack (in opening order) whose total + length <= pack_size, else open a new pack.")
+def q2(first_fit_decreasing) -> str:
+    rng = np.random.default_rng()
+    cases = 0
+    for _ in range(60):
+        pack_size = int(rng.integers(8, 200))
+        lengths = rng.integers(1, pack_size + 1, int(rng.integers(0, 80))).tolist()
+        call = f"first_fit_decreasing({short(lengths, 50)}, {pack_size})"
+        bins = _as_bins(first_fit_decreasing(list(lengths), pack_size), len(lengths), call)
+        over = [b for b in bins if sum(lengths[i] for i in b) > pack_size]
+        expect(not over, f"{call}: a pack holds {sum(lengths[i] for i in over[0]) if over else 0} > {pack_size} tokens")
+        want = [[lengths[i] for i in b] for b in _ffd(lengths, pack_size).tolist()]
+        got = [[lengths[i] for i in b] for b in bins]
+        expect(len(got) == len(want), f"{call}: {len(got)} packs, first-fit decreasing gives {len(want)}")
+        expect(got == want, f"{call}: pack lengths {short(got, 80)}, expected {short(want, 80)}")
+        cases += 1
+    return f"{cases} random cases, same packs as NeMo's first_fit_decreasing"
+
+
+def _as_array(value) -> np.ndarray:
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().numpy()
+    arr = np.asarray(value)
+    return arr
+
+
+@check(CHAPTER, "q3", hint="positions restart at 0 right after each EOD; the mask is True (= masked) above the "
+       "diagonal and, for every EOD at i, for rows > i and columns <= i (Megatron's reset flags).")
+def q3(positions_and_mask) -> str:
+    rng = np.random.default_rng()
+    for _ in range(50):
+        s = int(rng.integers(1, 40))
+        eod = int(rng.integers(0, 5))
+        tokens = rng.integers(0, 5, s)
+        call = f"positions_and_mask({short(tokens.tolist(), 60)}, eod_token={eod})"
+        out = positions_and_mask(tokens.copy(), eod)
+        expect(isinstance(out, tuple) and len(out) == 2, f"{call} must return (position_ids, attention_mask)")
+        pos, mask = _as_array(out[0]), _as_array(out[1])
+        want_mask, _, want_pos = get_ltor_masks_and_position_ids(tokens, eod, True, True, False)
+        want_mask, want_pos = want_mask.numpy()[0], want_pos.numpy()
+        expect(pos.shape == (s,), f"{call}: position_ids has shape {pos.shape}, expected ({s},)")
+        expect(np.array_equal(pos, want_pos), f"{call}: position_ids {pos.tolist()}, expected {want_pos.tolist()}")
+        expect(mask.shape in ((s, s), (1, s, s)), f"{call}: attention_mask has shape {mask.shape}, expected ({s}, {s})")
+        mask = mask.reshape(s, s)
+        expect(mask.dtype == bool, f"{call}: attention_mask must be boolean (True = masked), got {mask.dtype}")
+        if np.array_equal(mask, ~want_mask):
+            expect(False, f"{call}: your mask is inverted — Megatron's convention is True = masked (may not attend)")
+        bad = np.argwhere(mask != want_mask)
+        expect(bad.size == 0, f"{call}: attention_mask differs at (query, key) = {tuple(bad[0]) if bad.size else ''}")
+    return "50 random token sequences"
+
+
+@check(CHAPTER, "q4", hint="(a) ~300 of 4096 slots are real; (b) tokens per step grow by about 4096/300; "
+       "(c) packing is only safe with the boundary handled in attention, positions and loss (§6.2.6).")
+def q4(exercise_3) -> tuple[str, dict[str, str]]:
+    answer = exercise_3()
+    expect(isinstance(answer, dict), f"exercise_3() must return a dict, got {type(answer).__name__}")
+    for key in ("a_padding_share", "a_wasted", "b_examples_per_pack", "b_speedup", "c_must_do", "why"):
+        expect(key in answer, f"missing key {key!r}")
+    share = _number(answer["a_padding_share"], "a_padding_share")
+    expect(abs(share - (1 - 300 / 4096)) <= 0.01, f"(a) padding share {share:.3f}: for 300 real tokens in a row of "
+           "4096, what fraction of the row is padding?")
+    wasted = set(answer["a_wasted"])
+    expect(wasted <= set(WASTE_OPTIONS), f"(a) unknown keys {sorted(wasted - set(WASTE_OPTIONS))}; use {sorted(WASTE_OPTIONS)}")
+    expect(wasted == _WASTE, "(a) some chosen items are not wasted, or something wasted is missing "
+           "(is a padded example lost, or is its gradient wrong?)")
+    per_pack = _number(answer["b_examples_per_pack"], "b_examples_per_pack")
+    expect(13 <= per_pack <= 14, f"(b) {per_pack:g} examples per pack: how many ~300-token examples fit 4096 tokens?")
+    speedup = _number(answer["b_speedup"], "b_speedup")
+    expect(12.3 <= speedup <= 15.0, f"(b) speed-up {speedup:g}: real tokens per step, packed vs padded, is at most "
+           "4096 / 300")
+    must = set(answer["c_must_do"])
+    expect(must <= set(MUST_DO_OPTIONS), f"(c) unknown keys {sorted(must - set(MUST_DO_OPTIONS))}")
+    expect(must == _MUST_DO, "(c) not the right set: what keeps each example's computation exactly as if it were alone?")
+    why = answer.get("why", "")
+    expect(isinstance(why, str) and len(why.split()) >= 5, "add a 'why' field: a few sentences for (a), (b) and (c)")
+    return "(a), (b), (c) correct", {"why": why}

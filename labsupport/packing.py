@@ -1,0 +1,525 @@
+"""Sequence packing with boundary masks — chapter 4 (시퀀스 패킹·경계 마스킹, book §6.2.6).
+
+The chapter's public names, all importable from here:
+
+* pre-training samples (Megatron-Core's GPTDataset; implemented in :mod:`labsupport.gpt_samples`):
+  :func:`build_sample_idx`, :class:`GPTDataset`, :func:`get_ltor_masks_and_position_ids`, the
+  compact form :func:`get_ltor_boundaries` (``cu_seqlens``, ``max_seqlen``, ``position_ids``) and
+  :func:`attention_mask_from_cu_seqlens`, which rebuilds the dense mask exactly;
+* bin packing (:mod:`labsupport.bin_packing`): :func:`pack` with ``first_fit``,
+  ``first_fit_decreasing``, ``best_fit_decreasing``, ``spfhp``; :func:`packing_efficiency`,
+  :func:`lower_bound`, :func:`padding_share`;
+* SFT packing (this module): seed 001's ``{"input", "output"}`` jsonl → :func:`read_sft_jsonl`
+  → :func:`tokenize_sft` (loss mask on the answer only) → :func:`pack_sft` → :class:`PackedSFT`
+  in NeMo's shape, saved without pickle.
+
+NeMo's packed SFT file (``prepare_packed_ft_dataset.py`` → ``fill_packing_strategy``) is an object
+``.npy`` holding one dict per pack: ``input_ids`` (the pack's sequences back to back),
+``loss_mask`` (per input token, 1 on answer tokens) and ``seq_start_id`` (where each sequence
+starts).  Loading it needs ``allow_pickle=True``, i.e. running pickle on a data file.
+:meth:`PackedSFT.save` writes the same content as flat arrays plus offsets in an ``.npz`` that
+loads with ``allow_pickle=False``; :meth:`PackedSFT.to_nemo` returns NeMo's list of dicts, and
+:meth:`PackedSFT.save_nemo_npy` writes NeMo's object ``.npy`` for those who need that file.
+
+NeMo's convention for sizes is kept: a sequence of L tokens trains on L-1 (input, label)
+pairs, so packs are filled by the *training* length L-1 and a pack of ``pack_size`` holds
+sequences with ``sum(L_i - 1) <= pack_size`` (``create_hist`` subtracts one for the same reason).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, NamedTuple, Union
+
+import numpy as np
+import torch
+
+from .bin_packing import (ALGORITHMS, Bins, best_fit_decreasing, first_fit, first_fit_decreasing,
+                          lower_bound, pack, packing_efficiency, padding_share, spfhp)
+from .gpt_samples import (Boundaries, GPTDataset, attention_mask_from_cu_seqlens, build_document_index,
+                          build_sample_idx, build_shuffle_index, get_ltor_boundaries,
+                          get_ltor_masks_and_position_ids, position_ids_from_cu_seqlens,
+                          segment_ids_from_cu_seqlens)
+
+__all__ = [
+    # pre-training samples
+    "build_sample_idx", "build_document_index", "build_shuffle_index", "GPTDataset",
+    "get_ltor_masks_and_position_ids", "get_ltor_boundaries", "Boundaries",
+    "attention_mask_from_cu_seqlens", "position_ids_from_cu_seqlens", "segment_ids_from_cu_seqlens",
+    # bin packing
+    "ALGORITHMS", "Bins", "pack", "first_fit", "first_fit_decreasing", "best_fit_decreasing", "spfhp",
+    "packing_efficiency", "lower_bound", "padding_share",
+    # SFT
+    "SFTRecord", "SFTFormatError", "read_sft_jsonl", "TokenizedSFT", "tokenize_sft",
+    "TOO_LONG_POLICIES", "PackedSFT", "pack_sft",
+]
+
+PathLike = Union[str, os.PathLike]
+TOO_LONG_POLICIES: tuple[str, ...] = ("error", "truncate", "split")
+_FORMAT = "labsupport.packed_sft/1"
+
+
+# ----------------------------------------------------------------------------------- reading
+class SFTFormatError(ValueError):
+    """A line of an SFT jsonl file is not a usable ``{"input", "output"}`` example."""
+
+
+class SFTRecord(NamedTuple):
+    """One example: its 1-based line number in the file, the prompt and the answer."""
+
+    line: int
+    input: str
+    output: str
+
+
+def _shown(path: PathLike) -> str:
+    try:
+        from .paths import display_path
+        return display_path(path)
+    except Exception:  # pragma: no cover - display only
+        return os.fspath(path)
+
+
+def _validate(obj: Any, where: str) -> tuple[str, str]:
+    if not isinstance(obj, Mapping):
+        raise SFTFormatError(f"{where}: expected a JSON object with 'input' and 'output', "
+                             f"got {type(obj).__name__}")
+    out = []
+    for key in ("input", "output"):
+        if key not in obj:
+            raise SFTFormatError(f"{where}: field {key!r} is missing (keys: {sorted(obj)}); every "
+                                 "example needs 'input' (the prompt) and 'output' (the answer)")
+        value = obj[key]
+        if not isinstance(value, str):
+            raise SFTFormatError(f"{where}: field {key!r} must be a string, got {type(value).__name__}")
+        if not value.strip():
+            raise SFTFormatError(f"{where}: field {key!r} is empty; an empty example would train on "
+                                 "nothing (or on an unanswered prompt) — fill it in or remove the line")
+        out.append(value)
+    return out[0], out[1]
+
+
+def read_sft_jsonl(path: PathLike) -> list[SFTRecord]:
+    """Read seed 001's SFT format: one ``{"input": prompt, "output": answer}`` object per line.
+
+    Refuses, naming file, line and field: invalid JSON, a non-object, a missing or non-string
+    field, an empty (or whitespace-only) ``input``/``output``, and blank lines.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"SFT file {_shown(path)} not found")
+    records: list[SFTRecord] = []
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, start=1):
+            where = f"{_shown(path)}, line {n}"
+            if not line.strip():
+                raise SFTFormatError(f"{where}: blank line; JSON Lines needs one object per line "
+                                     "— delete the blank line")
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SFTFormatError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            records.append(SFTRecord(n, *_validate(obj, where)))
+    if not records:
+        raise SFTFormatError(f"{_shown(path)}: no examples")
+    return records
+
+
+# -------------------------------------------------------------------------------- tokenizing
+@dataclass(frozen=True, eq=False)
+class TokenizedSFT:
+    """Tokenized SFT examples, flat: example i is ``tokens[offsets[i]:offsets[i+1]]``.
+
+    Each example is ``[bos] + prompt + answer + [eos]``; ``answer_start[i]`` is the index (inside
+    the example) of its first answer token.  ``line[i]`` is the example's line in the source.
+    Arrays: ``tokens`` int32 (T,), ``offsets`` int64 (n+1,), ``answer_start`` int64 (n,),
+    ``line`` int64 (n,).
+    """
+
+    tokens: np.ndarray
+    offsets: np.ndarray
+    answer_start: np.ndarray
+    line: np.ndarray
+    source: str = ""
+
+    def __len__(self) -> int:
+        return self.offsets.size - 1
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """int64, shape (n,): tokens per example (L)."""
+        return np.diff(self.offsets)
+
+    @property
+    def train_lengths(self) -> np.ndarray:
+        """int64, shape (n,): (input, label) pairs per example, L − 1 — what a pack must hold."""
+        return self.lengths - 1
+
+    def example(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids (int32, (L,)) and the input-aligned loss mask (uint8, (L,)) of example i.
+
+        The mask is 1 from the first answer token on (NeMo's ``idx >= answer_start_idx``).
+        """
+        ids = self.tokens[self.offsets[i]:self.offsets[i + 1]]
+        mask = (np.arange(ids.size) >= self.answer_start[i]).astype(np.uint8)
+        return ids, mask
+
+    def loss_mask(self) -> np.ndarray:
+        """uint8, shape (T,): the input-aligned loss mask of all examples, flat."""
+        starts = np.repeat(self.offsets[:-1], self.lengths)
+        pos = np.arange(self.tokens.size, dtype=np.int64) - starts
+        return (pos >= np.repeat(self.answer_start, self.lengths)).astype(np.uint8)
+
+
+def _special(tokenizer: Any, name: str) -> int:
+    value = getattr(tokenizer, name, None)
+    if value is None:
+        value = getattr(tokenizer, f"{name}_id", None)
+    if callable(value):
+        value = value()
+    if value is None or int(value) < 0:
+        raise ValueError(f"the tokenizer defines no {name} id; pass {name}_id=... explicitly")
+    return int(value)
+
+
+def tokenize_sft(source: PathLike | Iterable[Mapping[str, str]] | Iterable[SFTRecord], tokenizer: Any, *,
+                 separator: str = "\n", add_bos: bool = False, eos_id: int | None = None,
+                 bos_id: int | None = None) -> TokenizedSFT:
+    """Tokenize SFT examples: ``[bos] + encode(input + separator) + encode(output) + [eos]``.
+
+    ``source`` is a jsonl path (read with :func:`read_sft_jsonl`), a list of
+    :class:`SFTRecord`, or dicts with ``input``/``output`` (numbered 1, 2, … as lines).
+    ``tokenizer`` needs ``encode(str) -> list[int]`` (``encode_batch`` is used when present) and
+    an ``eos`` id (``labsupport.tokenizer.Tokenizer`` or a SentencePieceProcessor), unless
+    ``eos_id`` is given.  The answer and the final EOS carry the loss; the prompt does not.
+    Refuses (with the line) an answer that tokenizes to nothing.
+    """
+    name = ""
+    if isinstance(source, (str, os.PathLike)):
+        name = _shown(source)
+        records = read_sft_jsonl(source)
+    else:
+        records = []
+        for n, item in enumerate(source, start=1):
+            if isinstance(item, SFTRecord):
+                records.append(item)
+            else:
+                records.append(SFTRecord(n, *_validate(item, f"example at line {n}")))
+        if not records:
+            raise SFTFormatError("no examples given")
+    eos = int(eos_id) if eos_id is not None else _special(tokenizer, "eos")
+    prefix = [int(bos_id) if bos_id is not None else _special(tokenizer, "bos")] if add_bos else []
+    texts = [r.input + separator for r in records] + [r.output for r in records]
+    if hasattr(tokenizer, "encode_batch"):
+        encoded = tokenizer.encode_batch(texts)
+    else:
+        encoded = [list(tokenizer.encode(t)) for t in texts]
+    n = len(records)
+    parts: list[list[int]] = []
+    answer_start = np.empty(n, dtype=np.int64)
+    for i, rec in enumerate(records):
+        prompt, answer = encoded[i], encoded[n + i]
+        if not answer:
+            where = f"{name}, line {rec.line}" if name else f"example at line {rec.line}"
+            raise SFTFormatError(f"{where}: field 'output' tokenizes to no tokens; nothing to train on")
+        answer_start[i] = len(prefix) + len(prompt)
+        parts.append(prefix + list(prompt) + list(answer) + [eos])
+    lengths = np.fromiter((len(p) for p in parts), dtype=np.int64, count=n)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    tokens = np.fromiter((t for p in parts for t in p), dtype=np.int32, count=int(offsets[-1]))
+    return TokenizedSFT(tokens, offsets, answer_start, np.array([r.line for r in records], dtype=np.int64), name)
+
+
+# ----------------------------------------------------------------------------------- packing
+@dataclass(frozen=True, eq=False)
+class PackedSFT:
+    """Packed SFT data in NeMo's shape, stored flat (no Python objects, no pickle).
+
+    Pack k holds ``input_ids[pack_offsets[k]:pack_offsets[k+1]]`` (int32) with the same slice of
+    ``loss_mask`` (uint8, per input token, 1 on answer tokens).  Its sequences are
+    ``seq_offsets[k] .. seq_offsets[k+1]-1`` in the per-sequence arrays: ``seq_start_id`` (start
+    inside the pack, NeMo's field), ``seq_example`` (which example), ``seq_chunk`` (0 unless the
+    example was split), ``seq_line`` (its jsonl line).  ``pack_size`` bounds the training tokens
+    of a pack: ``sum(L_i - 1) <= pack_size``.  ``stats`` records what the too-long policy did.
+    """
+
+    input_ids: np.ndarray
+    loss_mask: np.ndarray
+    pack_offsets: np.ndarray
+    seq_start_id: np.ndarray
+    seq_offsets: np.ndarray
+    seq_example: np.ndarray
+    seq_chunk: np.ndarray
+    seq_line: np.ndarray
+    pack_size: int
+    algorithm: str
+    stats: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return self.pack_offsets.size - 1
+
+    def _check(self, k: int) -> int:
+        n = len(self)
+        k = int(k)
+        if k < 0:
+            k += n
+        if not 0 <= k < n:
+            raise IndexError(f"pack {k} out of range ({n} packs)")
+        return k
+
+    def seq_lengths(self, k: int) -> np.ndarray:
+        """int64, (n_k,): tokens of each sequence of pack k (L_i)."""
+        k = self._check(k)
+        starts = self.seq_start_id[self.seq_offsets[k]:self.seq_offsets[k + 1]]
+        size = int(self.pack_offsets[k + 1] - self.pack_offsets[k])
+        return np.diff(np.append(starts, size))
+
+    def cu_seqlens(self, k: int) -> np.ndarray:
+        """int32, (n_k + 1,): cumulative training lengths of pack k, ``[0, L_1-1, …]`` (THD layout)."""
+        cu = np.zeros(int(self.seq_offsets[k + 1] - self.seq_offsets[k]) + 1, dtype=np.int64)
+        np.cumsum(self.seq_lengths(k) - 1, out=cu[1:])
+        return cu.astype(np.int32)
+
+    def __getitem__(self, k: int) -> dict[str, np.ndarray]:
+        """NeMo's per-pack dict — ``input_ids``, ``loss_mask``, ``seq_start_id`` — plus ``cu_seqlens``."""
+        k = self._check(k)
+        a, b = self.pack_offsets[k], self.pack_offsets[k + 1]
+        return {"input_ids": self.input_ids[a:b], "loss_mask": self.loss_mask[a:b],
+                "seq_start_id": self.seq_start_id[self.seq_offsets[k]:self.seq_offsets[k + 1]],
+                "cu_seqlens": self.cu_seqlens(k)}
+
+    def train_tokens(self) -> np.ndarray:
+        """int64, (packs,): training tokens (sum of L_i − 1) in each pack."""
+        lengths = np.diff(self.pack_offsets)
+        return lengths - np.diff(self.seq_offsets)
+
+    def efficiency(self) -> float:
+        """Real training tokens / (packs × pack_size)."""
+        return float(self.train_tokens().sum()) / (len(self) * self.pack_size) if len(self) else 0.0
+
+    def training_view(self, k: int, pad_to: int | None = None, pad_id: int = 0) -> dict[str, Any]:
+        """What the model consumes for pack k (NeMo's ``GPTSFTPackedDataset.collate_fn``, one row).
+
+        ``tokens``/``labels`` (int64, (T,)): each sequence contributes ``ids[:-1]`` / ``ids[1:]``;
+        ``loss_mask`` (float32, (T,)): label-aligned, 1 where the label is an answer token;
+        ``position_ids`` (int64, (T,)): restart at 0 for every sequence; ``cu_seqlens`` (int32);
+        ``max_seqlen`` (int).  ``pad_to`` appends padding up to that many tokens as a segment of
+        its own with no loss (NeMo instead stretches the last segment over the padding).
+        """
+        item = self[k]
+        ids = item["input_ids"].astype(np.int64)
+        mask = item["loss_mask"]
+        starts = item["seq_start_id"]
+        ends = np.append(starts[1:], ids.size)
+        keep_in = np.ones(ids.size, dtype=bool)
+        keep_in[ends - 1] = False          # the last token of a sequence is never an input
+        keep_lab = np.ones(ids.size, dtype=bool)
+        keep_lab[starts] = False           # the first token of a sequence is never a label
+        tokens, labels = ids[keep_in], ids[keep_lab]
+        loss = mask[keep_lab].astype(np.float32)
+        cu = item["cu_seqlens"].astype(np.int64)
+        t = tokens.size
+        if pad_to is not None and pad_to > t:
+            extra = int(pad_to) - t
+            tokens = np.concatenate([tokens, np.full(extra, pad_id, np.int64)])
+            labels = np.concatenate([labels, np.full(extra, pad_id, np.int64)])
+            loss = np.concatenate([loss, np.zeros(extra, np.float32)])
+            cu = np.append(cu, int(pad_to))
+        elif pad_to is not None and pad_to < t:
+            raise ValueError(f"pad_to={pad_to} is shorter than pack {k} ({t} training tokens)")
+        return {"tokens": torch.from_numpy(tokens), "labels": torch.from_numpy(labels),
+                "loss_mask": torch.from_numpy(loss),
+                "position_ids": position_ids_from_cu_seqlens(cu),
+                "cu_seqlens": torch.from_numpy(cu.astype(np.int32)),
+                "max_seqlen": int(np.diff(cu).max())}
+
+    # -- NeMo's object layout
+    def to_nemo(self) -> list[dict[str, list[int]]]:
+        """NeMo's ``fill_packing_strategy`` output: ``[{"input_ids", "loss_mask", "seq_start_id"}, …]``
+        (Python lists; ``loss_mask`` as bools, as NeMo writes them).
+
+        ``loss_mask[t]`` is ``t >= answer_start`` — NeMo's unpacked convention
+        (``GPTSFTDataset._build_loss_mask``), so ``GPTSFTPackedDataset`` (which keeps
+        ``loss_mask[start+1:end]`` per sequence) trains on the answer labels only.  NeMo's own
+        fallback in ``fill_packing_strategy`` (when examples carry no ``loss_mask``) marks from
+        ``answer_start_idx - 1``, which also trains on predicting the last prompt token.
+        """
+        out = []
+        for k in range(len(self)):
+            item = self[k]
+            out.append({"input_ids": item["input_ids"].tolist(),
+                        "loss_mask": item["loss_mask"].astype(bool).tolist(),
+                        "seq_start_id": item["seq_start_id"].tolist()})
+        return out
+
+    def save_nemo_npy(self, path: PathLike) -> Path:
+        """Write NeMo's packed ``.npy`` (an object array of dicts: **pickled**; NeMo loads it with
+        ``np.load(path, allow_pickle=True)``).  Prefer :meth:`save` for anything else."""
+        path = Path(path)
+        arr = np.empty(len(self), dtype=object)
+        arr[:] = self.to_nemo()
+        return _atomic_save(path, lambda fh: np.save(fh, arr, allow_pickle=True))
+
+    # -- pickle-free storage
+    def save(self, path: PathLike) -> Path:
+        """Write an ``.npz`` of plain arrays (loads with ``allow_pickle=False``); atomic."""
+        path = Path(path)
+        arrays = {
+            "format": np.array(_FORMAT), "pack_size": np.array(self.pack_size, dtype=np.int64),
+            "algorithm": np.array(self.algorithm), "stats": np.array(json.dumps(self.stats, sort_keys=True)),
+            "input_ids": self.input_ids, "loss_mask": self.loss_mask, "pack_offsets": self.pack_offsets,
+            "seq_start_id": self.seq_start_id, "seq_offsets": self.seq_offsets,
+            "seq_example": self.seq_example, "seq_chunk": self.seq_chunk, "seq_line": self.seq_line,
+        }
+        return _atomic_save(path, lambda fh: np.savez(fh, **arrays))
+
+    @classmethod
+    def load(cls, path: PathLike) -> "PackedSFT":
+        """Read a file written by :meth:`save` (never unpickles)."""
+        path = Path(path)
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                fmt = str(z["format"]) if "format" in z.files else None
+                if fmt != _FORMAT:
+                    raise ValueError(f"{_shown(path)}: not a labsupport packed SFT file (format {fmt!r}, "
+                                     f"expected {_FORMAT!r}); NeMo's object .npy is read with np.load("
+                                     "path, allow_pickle=True), not with PackedSFT.load")
+                data = {k: z[k] for k in z.files}
+        except (OSError, EOFError) as exc:
+            raise ValueError(f"{_shown(path)}: cannot read packed SFT file ({exc})") from None
+        packed = cls(data["input_ids"], data["loss_mask"], data["pack_offsets"], data["seq_start_id"],
+                     data["seq_offsets"], data["seq_example"], data["seq_chunk"], data["seq_line"],
+                     int(data["pack_size"]), str(data["algorithm"]), json.loads(str(data["stats"])))
+        packed.validate(str(_shown(path)))
+        return packed
+
+    def validate(self, where: str = "packed SFT") -> None:
+        """Check the invariants (offsets consistent, every pack within ``pack_size``); ValueError if not."""
+        po, so = self.pack_offsets, self.seq_offsets
+        if po.size != so.size or po[0] != 0 or so[0] != 0 or po[-1] != self.input_ids.size \
+                or self.loss_mask.size != self.input_ids.size or so[-1] != self.seq_start_id.size:
+            raise ValueError(f"{where}: offsets do not match the array sizes; the file is damaged")
+        if (np.diff(po) < 0).any() or (np.diff(so) < 1).any():
+            raise ValueError(f"{where}: offsets must increase and every pack must hold a sequence")
+        over = np.flatnonzero(self.train_tokens() > self.pack_size)
+        if over.size:
+            raise ValueError(f"{where}: pack {int(over[0])} holds {int(self.train_tokens()[over[0]])} "
+                             f"training tokens > pack_size {self.pack_size}")
+
+    def __repr__(self) -> str:
+        return (f"PackedSFT({len(self)} packs of {self.pack_size}, {self.seq_start_id.size} sequences, "
+                f"{self.algorithm}, efficiency {self.efficiency():.4f})")
+
+
+def _atomic_save(path: Path, write) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def pack_sft(data: TokenizedSFT, pack_size: int, algorithm: str = "first_fit_decreasing",
+             too_long: str = "error") -> PackedSFT:
+    """Pack tokenized SFT examples into packs of ``pack_size`` training tokens.
+
+    ``too_long`` — what to do with an example whose training length L−1 exceeds ``pack_size``
+    (never a silent drop):
+
+    ``"error"`` (default)  raise ValueError naming the lines and lengths;
+    ``"truncate"``         keep its first ``pack_size + 1`` tokens (NeMo truncates to
+                           ``max_seq_length`` the same way); the cut tokens are counted in ``stats``;
+    ``"split"``            cut it into chunks of ``pack_size + 1`` tokens that overlap by one
+                           token, so every (input, label) pair survives exactly once; each chunk
+                           is its own sequence (it does not see the chunks before it).
+
+    Packs follow ``algorithm`` (see :data:`ALGORITHMS`); the sequences of a pack keep the order
+    in which the algorithm placed them.
+    """
+    if too_long not in TOO_LONG_POLICIES:
+        raise ValueError(f"too_long must be one of {TOO_LONG_POLICIES}, got {too_long!r}")
+    pack_size = int(pack_size)
+    if pack_size < 1:
+        raise ValueError(f"pack_size must be >= 1, got {pack_size}")
+    lengths = data.lengths
+    if (lengths < 2).any():
+        i = int(np.flatnonzero(lengths < 2)[0])
+        raise ValueError(f"example at line {int(data.line[i])} has {int(lengths[i])} token(s); at least 2 "
+                         "are needed for one (input, label) pair")
+    limit = pack_size + 1                       # tokens of a sequence that fills a pack exactly
+    long_ = np.flatnonzero(lengths > limit)
+    stats = {"examples": len(data), "too_long": int(long_.size), "policy": too_long,
+             "truncated": 0, "tokens_cut": 0, "truncated_without_answer": 0, "split_examples": 0,
+             "chunks_from_splits": 0}
+    if long_.size and too_long == "error":
+        show = ", ".join(f"line {int(data.line[i])} ({int(lengths[i]) - 1} training tokens)" for i in long_[:5])
+        raise ValueError(
+            f"{long_.size} example(s) do not fit a pack of {pack_size} training tokens: {show}"
+            f"{' …' if long_.size > 5 else ''}; choose too_long='truncate' or too_long='split'")
+
+    # sequences = (example, start, stop) token ranges inside the example
+    seq_example = [np.arange(len(data), dtype=np.int64)]
+    seq_start = [np.zeros(len(data), dtype=np.int64)]
+    seq_stop = [lengths.copy()]
+    seq_chunk = [np.zeros(len(data), dtype=np.int32)]
+    if long_.size and too_long == "truncate":
+        seq_stop[0][long_] = limit
+        stats["truncated"] = int(long_.size)
+        stats["tokens_cut"] = int((lengths[long_] - limit).sum())
+        # answer tokens inside the kept part carry the loss: labels 1..limit-1 → tokens >= answer_start
+        stats["truncated_without_answer"] = int((data.answer_start[long_] >= limit).sum())
+    elif long_.size and too_long == "split":
+        keep = np.ones(len(data), dtype=bool)
+        keep[long_] = False
+        seq_example[0], seq_start[0], seq_stop[0], seq_chunk[0] = (
+            seq_example[0][keep], seq_start[0][keep], seq_stop[0][keep], seq_chunk[0][keep])
+        for i in long_.tolist():
+            L = int(lengths[i])
+            n_chunks = -(-(L - 1) // pack_size)
+            starts = np.arange(n_chunks, dtype=np.int64) * pack_size
+            seq_example.append(np.full(n_chunks, i, dtype=np.int64))
+            seq_start.append(starts)
+            seq_stop.append(np.minimum(starts + limit, L))
+            seq_chunk.append(np.arange(n_chunks, dtype=np.int32))
+            stats["chunks_from_splits"] += n_chunks
+        stats["split_examples"] = int(long_.size)
+    ex = np.concatenate(seq_example)
+    st = np.concatenate(seq_start)
+    sp = np.concatenate(seq_stop)
+    ch = np.concatenate(seq_chunk)
+    # stable order: by example, then chunk
+    order = np.lexsort((ch, ex))
+    ex, st, sp, ch = ex[order], st[order], sp[order], ch[order]
+
+    bins = pack(sp - st - 1, pack_size, algorithm)
+    seq_order = bins.items                      # sequences, pack by pack
+    ex, st, sp, ch = ex[seq_order], st[seq_order], sp[seq_order], ch[seq_order]
+    seq_len = sp - st
+    # gather tokens: absolute ranges in data.tokens
+    abs_start = data.offsets[ex] + st
+    total = int(seq_len.sum())
+    run_start = np.zeros(seq_len.size, dtype=np.int64)
+    np.cumsum(seq_len[:-1], out=run_start[1:])
+    gather = np.repeat(abs_start - run_start, seq_len) + np.arange(total, dtype=np.int64)
+    input_ids = data.tokens[gather]
+    loss_mask = data.loss_mask()[gather]
+    seq_offsets = bins.offsets.copy()
+    pack_offsets = np.zeros(len(bins) + 1, dtype=np.int64)
+    pack_offsets[1:] = np.add.reduceat(seq_len, bins.offsets[:-1]).cumsum() if len(bins) else []
+    seq_start_id = run_start - np.repeat(pack_offsets[:-1], bins.sizes())
+    stats.update({"sequences": int(seq_len.size), "packs": len(bins),
+                  "lower_bound": lower_bound(seq_len - 1, pack_size)})
+    packed = PackedSFT(input_ids, loss_mask, pack_offsets, seq_start_id, seq_offsets, ex, ch,
+                       data.line[ex], pack_size, algorithm, stats)
+    packed.validate()
+    return packed

@@ -1,0 +1,197 @@
+"""A tiny causal transformer for chapter 4's contamination proof (book §6.2.6, pitfall §6.2.9).
+
+Packing several documents into one sequence is only safe when the model computes, for each
+document, exactly what it would compute for that document alone.  This module gives the pieces
+to *test* that claim rather than draw it:
+
+* :func:`causal_attention` — one attention head with an explicit mask, returning its weights
+  (for heatmaps) and output;
+* :class:`TinyCausalLM` — 2 layers, learned absolute position embeddings (so position ids
+  matter), PyTorch ``scaled_dot_product_attention`` with a dense mask on CPU;
+* :func:`run_separately` / :func:`run_packed` — the same documents one by one, and packed with
+  or without the boundary mask and position reset;
+* :func:`varlen_attention` — the GPU path that takes ``cu_seqlens`` instead of a dense mask
+  (``torch.nn.attention.varlen.varlen_attn``, else FlexAttention with a document mask).
+
+Mask conventions: Megatron's masks are True = *masked*; PyTorch SDPA's boolean ``attn_mask``
+is True = *may attend*.  :func:`sdpa_mask` converts, and every function here documents which
+one it takes.
+"""
+from __future__ import annotations
+
+import inspect
+import math
+import warnings
+from typing import Sequence
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .gpt_samples import (attention_mask_from_cu_seqlens, position_ids_from_cu_seqlens,
+                          segment_ids_from_cu_seqlens)
+
+__all__ = ["sdpa_mask", "causal_attention", "TinyCausalLM", "pack_documents", "run_separately",
+           "run_packed", "leakage", "varlen_attention", "dense_block_attention"]
+
+
+def sdpa_mask(megatron_mask: torch.Tensor) -> torch.Tensor:
+    """Megatron's mask (True = masked) → SDPA's boolean mask (True = may attend)."""
+    return ~megatron_mask.bool()
+
+
+def causal_attention(x: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor,
+                     masked: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One attention head written out: ``softmax(QKᵀ/√d + mask) V``.
+
+    ``x``: (T, d_model); ``wq``/``wk``/``wv``: (d_model, d_head); ``masked``: bool (T, T) with
+    True = masked (Megatron's convention); None = plain causal.  Returns (output (T, d_head),
+    weights (T, T), rows summing to 1).
+    """
+    t = x.shape[0]
+    if masked is None:
+        masked = ~torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+    q, k, v = x @ wq, x @ wk, x @ wv
+    scores = (q @ k.T) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(masked.reshape(t, t), float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
+class _Block(nn.Module):
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.ln1 = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+
+    def forward(self, x: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyCausalLM(nn.Module):
+    """A 2-layer causal transformer LM with learned absolute position embeddings.
+
+    ``forward(tokens, position_ids=None, masked=None)``: ``tokens`` int64 (B, T);
+    ``position_ids`` int64 (B, T) (default 0…T-1); ``masked`` bool (B or 1, T, T) or (T, T) in
+    Megatron's convention, True = masked (default: causal).  Returns logits float32 (B, T, vocab).
+    """
+
+    def __init__(self, vocab_size: int = 256, d_model: int = 32, n_heads: int = 2, n_layers: int = 2,
+                 max_positions: int = 4096) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(vocab_size, d_model)
+        self.pos = nn.Embedding(max_positions, d_model)
+        self.blocks = nn.ModuleList(_Block(d_model, n_heads) for _ in range(n_layers))
+        self.ln = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+
+    def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor | None = None,
+                masked: torch.Tensor | None = None) -> torch.Tensor:
+        b, t = tokens.shape
+        if position_ids is None:
+            position_ids = torch.arange(t, device=tokens.device).expand(b, t)
+        if masked is None:
+            masked = ~torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril()
+        allowed = sdpa_mask(masked)
+        if allowed.dim() == 3:
+            allowed = allowed.unsqueeze(1)           # (B, 1, T, T): same mask for every head
+        x = self.tok(tokens) + self.pos(position_ids)
+        for block in self.blocks:
+            x = block(x, allowed)
+        return self.head(self.ln(x))
+
+
+def pack_documents(docs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Concatenate 1-D token tensors; returns (tokens (T,), cu_seqlens int32 (n+1,))."""
+    lengths = torch.tensor([int(d.numel()) for d in docs])
+    cu = torch.zeros(len(docs) + 1, dtype=torch.int32)
+    cu[1:] = lengths.cumsum(0)
+    return torch.cat([d.reshape(-1) for d in docs]), cu
+
+
+def run_separately(model: nn.Module, docs: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Each document through ``model`` on its own (causal, positions from 0); outputs concatenated (T, …)."""
+    outs = [model(d.reshape(1, -1))[0] for d in docs]
+    return torch.cat(outs)
+
+
+def run_packed(model: nn.Module, docs: Sequence[torch.Tensor], boundary_mask: bool = True,
+               reset_position_ids: bool = True) -> torch.Tensor:
+    """All documents in one packed row (T,): block-diagonal causal mask and restarted positions
+    when asked, else Megatron's defaults (one causal sequence, positions 0…T-1)."""
+    tokens, cu = pack_documents(docs)
+    t = tokens.numel()
+    masked = (attention_mask_from_cu_seqlens(cu) if boundary_mask
+              else ~torch.ones(1, t, t, dtype=torch.bool).tril())
+    pos = position_ids_from_cu_seqlens(cu) if reset_position_ids else torch.arange(t)
+    return model(tokens.reshape(1, -1), pos.reshape(1, -1), masked)[0]
+
+
+def leakage(weights: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
+    """Per query: the attention weight (0…1) placed on keys of *other* documents.
+
+    ``weights``: (T, T) softmax rows; ``cu_seqlens``: the documents' boundaries.  Returns (T,).
+    """
+    seg = segment_ids_from_cu_seqlens(cu_seqlens, weights.shape[-1]).to(weights.device)
+    other = seg[:, None] != seg[None, :]
+    return (weights * other).sum(-1)
+
+
+def dense_block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                          cu_seqlens: torch.Tensor) -> torch.Tensor:
+    """Reference for :func:`varlen_attention`: SDPA with the dense block-diagonal causal mask.
+
+    ``q``/``k``/``v``: (T, H, D) in the varlen (THD) layout; returns (T, H, D).
+    """
+    allowed = sdpa_mask(attention_mask_from_cu_seqlens(cu_seqlens.cpu())).to(q.device)
+    out = F.scaled_dot_product_attention(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
+                                         v.transpose(0, 1).unsqueeze(0), attn_mask=allowed.unsqueeze(1))
+    return out[0].transpose(0, 1)
+
+
+def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
+                     max_seqlen: int) -> tuple[torch.Tensor, str]:
+    """Causal attention inside each ``cu_seqlens`` segment, without a dense mask (GPU).
+
+    ``q``/``k``/``v``: (T, H, D) on CUDA (half precision for the flash kernel).  Tries
+    ``torch.nn.attention.varlen.varlen_attn`` (PyTorch ≥ 2.9), then FlexAttention with a
+    document mask built from ``cu_seqlens``.  Returns (output (T, H, D), name of the path used).
+    """
+    cu = cu_seqlens.to(device=q.device, dtype=torch.int32)
+    errors = []
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+        params = inspect.signature(varlen_attn).parameters
+        kwargs = {"is_causal": True} if "is_causal" in params else {"window_size": (-1, 0)}
+        return varlen_attn(q, k, v, cu, cu, int(max_seqlen), int(max_seqlen), **kwargs), "varlen_attn"
+    except Exception as exc:  # noqa: BLE001 - fall through to the next kernel, report at the end
+        errors.append(f"varlen_attn: {type(exc).__name__}: {exc}")
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        t = q.shape[0]
+        doc = torch.repeat_interleave(torch.arange(cu.numel() - 1, device=q.device), torch.diff(cu.long()))
+
+        def document_causal(b, h, q_idx, kv_idx):
+            return (doc[q_idx] == doc[kv_idx]) & (q_idx >= kv_idx)
+
+        block = create_block_mask(document_causal, None, None, t, t, device=q.device)
+        args = (q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0))
+        if q.is_cuda:  # the fused kernel needs torch.compile
+            out = torch.compile(flex_attention)(*args, block_mask=block)
+            return out[0].transpose(0, 1), "flex_attention (compiled)"
+        with warnings.catch_warnings():  # eager flex on CPU: correct, unfused ("materializes the scores")
+            warnings.simplefilter("ignore", UserWarning)
+            out = flex_attention(*args, block_mask=block)
+        return out[0].transpose(0, 1), "flex_attention (eager)"
+    except Exception as exc:  # noqa: BLE001
+        errors.append(f"flex_attention: {type(exc).__name__}: {exc}")
+    raise RuntimeError("no varlen attention kernel worked here: " + "; ".join(errors))

@@ -1,0 +1,95 @@
+"""labsupport.check.ch04: each check passes the reference, fails plausible mistakes and
+hard-coded answers, and reports an untouched stub as not attempted."""
+from __future__ import annotations
+
+import numpy as np
+
+from labsupport.check import ch04 as check
+from labsupport.packing import first_fit_decreasing, get_ltor_masks_and_position_ids, padding_share
+
+
+def stub(*args):
+    raise NotImplementedError("exercise")
+
+
+GOOD_Q4 = {"a_padding_share": 1 - 300 / 4096, "a_wasted": ["compute", "memory", "throughput"],
+           "b_examples_per_pack": 13, "b_speedup": 4096 / 300,
+           "c_must_do": ["block_mask", "reset_positions", "boundary_loss"],
+           "why": "Padding burns compute and memory on empty slots; packing fills them, but each example must "
+                  "stay isolated in attention, positions and loss."}
+
+
+def test_q1_padding_share(capsys):
+    assert check.q1(padding_share).passed
+    real_share = lambda lengths, s: sum(lengths) / (len(lengths) * s)                # the complement
+    batch_max = lambda lengths, s: 1 - sum(lengths) / (len(lengths) * max(lengths))  # padded to the longest
+    hard_coded = lambda lengths, s: 0.9268
+    for wrong in (real_share, batch_max, hard_coded):
+        assert check.q1(wrong).status == "failed"
+    assert check.q1(stub).status == "not attempted"
+    assert "hint:" in capsys.readouterr().out
+
+
+def test_q2_first_fit_decreasing():
+    assert check.q2(lambda lengths, p: first_fit_decreasing(lengths, p).tolist()).passed
+
+    def naive(lengths, pack_size, decreasing=True, best=False):
+        order = sorted(range(len(lengths)), key=lambda i: -lengths[i]) if decreasing else range(len(lengths))
+        bins, room = [], []
+        for i in order:
+            fits = [b for b in range(len(bins)) if room[b] >= lengths[i]]
+            if fits:
+                b = min(fits, key=lambda b: room[b]) if best else fits[0]
+                bins[b].append(i)
+                room[b] -= lengths[i]
+            else:
+                bins.append([i])
+                room.append(pack_size - lengths[i])
+        return bins
+
+    assert check.q2(naive).passed                                        # any tie order among equal lengths
+    assert check.q2(lambda l, p: naive(l, p, decreasing=False)).status == "failed"   # plain first fit
+    assert check.q2(lambda l, p: naive(l, p, best=True)).status == "failed"          # best fit
+    assert check.q2(lambda l, p: [[i] for i in range(len(l))]).status == "failed"    # no packing
+    assert check.q2(lambda l, p: naive(l, p + 5)).status == "failed"                 # overfull packs
+    assert check.q2(stub).status == "not attempted"
+
+
+def test_q3_positions_and_mask():
+    def reference(tokens, eod):
+        mask, _, pos = get_ltor_masks_and_position_ids(tokens, eod, True, True, False)
+        return pos, mask[0]
+
+    def inverted(tokens, eod):
+        pos, mask = reference(tokens, eod)
+        return pos, ~mask
+
+    def restart_at_eod(tokens, eod):  # positions restart *at* the EOD instead of after it
+        pos, mask = reference(tokens, eod)
+        out, p = [], 0
+        for t in np.asarray(tokens):
+            p = 0 if t == eod else p
+            out.append(p)
+            p += 1
+        return np.array(out), mask
+
+    def causal_only(tokens, eod):
+        mask, _, pos = get_ltor_masks_and_position_ids(tokens, eod, True, False, False)
+        return pos, mask
+
+    assert check.q3(reference).passed
+    assert check.q3(lambda t, e: tuple(x.numpy() for x in reference(t, e))).passed    # numpy is fine
+    for wrong in (inverted, restart_at_eod, causal_only):
+        assert check.q3(wrong).status == "failed", wrong.__name__
+    assert check.q3(stub).status == "not attempted"
+
+
+def test_q4_exercise_3():
+    result = check.q4(lambda: dict(GOOD_Q4))
+    assert result.passed and "why" in result.manual
+    for key, bad in (("a_padding_share", 300 / 4096), ("a_wasted", ["compute", "examples"]),
+                     ("b_examples_per_pack", 1), ("b_speedup", 2.0), ("c_must_do", ["block_mask"]),
+                     ("c_must_do", ["block_mask", "reset_positions", "boundary_loss", "raise_lr"]),
+                     ("why", "")):
+        assert check.q4(lambda: {**GOOD_Q4, key: bad}).status == "failed", key
+    assert check.q4(stub).status == "not attempted"
