@@ -1,0 +1,1130 @@
+"""Data blending — chapter 3 (데이터 블렌딩, book §6.2.5): weighted domain mixing, exactly as
+Megatron-Core builds it, with the over-sampling it causes made visible.
+
+The book's config ``data_prefix: [0.6, /data/web, 0.25, /data/code, 0.15, /data/books]`` names
+binary datasets (chapter 2) and their weights.  Megatron-Core turns it into two arrays,
+``dataset_index[i]`` (which dataset the i-th blended sample comes from) and
+``dataset_sample_index[i]`` (which sample of that dataset), built by a greedy rule in compiled
+C++ (``megatron/core/datasets/helpers.cpp``): for step ``i`` with ``x = max(i, 1)`` pick the
+dataset ``d`` with the largest error ``w_d * x - count_d`` (lowest index on exact ties).
+
+Public names (the chapter's contract):
+
+* :func:`get_blend_from_list` — the ``data_prefix`` list → ``(prefixes, weights | None)``,
+  Megatron's rules, stricter on bad input; :func:`normalize_weights`.
+* :func:`build_blending_indices`, :func:`build_exhaustive_blending_indices` — output identical to
+  megatron-core's ``helpers`` for every valid input, float rounding and tie order included
+  (``tests/test_crosscheck_blending.py``); :func:`greedy_step` and
+  :func:`reference_blending_indices` are the rule written out plainly, for teaching.
+* :func:`samples_per_dataset` — Megatron's per-dataset sample requests with its 0.5 % surplus.
+* :class:`BlendedDataset` — ``len``/``ds[i]`` over GPT sample datasets (chapter 4) or plain
+  indexed datasets (chapter 2); refuses over-draws and mixed tokenizers up front.
+* :func:`blend_report` / :class:`BlendReport` — target vs realised share, samples drawn, unique
+  samples and epochs per dataset, with a warning above an epoch threshold the caller sets.
+* :func:`expected_epochs`, :func:`cap_weights`, :func:`exact_duplicates` — the arithmetic of
+  the chapter's exercises and its dedup note.
+
+How the indices are built without compiled code (numpy only).  The greedy is sequential, but
+its state is just the count vector, and from a state close to the true one it usually falls back
+into the true sequence within a few cycles.  So the ``size`` steps are cut into ``P`` chunks that
+run *side by side* (each numpy operation advances every chunk by one step); each chunk starts
+``K`` steps early from a guessed count vector (the exact counts after a short prefix plus the
+largest remainder of ``w * steps``), and every guess is then **verified**: chunk ``j`` is exact
+when its count vector at its first step equals chunk ``j-1``'s at that same step (an exact
+predecessor gives the true state, and the greedy is deterministic from a state).  Chunks that
+fail are re-run from their predecessor's state (stopping where they rejoin their stored
+trajectory), or re-guessed from the last proven state, until every chunk is proven exact; the
+result is identical to the sequential loop by induction, whatever the weights.  Every error is
+evaluated with the same IEEE operations as the C++ (``fl(fl(w * x) - count)``, no fused
+multiply-add; the shipped ``helpers_cpp`` contains no FMA instruction), and the argmax takes the
+first maximum.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import numbers
+import operator
+import os
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence, Union
+
+import numpy as np
+
+from .tokenizer import TokenizerMismatchError
+
+__all__ = [
+    "BlendError", "OverdrawError", "TokenizerMismatchError",
+    "get_blend_from_list", "normalize_weights",
+    "build_blending_indices", "build_exhaustive_blending_indices",
+    "greedy_step", "reference_blending_indices",
+    "samples_per_dataset", "megatron_blend_size", "DEFAULT_SURPLUS",
+    "tokenizer_fingerprint", "check_same_tokenizer",
+    "BlendedDataset", "BlendRow", "BlendReport", "blend_report",
+    "expected_epochs", "cap_weights", "exact_duplicates",
+]
+
+PathLike = Union[str, os.PathLike]
+
+#: Megatron-Core's ``mid_level_dataset_surplus`` default: each dataset is asked for 0.5 % more.
+DEFAULT_SURPLUS: float = 0.005
+#: int16 dataset ids: Megatron asserts fewer than this many datasets.
+MAX_DATASETS: int = 32767
+
+
+class BlendError(ValueError):
+    """A blend that cannot work: bad ``data_prefix`` entry, bad weights or sizes."""
+
+
+class OverdrawError(BlendError, IndexError):
+    """The blend takes more samples from a dataset than it holds (Megatron raises IndexError)."""
+
+
+# =============================================================================================
+# data_prefix lists
+# =============================================================================================
+def _as_weight(item: Any) -> float | None:
+    """The float a ``data_prefix`` entry stands for, or None when it is a path."""
+    if isinstance(item, bool):
+        return None
+    if isinstance(item, numbers.Real):
+        return float(item)
+    if isinstance(item, str):
+        try:
+            return float(item)
+        except ValueError:
+            return None
+    return None
+
+
+def _check_weight(value: float, where: str) -> None:
+    if math.isnan(value):
+        raise BlendError(f"{where}: weight is NaN; write a finite number ≥ 0")
+    if math.isinf(value):
+        raise BlendError(f"{where}: weight is infinite; write a finite number ≥ 0")
+    if value < 0:
+        raise BlendError(f"{where}: weight {value:g} is negative; weights are shares, write a number ≥ 0")
+
+
+def get_blend_from_list(items: Sequence[Any] | None, *, check_files: bool = True
+                        ) -> tuple[list[str], list[float] | None] | None:
+    """Parse a ``data_prefix`` list as Megatron-Core does, refusing what it silently accepts.
+
+    ``[0.6, "web", 0.25, "code", 0.15, "books"]`` (numbers or numeric strings) → ``(["web",
+    "code", "books"], [0.6, 0.25, 0.15])``; a list of prefixes only → ``(prefixes, None)``
+    (Megatron then weights datasets by their size).  Weights are returned as given (floats, not
+    normalised); prefixes are stripped of surrounding whitespace.  ``None`` → ``None``.
+
+    Raises :class:`BlendError` naming the entry (0-based position in the list) for: an empty
+    list; a negative, NaN or infinite weight; weights that are all zero; a list mixing weights
+    and prefixes that is not strict ``weight, prefix`` pairs (Megatron treats such a list as all
+    prefixes); an empty prefix.  With ``check_files`` (default), raises FileNotFoundError naming
+    the entry when ``<prefix>.bin`` or ``<prefix>.idx`` is missing.
+    """
+    if items is None:
+        return None
+    if isinstance(items, (str, bytes, os.PathLike)) or not isinstance(items, Sequence):
+        raise BlendError(f"data_prefix must be a list like [0.6, 'web', 0.4, 'code'], got {type(items).__name__}")
+    items = list(items)
+    if not items:
+        raise BlendError("data_prefix is empty: give at least one dataset prefix")
+    as_weights = [_as_weight(it) for it in items]
+    numeric = [w is not None for w in as_weights]
+    if not any(numeric):
+        prefixes_raw = items
+        weights = None
+    else:
+        if not numeric[0]:
+            k = numeric.index(True)
+            raise BlendError(
+                f"data_prefix entry {k} ({items[k]!r}) is a number, but the list starts with a prefix "
+                f"(entry 0: {items[0]!r}): a weighted list is weight, prefix pairs like [0.6, 'web', 0.4, 'code'] "
+                f"(Megatron would silently read the whole list as prefixes). If entry {k} is a path, write it "
+                f"as './{items[k]}'")
+        if len(items) % 2:
+            first_weight = numeric.index(True)
+            raise BlendError(
+                f"data_prefix has {len(items)} entries and contains weights (entry {first_weight}: "
+                f"{items[first_weight]!r}): a weighted list is weight, prefix pairs, so its length is even. "
+                "Give every prefix a weight, or give no weights at all")
+        for pos, (it, is_num) in enumerate(zip(items, numeric)):
+            if pos % 2 == 0 and not is_num:
+                raise BlendError(
+                    f"data_prefix entry {pos} ({it!r}): expected a weight here — a weighted list alternates "
+                    "weight, prefix (e.g. [0.6, 'web', 0.4, 'code']); Megatron would silently read the whole "
+                    "list as prefixes")
+            if pos % 2 == 1 and is_num:
+                raise BlendError(
+                    f"data_prefix entry {pos} ({it!r}): expected a dataset prefix after weight entry {pos - 1}, "
+                    "got a number. If it really is a path, write it as './" + str(it) + "'")
+        weights = []
+        for pos in range(0, len(items), 2):
+            _check_weight(as_weights[pos], f"data_prefix entry {pos} ({items[pos]!r})")
+            weights.append(as_weights[pos])
+        if not any(w > 0 for w in weights):
+            raise BlendError(f"data_prefix weights {weights} are all zero: at least one dataset needs a weight > 0")
+        prefixes_raw = items[1::2]
+    offset, step = (0, 1) if weights is None else (1, 2)
+    prefixes: list[str] = []
+    for k, raw in enumerate(prefixes_raw):
+        pos = offset + step * k
+        if not isinstance(raw, (str, os.PathLike)):
+            raise BlendError(f"data_prefix entry {pos} ({raw!r}): a prefix must be a string path, "
+                             f"got {type(raw).__name__}")
+        prefix = os.fspath(raw).strip()
+        if not prefix:
+            raise BlendError(f"data_prefix entry {pos}: the prefix is empty")
+        if check_files:
+            _check_prefix_files(prefix, f"data_prefix entry {pos} ({prefix!r})")
+        prefixes.append(prefix)
+    return prefixes, weights
+
+
+def _check_prefix_files(prefix: str, where: str) -> None:
+    missing = [ext for ext in (".bin", ".idx") if not os.path.isfile(prefix + ext)]
+    if not missing:
+        return
+    hint = "preprocess the corpus first (chapter 2: python -m labsupport.preprocess … --output-prefix)"
+    stem, ext = os.path.splitext(prefix)
+    if ext in (".bin", ".idx") and os.path.isfile(stem + ".bin") and os.path.isfile(stem + ".idx"):
+        hint = f"a prefix has no extension: write {stem!r}"
+    elif os.path.isfile(prefix + "_text_document.idx"):
+        hint = f"did you mean {prefix + '_text_document'!r}? (preprocessing appends _<json key>_document)"
+    raise FileNotFoundError(f"{where}: {' and '.join(prefix + m for m in missing)} not found; {hint}")
+
+
+def _weights_array(weights: Any, what: str = "weights") -> np.ndarray:
+    try:
+        w = np.asarray(weights, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise BlendError(f"{what} must be numbers, got {weights!r:.80}") from exc
+    if w.ndim != 1 or w.size == 0:
+        raise BlendError(f"{what} must be a non-empty 1-D list of numbers, got shape {w.shape}")
+    if w.size > MAX_DATASETS:
+        raise BlendError(f"{w.size} datasets: dataset ids are int16, so at most {MAX_DATASETS} can be blended")
+    for d, v in enumerate(w.tolist()):
+        _check_weight(v, f"{what}[{d}]")
+    if not (w > 0).any():
+        raise BlendError(f"{what} are all zero: at least one dataset needs a weight > 0")
+    return w
+
+
+def normalize_weights(weights: Sequence[float]) -> list[float]:
+    """``w / sum(w)`` in float64, as Megatron-Core's ``utils.normalize`` (same doubles).
+
+    Raises :class:`BlendError` naming the position of a negative, NaN or infinite weight, and
+    for all-zero weights.
+    """
+    w = _weights_array(weights)
+    return (w / np.sum(w)).tolist()
+
+
+# =============================================================================================
+# the greedy rule
+# =============================================================================================
+def greedy_step(weights: Sequence[float], counts: Sequence[int], step: int) -> int:
+    """One step of Megatron's blending rule: the dataset the ``step``-th sample comes from.
+
+    ``x = max(step, 1)``; the error of dataset d is ``weights[d] * x - counts[d]`` (how far it is
+    behind its share); the largest error wins and on an exact tie the lowest index wins.
+    ``counts[d]``: samples already taken from d before this step.
+    """
+    x = float(max(int(step), 1))
+    best, best_err = 0, weights[0] * x - counts[0]
+    for d in range(1, len(weights)):
+        err = weights[d] * x - counts[d]
+        if err > best_err:
+            best, best_err = d, err
+    return best
+
+
+def reference_blending_indices(weights: Sequence[float], size: int, *, start: int = 0,
+                               counts: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The rule as a plain Python loop (the readable reference; slow: ~1 µs per step and dataset).
+
+    Steps ``start .. start + size - 1`` from ``counts`` (default: all zero at step 0); resuming
+    from the counts reached at step ``start`` continues the uninterrupted sequence exactly.
+    Returns ``(dataset_index int16[size], dataset_sample_index int64[size])``.
+    """
+    w = [float(v) for v in weights]
+    c = [0] * len(w) if counts is None else [int(v) for v in counts]
+    dl, sl, _ = _sequential(w, int(size), c, int(start))
+    return np.array(dl, dtype=np.int16), np.array(sl, dtype=np.int64)
+
+
+def _sequential(w: list[float], size: int, counts: list[int], start: int
+                ) -> tuple[list[int], list[int], list[int]]:
+    """Megatron's loop, literally, on Python floats (IEEE doubles, same operations)."""
+    n = len(w)
+    dl = [0] * size
+    sl = [0] * size
+    for k in range(size):
+        x = float(max(start + k, 1))
+        best = 0
+        best_err = w[0] * x - counts[0]
+        for d in range(1, n):
+            err = w[d] * x - counts[d]
+            if err > best_err:
+                best_err = err
+                best = d
+        dl[k] = best
+        sl[k] = counts[best]
+        counts[best] += 1
+    return dl, sl, counts
+
+
+class _Lockstep:
+    """Advances P chunks of the greedy by one step per call; counts laid out (n, P), float64.
+
+    ``x`` (P,) holds each chunk's ``max(step, 1)`` as float64 (exact integers); for n > 4 it is
+    also kept broadcast as ``X`` (n, P) because a full-array multiply is faster than a
+    broadcasting one.  The argmax over datasets (first maximum) is computed across all chunks at
+    once: column maxima, then the first row equal to its column maximum
+    (``n - max((E == m) * (n - d))``); for n ≤ 4 a strict ``>`` scan from d = 0, as in the C++.
+    """
+
+    def __init__(self, w: np.ndarray, x0: np.ndarray) -> None:
+        n, P = w.size, x0.size
+        self.n, self.P = n, P
+        self.x = np.array(x0, dtype=np.float64)
+        self.E = np.empty((n, P))
+        self.m = np.empty(P)
+        self.gt = np.empty(P, dtype=bool)
+        self.idx = np.empty(P, dtype=np.intp)
+        self.flat = np.empty(P, dtype=np.intp)
+        self.cols = np.arange(P, dtype=np.intp)
+        if n <= 4:
+            self.wcol = w[:, None]
+        else:
+            self.W = np.repeat(w[:, None], P, axis=1)
+            self.X = np.repeat(self.x[None, :], n, axis=0)
+            self.eq = np.empty((n, P), dtype=bool)
+            small = np.uint8 if n < 255 else np.uint16
+            self.rev = (n - np.arange(n)).astype(small)[:, None]
+            self.tmp = np.empty((n, P), dtype=small)
+            self.r = np.empty(P, dtype=small)
+
+    def set_x(self, col: int, value: float) -> None:
+        """Override one chunk's x (step 0 of the blend uses max(0, 1) = 1)."""
+        self.x[col] = value
+        if self.n > 4:
+            self.X[:, col] = value
+
+    def step(self, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Errors ``fl(fl(w*x) - C)``, first argmax per chunk; counts updated in place, x += 1.
+
+        Returns (dataset index (P,), the chosen dataset's count before the step (P,)).
+        """
+        E, n = self.E, self.n
+        idx = self.idx
+        if n <= 4:
+            np.multiply(self.wcol, self.x, out=E)
+            np.subtract(E, C, out=E)
+            np.greater(E[1], E[0], out=self.gt)
+            np.copyto(idx, self.gt, casting="unsafe")
+            if n > 2:
+                np.maximum(E[0], E[1], out=self.m)
+                for d in range(2, n):
+                    np.greater(E[d], self.m, out=self.gt)
+                    np.copyto(idx, d, where=self.gt)
+                    if d + 1 < n:
+                        np.maximum(self.m, E[d], out=self.m)
+        else:
+            np.multiply(self.W, self.X, out=E)
+            np.subtract(E, C, out=E)
+            np.maximum.reduce(E, axis=0, out=self.m)
+            np.equal(E, self.m, out=self.eq)
+            eq = self.eq.view(np.uint8) if self.tmp.dtype == np.uint8 else self.eq
+            np.multiply(eq, self.rev, out=self.tmp)
+            np.maximum.reduce(self.tmp, axis=0, out=self.r)
+            np.subtract(n, self.r, out=idx, casting="unsafe")
+            self.X += 1.0
+        self.x += 1.0
+        np.multiply(idx, self.P, out=self.flat)
+        self.flat += self.cols
+        Cf = C.reshape(-1)
+        before = Cf[self.flat]
+        Cf[self.flat] += 1.0
+        return idx, before
+
+
+def _effective_weights(w: np.ndarray) -> np.ndarray:
+    """Weights summing to 1 that make the same choices as ``w`` (exact arithmetic), for guessing.
+
+    Moving every active dataset's weight by the same amount does not change the argmax of
+    ``w_d * x - c_d``, so unnormalised weights act like ``w - lam`` with
+    ``lam = (sum - 1) / n_active``; datasets pushed to ≤ 0 are never picked and drop out.
+    """
+    total = float(w.sum())
+    if abs(total - 1.0) < 1e-12:
+        return w
+    active = np.ones(w.size, dtype=bool)
+    while True:
+        lam = (float(w[active].sum()) - 1.0) / int(active.sum())
+        out = np.where(active, w - lam, 0.0)
+        drop = active & (out <= 0)
+        if not drop.any() or drop.sum() == active.sum():
+            return np.maximum(out, 0.0)
+        active &= ~drop
+
+
+def _guess_counts(w_eff: np.ndarray, steps: np.ndarray, base: np.ndarray | None = None,
+                  base_step: int = 0) -> np.ndarray:
+    """Count vectors (n, P) near the greedy's state at each of ``steps`` (all ≥ ``base_step``):
+    ``base`` (the exact counts at ``base_step``, default zeros) plus the largest remainder of
+    ``w_eff * (step - base_step)``.  Counts of datasets that stopped being picked (a zero weight
+    taken once on an exact tie, say) are carried over from ``base`` instead of guessed."""
+    n = w_eff.size
+    delta = (steps - base_step).astype(np.float64)
+    ideal = w_eff[:, None] * delta[None, :]
+    C = np.floor(ideal)
+    rem = delta - C.sum(axis=0)
+    order = np.argsort(-(ideal - C), axis=0, kind="stable")
+    ranks = np.empty_like(order)
+    np.put_along_axis(ranks, order, np.arange(n)[:, None], axis=0)
+    C += ranks < rem[None, :]
+    np.maximum(C, 0, out=C)
+    if base is not None:
+        C += np.asarray(base, dtype=np.float64)[:, None]
+    return C
+
+
+#: below this many step × dataset evaluations the plain Python loop is the fastest path
+_SEQUENTIAL_WORK = 20_000
+
+
+class _Chunks:
+    """The chunked run of the greedy: chunk j owns steps ``j*B .. j*B+B-1`` of the output."""
+
+    def __init__(self, w: np.ndarray, size: int, chunks: int | None, warmup: int | None) -> None:
+        n = w.size
+        self.w, self.n, self.size = w, n, size
+        self.w_eff = _effective_weights(w)
+        if warmup is None:
+            pos = self.w_eff[self.w_eff > 0]
+            warmup = int(np.clip(8.0 / pos.min(), 32, 512)) if pos.size else 64
+        self.K = K = int(warmup)
+        if chunks is None:
+            chunks = 4000 if n <= 4 else max(64, 50_000 // (n + 8))
+        self.B = B = int(max(4 * K, -(-size // int(chunks))))
+        self.P = P = -(-size // B)
+        self.di = np.empty(P * B, dtype=np.int16)
+        self.si = np.empty(P * B, dtype=np.int64)
+        self.D2, self.S2 = self.di.reshape(P, B), self.si.reshape(P, B)
+        self.firsts = np.arange(P, dtype=np.int64) * B
+        # count vectors every M local steps (int32, at most ~32 MB): a re-run chunk stops as soon
+        # as it is back on its stored trajectory
+        self.M = max(32, -(-B * n * P * 4 // (32 << 20)))
+        self.snaps = np.empty(((B - 1) // self.M, n, P), dtype=np.int32)
+        self.start_state = np.zeros((n, P))
+        self.end_state = np.zeros((n, P))
+
+    def run(self, sub: np.ndarray, first_state: np.ndarray, seed_state: np.ndarray, seed_step: int) -> None:
+        """Run chunks ``sub`` (ascending, contiguous) side by side, warm-up included.
+
+        ``sub[0]`` starts exactly from ``first_state``; the others from guesses around
+        ``seed_state`` (exact counts at ``seed_step``), ``K`` steps before their first step.
+        """
+        K, B, M = self.K, self.B, self.M
+        firsts = self.firsts[sub]
+        s0 = firsts - K                           # only sub[0] can start before seed_step: its
+        C = _guess_counts(self.w_eff, np.maximum(s0, seed_step), seed_state, seed_step)  # guess is replaced
+        full = sub.size == self.P
+        rows = slice(None) if full else sub
+        ls = _Lockstep(self.w, np.maximum(s0, 0).astype(np.float64))
+        at_zero = firsts[0] == 0
+        for t in range(B + K):
+            local = t - K
+            if local == 0:
+                C[:, 0] = first_state                         # the first chunk's exact start
+                if at_zero:
+                    ls.set_x(0, 1.0)                          # Megatron's max(step, 1) at step 0
+                self.start_state[:, rows] = C
+            elif local > 0 and local % M == 0:
+                self.snaps[local // M - 1][:, rows] = C
+            idx, before = ls.step(C)
+            if local == 0 and at_zero:
+                ls.set_x(0, 1.0)                              # step 1 is x = 1 too
+            if local >= 0:
+                self.D2[rows, local] = idx
+                self.S2[rows, local] = before
+        self.end_state[:, rows] = C
+
+    def rerun(self, todo: np.ndarray) -> None:
+        """Re-run chunks ``todo`` from their predecessors' end states, until each rejoins its
+        stored trajectory (a snapshot matches) or ends."""
+        B, M = self.B, self.M
+        Cr = np.ascontiguousarray(self.end_state[:, todo - 1])
+        self.start_state[:, todo] = Cr
+        lr = _Lockstep(self.w, self.firsts[todo].astype(np.float64))
+        for t in range(B):
+            if t and t % M == 0:
+                k = t // M - 1
+                if k < self.snaps.shape[0]:
+                    merged = (self.snaps[k][:, todo] == Cr).all(axis=0)
+                    if merged.any():
+                        keep = ~merged
+                        todo, Cr = todo[keep], np.ascontiguousarray(Cr[:, keep])
+                        if todo.size == 0:
+                            return
+                        lr = _Lockstep(self.w, (self.firsts[todo] + t).astype(np.float64))
+                    self.snaps[k][:, todo] = Cr
+            idx, before = lr.step(Cr)
+            self.D2[todo, t] = idx
+            self.S2[todo, t] = before
+        self.end_state[:, todo] = Cr
+
+    def unproven(self) -> np.ndarray:
+        """Chunks not yet proven exact (chunk 0 is; chunk j is when chunk j-1 is and j's start
+        state equals j-1's end state)."""
+        same = np.ones(self.P, dtype=bool)
+        same[1:] = (self.start_state[:, 1:] == self.end_state[:, :-1]).all(axis=0)
+        return np.flatnonzero(~np.logical_and.accumulate(same))
+
+
+def _chunked(w: np.ndarray, size: int, *, chunks: int | None = None, warmup: int | None = None,
+             stats: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The greedy for ``size`` steps, chunks run side by side and proven exact (module docstring)."""
+    ch = _Chunks(w, size, chunks, warmup)
+    n = w.size
+    # the exact counts after a short prefix seed the guesses (a dataset taken once on an early
+    # exact tie and never again keeps that count everywhere)
+    t0 = int(max(0, min(ch.B - ch.K, 512)))
+    _, _, seed = _sequential(w.tolist(), t0, [0] * n, 0)
+    ch.run(np.arange(ch.P), np.zeros(n), np.array(seed, dtype=np.float64), t0)
+    rounds = reseeds = 0
+    while True:
+        todo = ch.unproven()
+        if todo.size == 0:
+            break
+        rounds += 1
+        if rounds <= 2 or reseeds >= 3:
+            ch.rerun(todo if reseeds < 3 else todo[:1])
+        else:                                                # re-seed every unproven chunk from
+            reseeds += 1                                     # the last proven state
+            j = int(todo[0])
+            exact = ch.end_state[:, j - 1].copy()
+            ch.run(np.arange(j, ch.P), exact, exact, int(ch.firsts[j]))
+    if stats is not None:
+        stats.update(chunks=ch.P, chunk_steps=ch.B, warmup=ch.K, snapshot_every=ch.M,
+                     repair_rounds=rounds, reseeds=reseeds)
+    return ch.di[:size], ch.si[:size]
+
+
+def _check_size(size: Any, what: str = "size") -> int:
+    try:
+        s = operator.index(size)
+    except TypeError:
+        raise BlendError(f"{what} must be an integer number of samples, got {size!r}") from None
+    if s < 0:
+        raise BlendError(f"{what} must be ≥ 0, got {s}")
+    return s
+
+
+def build_blending_indices(weights: Sequence[float], size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Megatron-Core's ``helpers.build_blending_indices``, output identical for every valid input.
+
+    Args:
+        weights: one weight ≥ 0 per dataset (finite, not all zero); used as given — Megatron's
+            ``BlendedDataset`` passes normalised weights (see :func:`normalize_weights`).
+        size: number of blended samples.
+
+    Returns:
+        ``(dataset_index, dataset_sample_index)``: int16 array of shape (size,) — the dataset of
+        each sample — and int64 array (size,) — its index within that dataset (0, 1, 2, … per
+        dataset, in order).
+    """
+    w = _weights_array(weights)
+    size = _check_size(size)
+    n = w.size
+    if size == 0:
+        return np.empty(0, dtype=np.int16), np.empty(0, dtype=np.int64)
+    if n == 1:
+        return np.zeros(size, dtype=np.int16), np.arange(size, dtype=np.int64)
+    if size * n <= _SEQUENTIAL_WORK:
+        return reference_blending_indices(w.tolist(), size)
+    return _chunked(w, size)
+
+
+def build_exhaustive_blending_indices(sizes: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Megatron-Core's ``helpers.build_exhaustive_blending_indices``: every sample exactly once.
+
+    ``sizes[d]`` samples are taken from dataset d (all of them), interleaved by the greedy rule
+    with weights ``sizes / sum(sizes)`` and the argmax restricted to datasets not yet used up.
+    Returns int16 and int64 arrays of shape (sum(sizes),).  Raises :class:`BlendError` for a size
+    ≤ 0 (megatron-core loops forever on an empty dataset).
+    """
+    try:
+        raw = [operator.index(s) for s in sizes]
+    except TypeError:
+        raise BlendError(f"sizes must be integers (samples per dataset), got {list(sizes)!r:.80}") from None
+    if not raw:
+        raise BlendError("sizes is empty: give one sample count per dataset")
+    if len(raw) > MAX_DATASETS:
+        raise BlendError(f"{len(raw)} datasets: at most {MAX_DATASETS} can be blended")
+    for d, s in enumerate(raw):
+        if s <= 0:
+            raise BlendError(f"sizes[{d}] = {s}: every dataset needs at least one sample "
+                             "(drop empty datasets from the blend; megatron-core would never terminate)")
+    sz = np.array(raw, dtype=np.int64)
+    total = int(sz.sum())
+    w = sz / float(total)
+    n = sz.size
+    if n == 1:
+        return np.zeros(total, dtype=np.int16), np.arange(total, dtype=np.int64)
+    # Before the first step at which the unrestricted greedy picks a used-up dataset, the
+    # restricted argmax is the same; that step comes within a few samples of the end.
+    if total * n <= _SEQUENTIAL_WORK:
+        di, si, p, counts = np.empty(total, np.int16), np.empty(total, np.int64), 0, [0] * n
+    else:
+        di, si = _chunked(w, total)
+        over = np.flatnonzero(si >= sz[di])
+        p = int(over[0]) if over.size else total
+        counts = np.bincount(di[:p], minlength=n).tolist()
+    wl, szl = w.tolist(), sz.tolist()
+    unspent = [d for d in range(n) if counts[d] < szl[d]]
+    for i in range(p, total):
+        x = float(max(i, 1))
+        best, best_err = -1, -math.inf
+        for d in unspent:
+            err = wl[d] * x - counts[d]
+            if err > best_err:
+                best, best_err = d, err
+        di[i] = best
+        si[i] = counts[best]
+        counts[best] += 1
+        if counts[best] == szl[best]:
+            unspent.remove(best)
+    return di, si
+
+
+# =============================================================================================
+# per-dataset sample counts (Megatron's builder)
+# =============================================================================================
+def samples_per_dataset(weights: Sequence[float], size: int, surplus: float = DEFAULT_SURPLUS) -> list[int]:
+    """Samples Megatron asks each dataset for: ``ceil(ceil(size * w) * (1 + surplus))``.
+
+    ``weights`` are normalised first (as the builder does).  With ``surplus=0`` this is the
+    per-dataset *target*; Megatron's blend then has ``sum(targets)`` samples
+    (:func:`megatron_blend_size`), a little more than ``size``.
+    """
+    w = normalize_weights(weights)
+    size = _check_size(size)
+    if not (surplus >= 0 and math.isfinite(surplus)):
+        raise BlendError(f"surplus must be a finite number ≥ 0, got {surplus!r}")
+    return [int(math.ceil(math.ceil(size * wd) * (1 + surplus))) for wd in w]
+
+
+def megatron_blend_size(weights: Sequence[float], size: int) -> int:
+    """The length of the blend Megatron's builder makes for ``size`` requested samples:
+    ``sum(ceil(size * w))`` over the normalised weights."""
+    return int(sum(samples_per_dataset(weights, size, surplus=0.0)))
+
+
+# =============================================================================================
+# tokenizer fingerprints (chapter 1's invariant)
+# =============================================================================================
+def _sidecar_of(source: Any) -> dict | None:
+    """The labsupport sidecar dict behind a prefix, an IndexedDataset or a GPTDataset."""
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source) + ".json"
+        if not os.path.isfile(path):
+            return None
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return json.load(fh)
+        except (OSError, ValueError) as exc:
+            raise BlendError(f"{path}: unreadable sidecar ({exc}); re-run the preprocessing") from exc
+    meta = getattr(source, "metadata", None)
+    if isinstance(meta, dict):
+        return meta
+    inner = getattr(source, "dataset", None)        # chapter 4's GPTDataset wraps an indexed dataset
+    if inner is not None and inner is not source:
+        return _sidecar_of(inner)
+    return None
+
+
+def tokenizer_fingerprint(source: Any) -> str | None:
+    """The tokenizer fingerprint recorded beside a dataset (``<prefix>.json`` → tokenizer →
+    fingerprint), or None when there is no sidecar.  ``source``: a prefix, an
+    ``IndexedDataset`` or a ``GPTDataset`` over one."""
+    meta = _sidecar_of(source)
+    if not meta:
+        return None
+    tok = meta.get("tokenizer")
+    if isinstance(tok, dict) and isinstance(tok.get("fingerprint"), str):
+        return tok["fingerprint"]
+    return None
+
+
+def check_same_tokenizer(sources: Sequence[Any], names: Sequence[str] | None = None) -> str | None:
+    """Refuse to blend datasets tokenized by different tokenizers.
+
+    Returns the common fingerprint (None when no source records one).  Raises
+    :class:`~labsupport.tokenizer.TokenizerMismatchError` naming the first two datasets whose
+    fingerprints differ: their token ids mean different text, and a model trained on the mix
+    learns noise (book §6.2.4).
+    """
+    names = list(names) if names is not None else [f"dataset {d}" for d in range(len(sources))]
+    seen: tuple[str, str] | None = None
+    for name, src in zip(names, sources):
+        fp = tokenizer_fingerprint(src)
+        if fp is None:
+            continue
+        if seen is None:
+            seen = (name, fp)
+        elif fp != seen[1]:
+            raise TokenizerMismatchError(
+                f"cannot blend {seen[0]!r} and {name!r}: they were tokenized by different tokenizers "
+                f"(fingerprints {seen[1][:16]}… and {fp[:16]}…). Token ids of one mean other text in the "
+                "other; re-preprocess every dataset with the same tokenizer model (chapter 1, 2)")
+    return None if seen is None else seen[1]
+
+
+# =============================================================================================
+# BlendedDataset
+# =============================================================================================
+def _display_name(source: Any, d: int) -> str:
+    prefix = None
+    if isinstance(source, (str, os.PathLike)):
+        prefix = os.fspath(source)
+    else:
+        for obj in (source, getattr(source, "dataset", None)):
+            p = getattr(obj, "path_prefix", None)
+            if isinstance(p, (str, os.PathLike)):
+                prefix = os.fspath(p)
+                break
+    if prefix is None:
+        return f"dataset {d}"
+    base = os.path.basename(prefix.rstrip("/"))
+    for suffix in ("_text_document", "_document"):
+        if base.endswith(suffix):
+            base = base[: -len(suffix)]
+    return base or f"dataset {d}"
+
+
+def _samples_per_epoch(ds: Any) -> int:
+    """Distinct samples one pass over ``ds`` yields: a GPTDataset's samples per epoch, else len."""
+    tpe = getattr(ds, "tokens_per_epoch", None)
+    seq = getattr(ds, "seq_length", None)
+    if isinstance(tpe, numbers.Integral) and isinstance(seq, numbers.Integral) and seq > 0:
+        extra = int(getattr(ds, "extra", 1))
+        return max(1, (int(tpe) - extra) // int(seq))
+    return len(ds)
+
+
+def _identity(ds: Any) -> Any:
+    """A JSON-able description of a dataset, for the index cache key."""
+    for obj in (ds, getattr(ds, "dataset", None)):
+        p = getattr(obj, "path_prefix", None)
+        if isinstance(p, (str, os.PathLike)):
+            info: dict[str, Any] = {"prefix": os.path.abspath(os.fspath(p)), "len": len(ds),
+                                    "class": type(ds).__name__}
+            for key in ("seq_length", "seed", "num_samples", "num_epochs"):
+                if hasattr(ds, key):
+                    info[key] = getattr(ds, key)
+            return info
+    return {"class": type(ds).__name__, "len": len(ds)}
+
+
+class BlendedDataset:
+    """Megatron-Core's ``BlendedDataset``: one index over several datasets mixed by weight.
+
+    ``BlendedDataset(datasets, weights, size, seed)``; ``ds[i]`` is
+    ``{"dataset_id": d, **datasets[d][s]}`` for dict samples (chapter 4's GPT samples, as in
+    Megatron) or ``{"dataset_id": d, "dataset_sample_id": s, "tokens": sample}`` otherwise, with
+    ``d = dataset_index[i]`` and ``s = dataset_sample_index[i]``.
+
+    Args:
+        datasets: per dataset a path prefix (``.bin``/``.idx``), an ``IndexedDataset``, or a
+            ready sample dataset (anything with ``len`` and ``[i]``, e.g. ``GPTDataset``).
+            With ``seq_length`` set, prefixes and indexed datasets become chapter 4's
+            ``GPTDataset`` (the mid-level datasets of Megatron's builder), each asked for
+            :func:`samples_per_dataset` samples and shuffled with ``seed``; without it each
+            sequence (document) is one sample and a dataset cannot be drawn past its end.
+        weights: one weight > 0 per dataset, normalised here (Megatron's rule); with
+            ``size=None``, the number of samples to take from each dataset (integers), blended
+            with the exhaustive rule.
+        size: samples in the blend (``len``), or None for the exhaustive blend.
+        seed: the shuffle seed of the mid-level GPT datasets (the blend itself is not random:
+            the same weights and size always give the same order).
+        names: display names (default: prefix file names without ``_text_document``).
+        eod_token: end-of-document id for the GPT datasets (default: the sidecar's ``eod``).
+        surplus: Megatron's ``mid_level_dataset_surplus``.
+        cache_dir: where to keep the two index arrays as ``.npy`` (named by the md5 of a JSON
+            description, as Megatron does); a rebuilt blend loads them instead of recomputing.
+        check_tokenizer: refuse datasets whose sidecar tokenizer fingerprints differ.
+
+    Raises:
+        BlendError: bad weights, size or datasets; :class:`OverdrawError` (an IndexError) when
+        the blend would take more samples from a dataset than it holds — before any sample is
+        read (Megatron finds out only after building every dataset and index);
+        TokenizerMismatchError: datasets tokenized differently.
+    """
+
+    def __init__(self, datasets: Sequence[Any], weights: Sequence[float], size: int | None,
+                 seed: int = 0, *, names: Sequence[str] | None = None, seq_length: int | None = None,
+                 eod_token: int | None = None, surplus: float = DEFAULT_SURPLUS,
+                 cache_dir: PathLike | None = None, check_tokenizer: bool = True) -> None:
+        datasets = list(datasets)
+        if not datasets:
+            raise BlendError("no datasets to blend")
+        if len(datasets) > MAX_DATASETS:
+            raise BlendError(f"{len(datasets)} datasets: at most {MAX_DATASETS} can be blended")
+        weights = list(weights)
+        if len(weights) != len(datasets):
+            raise BlendError(f"{len(datasets)} datasets but {len(weights)} weights: give one weight per dataset")
+        self.names = [str(n) for n in names] if names is not None else \
+            [_display_name(src, d) for d, src in enumerate(datasets)]
+        if len(self.names) != len(datasets):
+            raise BlendError(f"{len(datasets)} datasets but {len(self.names)} names")
+        self.seed = int(seed)
+        self.size = None if size is None else _check_size(size)
+        self.surplus = float(surplus)
+        self.seq_length = None if seq_length is None else int(seq_length)
+        self._eod_token = None if eod_token is None else int(eod_token)
+        if self.size is None:
+            try:
+                counts = [operator.index(w) for w in weights]
+            except TypeError:
+                raise BlendError("with size=None the weights are sample counts per dataset and must be "
+                                 f"integers, got {weights!r:.80}") from None
+            for d, c in enumerate(counts):
+                if c <= 0:
+                    raise BlendError(f"weights[{d}] ({self.names[d]!r}) = {c}: every dataset needs a count > 0")
+            self.weights = [float(c) for c in counts]
+            self.requested = counts
+        else:
+            w = _weights_array(weights)
+            for d, v in enumerate(w.tolist()):
+                if v <= 0:
+                    raise BlendError(
+                        f"weights[{d}] ({self.names[d]!r}) is 0: leave the dataset out of the blend "
+                        "(Megatron requires weights > 0; on exact ties a zero weight is still picked)")
+            self.weights = normalize_weights(w)
+            self.requested = samples_per_dataset(self.weights, self.size, surplus)
+        # sources → sample datasets; fingerprints are checked before anything is built
+        opened = [self._open(src, self.names[d]) for d, src in enumerate(datasets)]
+        self.fingerprint = check_same_tokenizer(opened, self.names) if check_tokenizer else None
+        self.dataset_index, self.dataset_sample_index = self._indices(opened, cache_dir)
+        self.counts = np.bincount(self.dataset_index, minlength=len(opened)).astype(np.int64)
+        # datasets used as they are can be checked before anything else is built
+        self._check_overdraw([None if self._wraps(ds) else ds for ds in opened])
+        self.datasets = [self._mid_level(ds, d) for d, ds in enumerate(opened)]
+        self._check_overdraw(self.datasets)
+
+    # -- construction helpers
+    def _open(self, src: Any, name: str) -> Any:
+        if isinstance(src, (str, os.PathLike)):
+            from .indexed import IndexedDataset
+
+            _check_prefix_files(os.fspath(src), f"dataset {name!r}")
+            return IndexedDataset(os.fspath(src))
+        if not (hasattr(src, "__len__") and hasattr(src, "__getitem__")):
+            raise BlendError(f"dataset {name!r}: expected a prefix or a dataset with len() and [i], "
+                             f"got {type(src).__name__}")
+        return src
+
+    def _wraps(self, ds: Any) -> bool:
+        """True when ``ds`` (an indexed dataset) becomes a GPT sample dataset here."""
+        return self.seq_length is not None and hasattr(ds, "sequence_lengths") and not hasattr(ds, "sample_index")
+
+    def _mid_level(self, ds: Any, d: int) -> Any:
+        if not self._wraps(ds):
+            return ds
+        from .packing import GPTDataset
+
+        eod = self._eod(ds, d)
+        num = None if self.size is None else self.requested[d]
+        return GPTDataset(ds, self.seq_length, num, self.seed, False, False, False, eod)
+
+    def _eod(self, ds: Any, d: int) -> int:
+        if self._eod_token is not None:
+            return self._eod_token
+        meta = _sidecar_of(ds) or {}
+        if isinstance(meta.get("eod"), int):
+            return int(meta["eod"])
+        raise BlendError(f"dataset {self.names[d]!r}: no eod id in its sidecar; pass eod_token=")
+
+    def _indices(self, opened: list[Any], cache_dir: PathLike | None) -> tuple[np.ndarray, np.ndarray]:
+        description = json.dumps({
+            "class": "BlendedDataset", "weights": self.weights, "size": self.size,
+            "datasets": [_identity(ds) for ds in opened], "names": self.names,
+        }, indent=1, sort_keys=True, default=str)
+        self.description = description
+        self.description_hash = hashlib.md5(description.encode("utf-8"), usedforsecurity=False).hexdigest()
+        paths = None
+        if cache_dir is not None:
+            base = Path(cache_dir)
+            base.mkdir(parents=True, exist_ok=True)
+            stem = f"{self.description_hash}-BlendedDataset"
+            paths = {k: base / f"{stem}-{k}" for k in ("description.txt", "dataset_index.npy",
+                                                        "dataset_sample_index.npy")}
+            if all(p.is_file() for p in paths.values()):
+                di = np.load(paths["dataset_index.npy"], allow_pickle=False)
+                si = np.load(paths["dataset_sample_index.npy"], allow_pickle=False)
+                expected = sum(self.requested) if self.size is None else self.size
+                if di.dtype == np.int16 and si.dtype == np.int64 and di.shape == si.shape == (expected,):
+                    self.cache_hit = True
+                    return di, si
+        self.cache_hit = False
+        if self.size is None:
+            di, si = build_exhaustive_blending_indices(self.requested)
+        else:
+            di, si = build_blending_indices(self.weights, self.size)
+        if paths is not None:
+            _atomic_write(paths["description.txt"], lambda fh: fh.write(description.encode("utf-8")))
+            _atomic_write(paths["dataset_index.npy"], lambda fh: np.save(fh, di, allow_pickle=False))
+            _atomic_write(paths["dataset_sample_index.npy"], lambda fh: np.save(fh, si, allow_pickle=False))
+        return di, si
+
+    def _check_overdraw(self, datasets: list[Any]) -> None:
+        for d, ds in enumerate(datasets):
+            if ds is None:
+                continue
+            have, take = len(ds), int(self.counts[d])
+            if take <= have:
+                continue
+            if self.size is None:
+                raise OverdrawError(f"dataset {d} ({self.names[d]!r}) holds {have} samples but the exhaustive "
+                                    f"blend takes {take}: lower its count to ≤ {have}")
+            share = self.weights[d]
+            raise OverdrawError(
+                f"the blend over-draws dataset {d} ({self.names[d]!r}): {self.size:,} samples at weight "
+                f"{share:.4f} take {take:,} samples from it, but it holds {have:,} "
+                f"({take / have:.2f}× its size). Megatron-Core raises IndexError for this only after "
+                "building every dataset and index (Megatron-LM #705). Lower its weight to about "
+                f"{max(have - 1, 0) / self.size:.4f} or less, lower size, or build it as a GPT sample dataset "
+                "(seq_length=...) that repeats epochs — then read blend_report() for the memorisation risk")
+
+    # -- access
+    def __len__(self) -> int:
+        return int(self.dataset_index.shape[0])
+
+    def __getitem__(self, idx: int) -> dict[str, Any]:
+        n = len(self)
+        i = operator.index(idx)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"sample {idx} out of range: this blend has {n} samples")
+        d = int(self.dataset_index[i])
+        s = int(self.dataset_sample_index[i])
+        sample = self.datasets[d][s]
+        if isinstance(sample, Mapping):
+            return {"dataset_id": d, **sample}
+        return {"dataset_id": d, "dataset_sample_id": s, "tokens": sample}
+
+    def samples_per_epoch(self) -> list[int]:
+        """Distinct samples in one pass over each dataset (GPT samples per epoch, or its length)."""
+        return [_samples_per_epoch(ds) for ds in self.datasets]
+
+    def report(self, warn_epochs: float = 4.0) -> "BlendReport":
+        """:func:`blend_report` of this blend (realised counts from its own index)."""
+        return blend_report(self.weights, self.samples_per_epoch(), len(self), names=self.names,
+                            warn_epochs=warn_epochs, dataset_index=self.dataset_index)
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{n}={w:.3f}" for n, w in zip(self.names, self.weights))
+        return f"BlendedDataset({len(self):,} samples: {parts})"
+
+
+def _atomic_write(path: Path, write) -> None:
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        with open(tmp, "wb") as fh:
+            write(fh)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+# =============================================================================================
+# the report
+# =============================================================================================
+@dataclass(frozen=True)
+class BlendRow:
+    """One dataset's line of a :class:`BlendReport` (samples are blended samples)."""
+
+    name: str
+    target: float          #: normalised weight (target share of the blend)
+    realised: float        #: drawn / blend size
+    drawn: int             #: samples the blend takes from this dataset
+    available: int         #: distinct samples in one epoch of the dataset
+    unique: int            #: distinct samples among those drawn: min(drawn, available)
+    epochs: float          #: drawn / available — how many times each sample is seen
+    warning: bool          #: epochs above the report's threshold
+
+
+@dataclass
+class BlendReport:
+    """Target vs realised blend and the epochs it costs each dataset (book §6.2.5, §6.2.9)."""
+
+    rows: list[BlendRow]
+    size: int
+    warn_epochs: float
+    max_deviation: float = 0.0          #: max over steps and datasets of |count - target*step|
+    warnings: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        head = (f"{'dataset':<10} {'target':>7} {'realised':>9} {'drawn':>9} {'per epoch':>10} "
+                f"{'unique':>8} {'epochs':>7}")
+        lines = [f"blend of {self.size:,} samples", head, "-" * len(head)]
+        for r in self.rows:
+            flag = "  ⚠" if r.warning else ""
+            lines.append(f"{r.name:<10} {r.target:7.3f} {r.realised:9.4f} {r.drawn:9,d} {r.available:10,d} "
+                         f"{r.unique:8,d} {r.epochs:7.2f}{flag}")
+        lines.extend(self.warnings)
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {"size": self.size, "warn_epochs": self.warn_epochs, "max_deviation": self.max_deviation,
+                "rows": [r.__dict__ for r in self.rows], "warnings": list(self.warnings)}
+
+    def plot_epochs(self, ax=None, title: str | None = None):
+        """Bar chart of epochs per dataset with the warning threshold; returns the axes."""
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            _, ax = plt.subplots(figsize=(6.0, 3.2))
+        colors = ["tab:red" if r.warning else "tab:blue" for r in self.rows]
+        ax.bar([r.name for r in self.rows], [r.epochs for r in self.rows], color=colors)
+        ax.axhline(self.warn_epochs, color="tab:red", ls="--", lw=1, label=f"warning above {self.warn_epochs:g} epochs")
+        for k, r in enumerate(self.rows):
+            ax.annotate(f"{r.epochs:.2f}", (k, r.epochs), ha="center", va="bottom", fontsize=8)
+        ax.set_ylabel("epochs (times each sample is seen)")
+        ax.set_title(title or f"epochs per dataset, blend of {self.size:,} samples")
+        ax.legend(loc="upper left", fontsize=8)
+        return ax
+
+
+def blend_report(weights: Sequence[float], samples_per_epoch: Sequence[int], size: int, *,
+                 names: Sequence[str] | None = None, warn_epochs: float = 4.0,
+                 dataset_index: np.ndarray | None = None) -> BlendReport:
+    """Per dataset: target share, realised share, samples drawn, unique samples, epochs.
+
+    Args:
+        weights: the blend weights (normalised here).
+        samples_per_epoch: distinct samples each dataset holds (e.g. tokens // seq_length).
+        size: samples in the blend (e.g. total training tokens // seq_length).
+        names: dataset names for the table.
+        warn_epochs: datasets seen more than this many times get a warning — the memorisation
+            risk of over-sampling a small dataset (book §6.2.9, "작은 데이터셋 과샘플링").
+        dataset_index: the blend's own index, if already built (else built here, exactly).
+    """
+    w = normalize_weights(weights)
+    size = _check_size(size)
+    avail = [operator.index(a) for a in samples_per_epoch]
+    if len(avail) != len(w):
+        raise BlendError(f"{len(w)} weights but {len(avail)} dataset sizes")
+    for d, a in enumerate(avail):
+        if a <= 0:
+            raise BlendError(f"samples_per_epoch[{d}] = {a}: a dataset must hold at least one sample")
+    names = [str(n) for n in names] if names is not None else [f"dataset {d}" for d in range(len(w))]
+    if not (warn_epochs > 0 and math.isfinite(warn_epochs)):
+        raise BlendError(f"warn_epochs must be a positive number, got {warn_epochs!r}")
+    if dataset_index is None:
+        dataset_index, _ = build_blending_indices(w, size)
+    di = np.asarray(dataset_index)
+    if di.shape != (size,):
+        raise BlendError(f"dataset_index has shape {di.shape}, expected ({size},)")
+    drawn = np.bincount(di, minlength=len(w)).astype(np.int64)
+    rows, warns = [], []
+    for d in range(len(w)):
+        epochs = drawn[d] / avail[d]
+        over = epochs > warn_epochs
+        rows.append(BlendRow(names[d], w[d], drawn[d] / size if size else 0.0, int(drawn[d]), avail[d],
+                             int(min(drawn[d], avail[d])), float(epochs), bool(over)))
+        if over:
+            warns.append(f"⚠ {names[d]}: {epochs:.1f} epochs > {warn_epochs:g} — each sample is seen "
+                         f"{epochs:.1f} times: memorisation risk (book §6.2.9). Lower its weight, add data, "
+                         "or accept it knowingly.")
+    return BlendReport(rows, size, float(warn_epochs), _max_deviation(di, w), warns)
+
+
+def _max_deviation(dataset_index: np.ndarray, weights: Sequence[float]) -> float:
+    """max over steps i (1..size) and datasets of |count_d after i samples - w_d * i|."""
+    size = dataset_index.shape[0]
+    if size == 0:
+        return 0.0
+    steps = np.arange(1, size + 1, dtype=np.float64)
+    worst = 0.0
+    for d, wd in enumerate(weights):
+        counts = np.cumsum(dataset_index == d, dtype=np.int64)
+        worst = max(worst, float(np.abs(counts - wd * steps).max()))
+    return worst
+
+
+# =============================================================================================
+# exercise arithmetic and the dedup note
+# =============================================================================================
+def expected_epochs(weights: Sequence[float], dataset_sizes: Sequence[float], total: float) -> list[float]:
+    """Epochs each dataset is seen: ``w_d * total / size_d`` (normalised weights).
+
+    ``dataset_sizes`` and ``total`` in the same unit (tokens, or samples): a code set of 2 B
+    tokens at weight 0.5 of a 100 B-token run is seen 25 times.
+    """
+    w = normalize_weights(weights)
+    sizes = [float(s) for s in dataset_sizes]
+    if len(sizes) != len(w):
+        raise BlendError(f"{len(w)} weights but {len(sizes)} dataset sizes")
+    for d, s in enumerate(sizes):
+        if not (s > 0 and math.isfinite(s)):
+            raise BlendError(f"dataset_sizes[{d}] = {s!r}: sizes must be positive")
+    if not (total >= 0 and math.isfinite(total)):
+        raise BlendError(f"total must be ≥ 0, got {total!r}")
+    return [wd * total / s for wd, s in zip(w, sizes)]
+
+
+def cap_weights(weights: Sequence[float], dataset_sizes: Sequence[float], total: float,
+                max_epochs: float) -> list[float]:
+    """The blend closest to ``weights`` that sees no dataset more than ``max_epochs`` times.
+
+    Datasets over the cap are set to exactly the cap (``max_epochs * size_d / total``); the
+    weight they lose goes to the others in proportion to their weights; repeated until no
+    dataset is over.  Returns normalised weights.  Raises :class:`BlendError` when even every
+    dataset at its cap cannot fill the run (``sum(caps) < 1`` over datasets with weight > 0).
+    """
+    w = np.array(normalize_weights(weights))
+    sizes = np.array(dataset_sizes, dtype=np.float64)
+    if sizes.shape != w.shape:
+        raise BlendError(f"{w.size} weights but {sizes.size} dataset sizes")
+    if not (max_epochs > 0 and math.isfinite(max_epochs)):
+        raise BlendError(f"max_epochs must be a positive number, got {max_epochs!r}")
+    if not (total > 0 and math.isfinite(total)):
+        raise BlendError(f"total must be a positive number, got {total!r}")
+    if not np.all(sizes > 0):
+        raise BlendError(f"dataset_sizes must be positive, got {sizes.tolist()}")
+    cap = max_epochs * sizes / total
+    usable = w > 0
+    if cap[usable].sum() < 1.0 - 1e-12:
+        raise BlendError(
+            f"no blend keeps every dataset under {max_epochs:g} epochs: at their caps the datasets "
+            f"fill {cap[usable].sum():.1%} of the {total:g} run; add data or shorten the run")
+    fixed = np.zeros(w.size, dtype=bool)
+    out = w.copy()
+    while True:
+        free = usable & ~fixed
+        room = 1.0 - cap[fixed].sum()
+        out = np.where(fixed, cap, 0.0)
+        out[free] = w[free] * room / w[free].sum() if free.any() else 0.0
+        over = free & (out > cap * (1 + 1e-12))
+        if not over.any():
+            return out.tolist()
+        fixed |= over
+
+
+def exact_duplicates(texts: Iterable[str]) -> list[list[int]]:
+    """Groups of positions whose texts are byte-identical (sha256), groups of 2+ only, in order.
+
+    The simplest of NeMo Curator's dedup stages (exact dedup); fuzzy (MinHash) and semantic
+    dedup catch near-copies too.
+    """
+    groups: dict[bytes, list[int]] = {}
+    for k, t in enumerate(texts):
+        groups.setdefault(hashlib.sha256(t.encode("utf-8")).digest(), []).append(k)
+    return [g for g in groups.values() if len(g) > 1]

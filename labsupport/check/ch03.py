@@ -1,0 +1,218 @@
+"""Checks for chapter 3 (data blending): one step of Megatron's greedy blending rule, epochs per
+dataset, weights under an epoch cap, and book exercise 2 (the coding assistant's blend).
+
+Every check draws fresh random inputs and compares the learner's function with the
+``labsupport.blending`` reference: :func:`~labsupport.blending.greedy_step`,
+:func:`~labsupport.blending.expected_epochs` and :func:`~labsupport.blending.cap_weights`.
+"""
+from __future__ import annotations
+
+import math
+import random
+
+from ..blending import cap_weights as _cap_weights
+from ..blending import expected_epochs as _expected_epochs
+from ..blending import greedy_step as _greedy_step
+from ..blending import reference_blending_indices
+from ._core import check, expect, short
+from ._core import summary as _summary
+
+CHAPTER = "ch03"
+
+#: Book exercise 2 (a): what changing the blend ratios does.
+EXERCISE_2_EFFECTS = {
+    "more_code_skill": "a larger code share gives the model more code to learn from: code ability improves",
+    "less_other": "at a fixed token budget the extra code tokens replace web/books tokens: general language "
+                  "and world knowledge can get worse",
+    "batch_mix": "the ratio is the mix of every batch the model sees, so it steers what the model becomes good at",
+    "no_effect": "the ratio does not matter as long as the total number of tokens stays the same",
+    "faster_steps": "a larger code share makes each training step faster",
+}
+#: Book exercise 2 (b): the risks of over-sampling a small high-quality code set at weight 0.5.
+EXERCISE_2_RISKS = {
+    "memorise": "each code sample is seen many times (many epochs): the model memorises it and can repeat it "
+                "verbatim (licences, secrets, personal data)",
+    "overfit": "held-out code loss stops improving or rises while training loss keeps falling; ability outside "
+               "the small set suffers",
+    "little_new": "the later passes add little new information: the tokens are spent but the model sees no "
+                  "new code",
+    "gpu_oom": "the GPU runs out of memory",
+    "tokenizer_breaks": "the tokenizer starts producing broken tokens",
+}
+#: Book exercise 2 (c): how to set and validate the ratios.
+EXERCISE_2_STEPS = {
+    "dedup_filter": "deduplicate and quality-filter each dataset first (NeMo Curator), then measure how many "
+                    "tokens are really left",
+    "epoch_budget": "compute epochs per dataset (weight × total tokens / dataset tokens) and keep small sets under "
+                    "a cap of a few epochs",
+    "per_domain_eval": "hold out a validation set per domain and watch each domain's loss plus a code benchmark "
+                       "during training",
+    "ablations": "run short ablations with a few candidate ratios and compare their evaluations before the big run",
+    "realised_blend": "check the realised blend from the built indices (samples drawn per dataset, epochs), e.g. "
+                      "with blend_report",
+    "equal_weights": "always give every dataset the same weight",
+    "max_quality": "put as much weight as possible on the highest-quality set",
+}
+_EFFECTS = {"more_code_skill", "less_other", "batch_mix"}
+_RISKS = {"memorise", "overfit", "little_new"}
+_STEPS = {"dedup_filter", "epoch_budget", "per_domain_eval", "ablations", "realised_blend"}
+
+
+def summary() -> None:
+    """Print this chapter's check results and score (last cell of the solutions notebook)."""
+    _summary(CHAPTER)
+
+
+def _weights(rng: random.Random, n: int) -> list[float]:
+    kind = rng.random()
+    if kind < 0.2:
+        return [1.0 / n] * n                                   # equal weights: ties everywhere
+    if kind < 0.35:
+        return [1.0 / 3.0] * n                                 # thirds (unnormalised for n != 3)
+    if kind < 0.55:
+        raw = [rng.randint(1, 4) for _ in range(n)]            # small integers: exact ties
+        return [r / sum(raw) for r in raw]
+    raw = [rng.random() + 1e-3 for _ in range(n)]
+    return [r / sum(raw) for r in raw]
+
+
+# ---------------------------------------------------------------------------------------------
+@check(CHAPTER, "q1", hint="x = max(step, 1); error_d = weights[d] * x - counts[d]; return the d with the "
+       "largest error, and on an exact tie the lowest index (scan from d = 0, replace only when strictly "
+       "greater). Compute the error exactly that way: w*x first, then subtract the count.")
+def q1(greedy_step) -> str:
+    rng = random.Random()
+    cases = 0
+    for k in range(300):
+        n = rng.choice([2, 2, 3, 3, 4, 5, 8])
+        if k < 60:                                              # exact ties, built on purpose
+            raw = [rng.randint(1, 4) for _ in range(n)]
+            raw[-1] += 16 - sum(raw) % 16 if sum(raw) % 16 else 0
+            w = [r / sum(raw) for r in raw]                    # dyadic weights: w * step is exact
+            step = sum(raw) * rng.randint(1, 50)
+            tied = [d for d in range(n) if rng.random() < 0.5] or [n - 1]
+            counts = [round(wd * step) + (0 if d in tied else rng.randint(1, 3)) for d, wd in enumerate(w)]
+        elif k % 2 == 0:                                        # a state the blend really reaches
+            w = _weights(rng, n)
+            step = rng.randint(0, 60)
+            di, _ = reference_blending_indices(w, step)
+            counts = [int((di == d).sum()) for d in range(n)]
+        else:                                                   # any state
+            w = _weights(rng, n)
+            step = rng.randint(0, 10_000)
+            counts = [rng.randint(0, max(1, step)) for _ in range(n)]
+        want = _greedy_step(w, counts, step)
+        x = float(max(step, 1))
+        errs = [wd * x - c for wd, c in zip(w, counts)]
+        args = (list(w), list(counts), step)
+        got = greedy_step(*args)
+        call = f"greedy_step({short(w, 60)}, {counts}, {step})"
+        expect(list(args[1]) == counts and list(args[0]) == w, f"{call} modified its inputs")
+        expect(hasattr(got, "__index__") and not isinstance(got, bool),
+               f"{call} returned {short(got)}; expected a dataset index (int)")
+        expect(int(got) == want, f"{call} returned {got}, expected {want} (errors {short([round(e, 4) for e in errs], 80)})")
+        cases += 1
+    return f"{cases} random states, 60 of them with exact ties"
+
+
+# ---------------------------------------------------------------------------------------------
+@check(CHAPTER, "q2", hint="normalise the weights (w / sum(w)); the blend takes w_d × total_tokens tokens "
+       "from dataset d, so it sees it w_d × total_tokens / dataset_tokens[d] times. Return one float per dataset.")
+def q2(epochs) -> str:
+    rng = random.Random()
+    cases = 0
+    for k in range(60):
+        n = rng.randint(2, 6)
+        weights = [rng.choice([rng.random() * 10, rng.randint(1, 9), 0.5]) + 1e-3 for _ in range(n)]
+        if k < 20:
+            weights[1] = sum(weights[:1] + weights[2:])         # "code" at exactly half of the blend
+        sizes = [rng.choice([rng.randint(10**6, 10**9), rng.randint(10**9, 10**12)]) for _ in range(n)]
+        total = rng.choice([10**9, 10**11, 3 * 10**12, rng.randint(10**8, 10**13)])
+        want = _expected_epochs(weights, sizes, total)
+        got = epochs(list(weights), list(sizes), total)
+        call = f"epochs({short([round(v, 3) for v in weights], 50)}, {short(sizes, 60)}, {total})"
+        expect(hasattr(got, "__len__") and len(got) == n, f"{call} returned {short(got)}; expected {n} numbers")
+        for d, (g, wv) in enumerate(zip(got, want)):
+            expect(isinstance(g, (int, float)) or hasattr(g, "__float__"), f"{call}[{d}] is {short(g)}, not a number")
+            expect(math.isclose(float(g), wv, rel_tol=1e-9), f"{call}[{d}] = {float(g):.6g}, expected {wv:.6g}")
+        cases += 1
+    return f"{cases} random blends"
+
+
+# ---------------------------------------------------------------------------------------------
+@check(CHAPTER, "q3", hint="cap_d = max_epochs × dataset_tokens[d] / total_tokens. Normalise the weights; set "
+       "every dataset over its cap to exactly its cap and share the remaining weight among the others in "
+       "proportion to their weights; repeat until none is over. Raise ValueError when the caps of the "
+       "datasets with weight > 0 add up to less than 1.")
+def q3(cap_weights) -> str:
+    rng = random.Random()
+    good = bad = 0
+    while good < 50 or bad < 8:
+        n = rng.randint(2, 6)
+        weights = [rng.random() + 0.01 for _ in range(n)]
+        sizes = [rng.randint(10**7, 10**10) for _ in range(n)]
+        total = rng.randint(10**9, 10**11)
+        max_epochs = rng.choice([1, 2, 4, 4, 8, rng.uniform(0.5, 10)])
+        try:
+            want = _cap_weights(weights, sizes, total, max_epochs)
+        except ValueError:
+            want = None
+        if (want is None and bad >= 8) or (want is not None and good >= 50):
+            continue
+        call = f"cap_weights({short([round(v, 3) for v in weights], 50)}, {short(sizes, 50)}, {total}, {max_epochs:g})"
+        if want is None:
+            try:
+                got = cap_weights(list(weights), list(sizes), total, max_epochs)
+            except ValueError:
+                bad += 1
+                continue
+            expect(False, f"{call} returned {short(got)}; no blend fits under the cap there, expected ValueError")
+        got = cap_weights(list(weights), list(sizes), total, max_epochs)
+        expect(hasattr(got, "__len__") and len(got) == n, f"{call} returned {short(got)}; expected {n} weights")
+        got = [float(g) for g in got]
+        expect(abs(sum(got) - 1.0) < 1e-9, f"{call} returned weights summing to {sum(got):.6f}, expected 1")
+        ep = _expected_epochs(got, sizes, total)
+        worst = max(range(n), key=lambda d: ep[d])
+        expect(ep[worst] <= max_epochs * (1 + 1e-9), f"{call}: dataset {worst} is still seen {ep[worst]:.3f} times")
+        for d in range(n):
+            expect(abs(got[d] - want[d]) <= 1e-9, f"{call}[{d}] = {got[d]:.6f}, expected {want[d]:.6f} "
+                   "(keep the uncapped datasets in their original proportions)")
+        good += 1
+    return f"{good} random blends and {bad} impossible caps"
+
+
+# ---------------------------------------------------------------------------------------------
+@check(CHAPTER, "q4", hint="(a) the ratio is the mix the model learns from; at a fixed budget more code means "
+       "less of the rest. (b) epochs = code_weight × total_tokens / code_tokens; many epochs means memorising. "
+       "(c) clean first, budget epochs, evaluate per domain, ablate, check the realised blend.")
+def q4(exercise_2) -> tuple[str, dict[str, str]]:
+    rng = random.Random()
+    manual: dict[str, str] = {}
+    for k in range(3):
+        total = rng.choice([10**11, 2 * 10**11, 5 * 10**11, 10**12])
+        code = rng.choice([2 * 10**9, 5 * 10**9, 10**10, 2.5 * 10**10])
+        weight = rng.choice([0.5, 0.5, 0.4, 0.6])
+        answer = exercise_2(total, code, weight)
+        expect(isinstance(answer, dict), f"exercise_2(...) must return a dict, got {type(answer).__name__}")
+        for key in ("a", "b_code_epochs", "b", "c", "a_why", "b_why", "c_why"):
+            expect(key in answer, f"missing key {key!r}")
+        for key, options in (("a", EXERCISE_2_EFFECTS), ("b", EXERCISE_2_RISKS), ("c", EXERCISE_2_STEPS)):
+            value = answer[key]
+            expect(isinstance(value, (list, tuple, set)) and all(isinstance(v, str) for v in value),
+                   f"{key} must be a list of option keys, got {short(value)}")
+            unknown = sorted(set(value) - set(options))
+            expect(not unknown, f"{key}: unknown option(s) {unknown}; choose from {sorted(options)}")
+        want = weight * total / code
+        got = answer["b_code_epochs"]
+        expect(isinstance(got, (int, float)) and not isinstance(got, bool) and math.isclose(got, want, rel_tol=1e-9),
+               f"exercise_2({total:g}, {code:g}, {weight}): b_code_epochs = {short(got)}, expected {want:g}")
+        for key, right in (("a", _EFFECTS), ("b", _RISKS), ("c", _STEPS)):
+            chosen = set(answer[key])
+            expect(not chosen - right, f"{key}: {sorted(chosen - right)} is not right")
+            expect(chosen == right, f"{key}: {len(right - chosen)} correct option(s) missing")
+        for key in ("a_why", "b_why", "c_why"):
+            text = answer[key]
+            expect(isinstance(text, str) and len(text.split()) >= 10,
+                   f"{key}: a few sentences (10+ words) in your own words")
+            manual[key] = text
+    return "(a), (b) with the epoch count, (c) correct on 3 random scenarios", manual
