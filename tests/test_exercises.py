@@ -30,7 +30,7 @@ def test_exercises_hold_no_solution_code():
     for sol in SOLUTIONS:
         ex = nbformat.read(REPO_ROOT / "exercises" / sol.name, as_version=4)
         text = "\n".join(c.source for c in ex.cells if c.cell_type == "code")
-        assert "SOLUTION" not in text
+        assert "### BEGIN SOLUTION" not in text and "### END SOLUTION" not in text
         assert "NotImplementedError" in text
         assert all(not c.get("outputs") for c in ex.cells if c.cell_type == "code")
 
