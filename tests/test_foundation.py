@@ -111,3 +111,16 @@ def test_runall_reports_a_failing_notebook(tmp_path, capsys):
     out = capsys.readouterr().out
     assert status == 1
     assert "FAILED — KeyError" in out and "boom" in out
+
+
+@pytest.mark.slow
+def test_gpu_cells_are_skipped_without_cuda():
+    import subprocess
+    import sys
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the requires-gpu cells run here (make test-gpu)")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "notebooks/00_orientation.ipynb"],
+                          cwd=REPO_ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "1 skipped" in proc.stdout and "requires-gpu cell: no CUDA device" in proc.stdout
