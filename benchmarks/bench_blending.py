@@ -17,14 +17,12 @@ Run: ``.venv/bin/python -m benchmarks.bench_blending``; writes ``benchmarks/resu
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import sys
 import time
-import uuid
 import warnings
 from pathlib import Path
+
+from benchmarks._common import machine_info, write_results
 
 import numpy as np
 
@@ -32,27 +30,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "blending.json"
 
 
 def _machine() -> dict:
-    info = {"cpu_count": os.cpu_count(), "platform": platform.platform(), "machine": platform.machine(),
-            "processor": platform.processor() or None, "python": platform.python_version(),
-            "numpy": np.__version__}
-    try:
-        import torch
-
-        info["torch"] = torch.__version__
-    except ImportError:  # pragma: no cover
-        info["torch"] = None
-    try:
-        import megatron.core
-
-        info["megatron_core"] = megatron.core.__version__
-    except (ImportError, AttributeError):  # pragma: no cover
-        info["megatron_core"] = None
-    try:
-        info["loadavg_1min_at_start"] = round(os.getloadavg()[0], 2)
-    except OSError:  # pragma: no cover
-        pass
-    return info
-
+    return machine_info("numpy", "torch", "megatron-core")
 
 def _helpers():
     with warnings.catch_warnings():
@@ -132,10 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     results["all_identical"] = all(c["identical_output"] for c in results["cases"].values())
     results["max_ratio"] = max(c["ratio_labsupport_over_megatron"] for c in results["cases"].values())
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_name(f"{args.out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    tmp.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, args.out)
+    write_results(args.out, results)
     print(f"wrote {args.out.relative_to(Path.cwd()) if args.out.is_relative_to(Path.cwd()) else args.out}")
     return 0 if results["all_identical"] else 1
 

@@ -25,31 +25,18 @@ Run: ``.venv/bin/python -m benchmarks.bench_collectives``; writes
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
+from benchmarks._common import machine_info, write_results
+
 
 RESULTS = Path(__file__).resolve().parent / "results" / "collectives.json"
 
 
 def _machine() -> dict:
-    import torch
-
-    info = {"cpu_count": os.cpu_count(), "platform": platform.platform(), "machine": platform.machine(),
-            "python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__,
-            "backend": "gloo", "transport": "loopback TCP, all ranks on one machine"}
-    try:
-        info["loadavg_1min_at_start"] = round(os.getloadavg()[0], 2)
-    except OSError:  # pragma: no cover
-        pass
-    return info
-
+    return machine_info("numpy", "torch", backend="gloo", transport="loopback TCP, all ranks on one machine")
 
 def _reps(sizes: list[int], reps: int) -> list[int]:
     """More repetitions for small messages (their time is short and noisy): ≈ 16 MiB moved per size."""
@@ -147,12 +134,7 @@ def main(argv: list[str] | None = None) -> dict:
         "with more ranks than CPU cores every step waits for a descheduled peer: compare the 2- and 4-rank sweeps",
     ]
     result["wall_seconds"] = round(time.perf_counter() - start, 1)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".collectives.", suffix=".json.tmp", dir=args.out.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(result, fh, indent=2)
-        fh.write("\n")
-    os.replace(tmp, args.out)
+    write_results(args.out, result)
     print(f"wrote {args.out} in {result['wall_seconds']} s")
     return result
 

@@ -24,15 +24,14 @@ Run: ``.venv/bin/python -m benchmarks.bench_packing``.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
-import platform
 import sys
 import time
 import warnings
 from collections import OrderedDict
 from pathlib import Path
+
+from benchmarks._common import machine_info, write_results
 
 import numpy as np
 
@@ -42,21 +41,7 @@ NEMO_SOURCE = ("NVIDIA/NeMo nemo/utils/sequence_packing_utils.py (first_fit, fir
 
 
 def _machine() -> dict:
-    import torch
-
-    info = {"cpu_count": os.cpu_count(), "platform": platform.platform(), "machine": platform.machine(),
-            "python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__}
-    try:
-        from importlib.metadata import version
-        info["megatron_core"] = version("megatron-core")
-    except Exception:  # noqa: BLE001
-        info["megatron_core"] = None
-    try:
-        info["loadavg_1min_at_start"] = round(os.getloadavg()[0], 2)
-    except OSError:  # pragma: no cover
-        pass
-    return info
-
+    return machine_info("numpy", "torch", "megatron-core")
 
 def _best(fn, repeats: int):
     best, out = float("inf"), None
@@ -245,9 +230,7 @@ def main(argv: list[str] | None = None) -> dict:
         "packing_1m": bench_million(args.million, args.pack_size, args.repeats),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_name(f".{args.out.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, args.out)
+    write_results(args.out, result)
 
     g = result["gpt_samples"]
     print(f"GPT samples S={g['seq_length']}: " + ", ".join(

@@ -15,35 +15,18 @@ same ids.  Run: ``.venv/bin/python -m benchmarks.bench_tokenizer``; writes
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
+
+from benchmarks._common import machine_info, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "tokenizer.json"
 
 
 def _machine() -> dict:
-    import numpy
-    import sentencepiece
-
-    info = {"cpu_count": os.cpu_count(), "platform": platform.platform(), "machine": platform.machine(),
-            "python": platform.python_version(), "numpy": numpy.__version__,
-            "sentencepiece": sentencepiece.__version__}
-    try:
-        import torch
-
-        info["torch"] = torch.__version__
-    except ImportError:  # pragma: no cover
-        info["torch"] = None
-    try:
-        info["loadavg_1min_at_start"] = round(os.getloadavg()[0], 2)
-    except OSError:  # pragma: no cover
-        pass
-    return info
-
+    return machine_info("numpy", "sentencepiece", "torch")
 
 def measure(tok, texts: list[str], threads: int, repeats: int) -> dict:
     """Time the three methods on ``texts``; raise if they disagree.
@@ -88,7 +71,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     import labsupport
     from labsupport.paths import DOMAINS
-    from labsupport.tokenizer import Tokenizer, _atomic_write_bytes, read_documents, workbook_tokenizer
+    from labsupport.tokenizer import Tokenizer, read_documents, workbook_tokenizer
 
     tok = Tokenizer(workbook_tokenizer())
     docs = [d for name in DOMAINS for d in read_documents(labsupport.data_file(name))]
@@ -109,7 +92,7 @@ def main(argv: list[str] | None = None) -> dict:
     except OSError:  # pragma: no cover
         pass
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write_bytes(args.out, (json.dumps(result, indent=2) + "\n").encode())
+    write_results(args.out, result)
     for name, w in result["workloads"].items():
         print(f"{name:9s} ({w['texts']} texts): " + ", ".join(
             f"{k} {v['tokens_per_s'] / 1e6:.2f} M tok/s (×{w['speedup_vs_per_document'][k]:.2f})"

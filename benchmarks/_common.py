@@ -1,0 +1,47 @@
+"""What every benchmark records beside its numbers: the machine, and an atomic results write."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+#: Distribution name → key in the results file.
+_KEYS = {"megatron-core": "megatron_core"}
+
+
+def machine_info(*packages: str, **extra: Any) -> dict[str, Any]:
+    """CPU count, platform, Python, the versions of ``packages`` (distribution names), the 1-minute
+    load average at the start (the machines are shared: read ratios, not absolute numbers), and
+    ``extra`` fields."""
+    info: dict[str, Any] = {"cpu_count": os.cpu_count(), "platform": platform.platform(),
+                            "machine": platform.machine(), "python": platform.python_version()}
+    for name in packages:
+        try:
+            info[_KEYS.get(name, name)] = version(name)
+        except PackageNotFoundError:
+            info[_KEYS.get(name, name)] = None
+    info.update(extra)
+    try:
+        info["loadavg_1min_at_start"] = round(os.getloadavg()[0], 2)
+    except OSError:  # pragma: no cover - not on every platform
+        pass
+    return info
+
+
+def write_results(path: Path, result: dict[str, Any]) -> None:
+    """Write ``result`` as indented JSON via a temporary file and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".json.tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
