@@ -6,13 +6,21 @@ Measured side by side in one run, on the same input, tokenizer and worker count:
    method, re-created from ``tools/preprocess_data.py``: ``multiprocessing.Pool(workers)
    .imap(encoder.encode, fin, 32)`` over the lines of the file, each worker doing
    ``json.loads`` + tokenize + EOD, and the main process writing every document through
-   megatron-core's ``IndexedDatasetBuilder.add_document``.  Both use the same
-   ``labsupport.tokenizer.Tokenizer.encode`` (so both write the same ids; the run checks that the
-   two ``.bin``/``.idx`` pairs are byte-identical).  Input: the four shipped domain corpora
-   concatenated ``--repeat`` times.  Target: ≥ 1.3× at 2 workers.  Also timed: ``tokenizer_only``,
-   ``Tokenizer.encode_batch(texts, num_threads=workers)`` on the already parsed texts in memory —
-   no JSON, no processes, no writing — the ceiling for any preprocessor using this tokenizer
-   with that many threads, so the ratios say how much of the run is not the tokenizer.
+   megatron-core's ``IndexedDatasetBuilder.add_document``.  Both produce the ids of the same
+   ``labsupport.tokenizer.Tokenizer.encode`` (the run checks that the ``.bin``/``.idx`` pairs are
+   byte-identical).  labsupport is timed twice: ``labsupport`` (the default: each worker keeps a
+   word-level cache, so a word it has seen before skips SentencePiece's BPE; the cache starts
+   empty in every timed run, new worker processes each time) and ``labsupport_no_word_cache``
+   (``--no-word-cache``: SentencePiece on every document, like Megatron).  Input: the four
+   shipped domain corpora concatenated ``--repeat`` times.  Target: ≥ 1.3× at 2 workers.  Also
+   timed: ``tokenizer_only``, ``Tokenizer.encode_batch(texts, num_threads=workers)`` on the
+   already parsed texts in memory — no JSON, no processes, no writing — the ceiling for any
+   preprocessor that runs BPE on every document with that many threads (Megatron's, and
+   labsupport without the word cache); only the word cache gets past it.
+   Because the input repeats itself ``--repeat`` times, every copy after the first finds its
+   words cached, which flatters the cache; ``preprocess_single_copy`` therefore repeats the
+   comparison on one copy of the corpora (no repeated text; shorter, so noisier) — the gain
+   to expect on text without exact repeats.
 2. **Random access** (reads/s): ``ds[i]`` for random sequence indices, and ``ds.get(i, offset,
    length)`` for random windows, ``labsupport.indexed.IndexedDataset`` against megatron-core's
    ``IndexedDataset`` on the same files.  Target: at least equal.
@@ -26,7 +34,6 @@ import argparse
 import json
 import multiprocessing
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -34,35 +41,15 @@ import time
 import warnings
 from pathlib import Path
 
+from benchmarks._common import machine_info, write_results
+
 import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results" / "indexed.json"
 
 
 def _machine() -> dict:
-    import sentencepiece
-
-    info = {"cpu_count": os.cpu_count(), "platform": platform.platform(),
-            "machine": platform.machine(), "python": platform.python_version(),
-            "numpy": np.__version__, "sentencepiece": sentencepiece.__version__}
-    try:
-        import torch
-
-        info["torch"] = torch.__version__
-    except ImportError:  # pragma: no cover
-        info["torch"] = None
-    try:
-        import megatron.core
-
-        info["megatron_core"] = megatron.core.__version__
-    except (ImportError, AttributeError):  # pragma: no cover
-        info["megatron_core"] = None
-    try:
-        info["loadavg_1min_at_start"] = round(os.getloadavg()[0], 2)
-    except OSError:  # pragma: no cover
-        pass
-    return info
-
+    return machine_info("numpy", "sentencepiece", "torch", "megatron-core")
 
 def _megatron():
     with warnings.catch_warnings():
@@ -144,54 +131,80 @@ def make_corpus(path: Path, repeat: int) -> dict:
             "bytes": path.stat().st_size, "lines": sum(p.count(b"\n") for p in parts) * repeat}
 
 
-def bench_preprocess(corpus: Path, model: str, out: Path, workers: int, repeats: int) -> dict:
+#: the timed preprocessing methods; "labsupport" is the default (word cache on)
+METHODS = ("megatron", "labsupport", "labsupport_no_word_cache")
+
+
+def bench_preprocess(corpus: Path, model: str, out: Path, workers: int, repeats: int,
+                     tokenizer_only: bool = True) -> dict:
     from labsupport.preprocess import preprocess
 
-    best = {"labsupport": float("inf"), "megatron": float("inf")}
-    counts = {}
+    best = dict.fromkeys(METHODS, float("inf"))
+    counts, cache_stats = {}, {}
     for r in range(repeats):
-        for name in ("megatron", "labsupport") if r % 2 == 0 else ("labsupport", "megatron"):
+        k = r % len(METHODS)  # rotate the order: no method is always first or last
+        for name in METHODS[k:] + METHODS[:k]:
             prefix = out / name
             t0 = time.perf_counter()
-            if name == "labsupport":
-                res = preprocess([corpus], prefix, model, append_eod=True, workers=workers,
-                                 strict=True, show_progress=False)
-                c = {"documents": res.documents, "tokens": res.tokens["text"]}
-            else:
+            if name == "megatron":
                 c = megatron_preprocess(str(corpus), model, str(prefix), workers)
+            else:
+                res = preprocess([corpus], prefix, model, append_eod=True, workers=workers,
+                                 strict=True, show_progress=False, word_cache=name == "labsupport")
+                c = {"documents": res.documents, "tokens": res.tokens["text"]}
+                cache_stats[name] = res.word_cache
             best[name] = min(best[name], time.perf_counter() - t0)
             counts[name] = c
-    if counts["labsupport"] != counts["megatron"]:
+    if len({json.dumps(c, sort_keys=True) for c in counts.values()}) != 1:
         raise AssertionError(f"different counts: {counts}")
-    for ext in (".bin", ".idx"):
-        a = (out / f"labsupport_text_document{ext}").read_bytes()
-        b = (out / f"megatron_text_document{ext}").read_bytes()
-        if a != b:
-            raise AssertionError(f"labsupport and Megatron wrote different {ext} files")
+    if not cache_stats["labsupport"]["used"] or cache_stats["labsupport_no_word_cache"]["used"]:
+        raise AssertionError(f"word cache not used as intended: {cache_stats}")
+    for name in ("labsupport", "labsupport_no_word_cache"):
+        for ext in (".bin", ".idx"):
+            a = (out / f"{name}_text_document{ext}").read_bytes()
+            b = (out / f"megatron_text_document{ext}").read_bytes()
+            if a != b:
+                raise AssertionError(f"{name} and Megatron wrote different {ext} files")
+    if (out / "labsupport_text_document.json").read_bytes() \
+            != (out / "labsupport_no_word_cache_text_document.json").read_bytes():
+        raise AssertionError("the word cache changed the sidecar .json")
     tokens = counts["labsupport"]["tokens"]
-    # the floor for any preprocessor with this tokenizer and this many threads: tokenizing the
-    # already parsed texts in memory, nothing else (no JSON, no IPC, no writing)
-    from labsupport.tokenizer import Tokenizer
+    if tokenizer_only:
+        # the ceiling for any preprocessor running BPE on every document with this many threads:
+        # tokenizing the already parsed texts in memory, nothing else (no JSON, IPC, writing)
+        from labsupport.tokenizer import Tokenizer
 
-    tok = Tokenizer(model)
-    texts = [json.loads(line)["text"] for line in corpus.read_bytes().splitlines()]
-    bound = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        ids = tok.encode_batch(texts, num_threads=workers)
-        bound = min(bound, time.perf_counter() - t0)
-    if sum(len(x) for x in ids) + sum(1 for x in ids if x) != tokens:
-        raise AssertionError("tokenizer-only pass counted different tokens")
-    best["tokenizer_only"] = bound
+        tok = Tokenizer(model)
+        texts = [json.loads(line)["text"] for line in corpus.read_bytes().splitlines()]
+        bound = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            ids = tok.encode_batch(texts, num_threads=workers)
+            bound = min(bound, time.perf_counter() - t0)
+        if sum(len(x) for x in ids) + sum(1 for x in ids if x) != tokens:
+            raise AssertionError("tokenizer-only pass counted different tokens")
+        best["tokenizer_only"] = bound
     rows = {k: {"seconds": v, "tokens_per_s": tokens / v,
                 "MB_per_s": corpus.stat().st_size / 1e6 / v} for k, v in best.items()}
     megatron = rows["megatron"]["tokens_per_s"]
-    return {"workers": workers, "documents": counts["labsupport"]["documents"], "tokens": tokens,
-            "byte_identical_output": True, "methods": rows,
-            "ratio_labsupport_over_megatron": rows["labsupport"]["tokens_per_s"] / megatron,
-            "ratio_tokenizer_only_over_megatron": rows["tokenizer_only"]["tokens_per_s"] / megatron,
-            "labsupport_share_of_tokenizer_only": rows["labsupport"]["tokens_per_s"]
-            / rows["tokenizer_only"]["tokens_per_s"]}
+    wc = cache_stats["labsupport"]  # of the last cached run; which worker gets which block varies
+    result = {
+        "workers": workers, "documents": counts["labsupport"]["documents"], "tokens": tokens,
+        "input_bytes": corpus.stat().st_size, "byte_identical_output": True, "methods": rows,
+        "ratio_labsupport_over_megatron": rows["labsupport"]["tokens_per_s"] / megatron,
+        "ratio_labsupport_no_word_cache_over_megatron":
+            rows["labsupport_no_word_cache"]["tokens_per_s"] / megatron,
+        "word_cache": {"words_looked_up": wc["words"], "words_through_bpe": wc["misses"],
+                       "hit_rate": 1 - wc["misses"] / wc["words"] if wc["words"] else None,
+                       "note": "summed over the workers, each with its own cache, last timed run"},
+    }
+    if tokenizer_only:
+        result["ratio_tokenizer_only_over_megatron"] = rows["tokenizer_only"]["tokens_per_s"] / megatron
+        result["labsupport_share_of_tokenizer_only"] = (rows["labsupport"]["tokens_per_s"]
+                                                        / rows["tokenizer_only"]["tokens_per_s"])
+        result["labsupport_no_word_cache_share_of_tokenizer_only"] = (
+            rows["labsupport_no_word_cache"]["tokens_per_s"] / rows["tokenizer_only"]["tokens_per_s"])
+    return result
 
 
 def _time_reads(fn, indices, repeats: int) -> float:
@@ -260,6 +273,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=6, help="copies of the four corpora")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per method (best kept)")
+    ap.add_argument("--single-copy-repeats", type=int, default=5,
+                    help="timed runs per method on one copy of the corpora (best kept)")
     ap.add_argument("--reads", type=int, default=200_000)
     ap.add_argument("--window", type=int, default=2049)
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -271,8 +286,12 @@ def main(argv: list[str] | None = None) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="bench_indexed_"))
     try:
         corpus_info = make_corpus(tmp / "corpus.jsonl", args.repeat)
+        make_corpus(tmp / "single.jsonl", 1)
         machine = _machine()
         pre = bench_preprocess(tmp / "corpus.jsonl", str(model), tmp, args.workers, args.repeats)
+        (tmp / "single").mkdir()
+        single = bench_preprocess(tmp / "single.jsonl", str(model), tmp / "single", args.workers,
+                                  args.single_copy_repeats, tokenizer_only=False)
         reads = bench_reads(str(tmp / "labsupport_text_document"), args.reads, args.window,
                             args.repeats)
     finally:
@@ -284,26 +303,36 @@ def main(argv: list[str] | None = None) -> dict:
     result = {
         "benchmark": "indexed",
         "parameters": {"workers": args.workers, "repeat": args.repeat, "repeats": args.repeats,
+                       "single_copy_repeats": args.single_copy_repeats,
                        "reads": args.reads, "window": args.window, "append_eod": True,
                        "megatron_imap_chunksize": 32, "tokenizer": "workbook_tokenizer()"},
         "corpus": corpus_info,
         "machine": machine,
         "preprocess": pre,
+        "preprocess_single_copy": single,
         "random_access": reads,
         "targets": {"preprocess_ratio_at_2_workers": 1.3, "random_access_ratio": 1.0},
         "ratios": {"preprocess": pre["ratio_labsupport_over_megatron"],
+                   "preprocess_no_word_cache": pre["ratio_labsupport_no_word_cache_over_megatron"],
+                   "preprocess_single_copy": single["ratio_labsupport_over_megatron"],
+                   "preprocess_single_copy_no_word_cache":
+                       single["ratio_labsupport_no_word_cache_over_megatron"],
                    "random_access_getitem": reads["ratio_labsupport_over_megatron"]["getitem"],
                    "random_access_get_window": reads["ratio_labsupport_over_megatron"]["get_window"]},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp_out = args.out.with_suffix(".json.tmp")
-    tmp_out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp_out, args.out)
+    write_results(args.out, result)
     r = result["ratios"]
-    print(f"preprocess: labsupport {pre['methods']['labsupport']['tokens_per_s']:,.0f} tokens/s, "
-          f"megatron {pre['methods']['megatron']['tokens_per_s']:,.0f} tokens/s "
+    m = pre["methods"]
+    print(f"preprocess: labsupport {m['labsupport']['tokens_per_s']:,.0f} tokens/s, "
+          f"megatron {m['megatron']['tokens_per_s']:,.0f} tokens/s "
           f"→ {r['preprocess']:.2f}× at {args.workers} workers "
-          f"(tokenizer alone, {args.workers} threads: {pre['ratio_tokenizer_only_over_megatron']:.2f}×)")
+          f"(word cache hit rate {pre['word_cache']['hit_rate']:.1%})")
+    print(f"  without the word cache {r['preprocess_no_word_cache']:.2f}×; SentencePiece alone on every "
+          f"document, {args.workers} threads: {pre['ratio_tokenizer_only_over_megatron']:.2f}×")
+    print(f"  one copy of the corpora (no repeated text): {r['preprocess_single_copy']:.2f}× "
+          f"(without the word cache {r['preprocess_single_copy_no_word_cache']:.2f}×, "
+          f"hit rate {single['word_cache']['hit_rate']:.1%})")
     print(f"random access: ds[i] {r['random_access_getitem']:.2f}×, "
           f"get(i, offset, length) {r['random_access_get_window']:.2f}× (labsupport / megatron)")
     print(f"wrote {args.out}")

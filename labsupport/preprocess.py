@@ -15,8 +15,13 @@ document count always equals the number of good input lines.
 What it saves over Megatron's ``Pool(workers).imap(encode, lines, 32)``: the main process hands
 out ~512 KiB blocks of raw lines instead of pickled single lines, each worker parses, tokenizes
 and flattens its block into one numpy array (instead of pickling every document's ids as Python
-ints), and the main process only writes bytes.  The tokenizer itself costs the same per token in
-both, which bounds the gain (``benchmarks/bench_indexed.py`` measures both and that bound).
+ints), and the main process only writes bytes.  Most of the time is SentencePiece's own BPE, so
+each worker also keeps a word-level cache (:class:`labsupport.tokenizer.WordCache`, what HF
+``tokenizers`` does): a word it has seen before is not run through BPE again.  The ids are
+exactly ``Tokenizer.encode``'s — the cache is only used for models where that is guaranteed
+(:meth:`~labsupport.tokenizer.Tokenizer.word_cache_problem`; the workbook's BPE models), every
+other model is encoded as before — and ``--no-word-cache`` turns it off; the output files are
+byte-identical either way (``benchmarks/bench_indexed.py`` measures both against Megatron).
 Order is preserved.  Bad lines (invalid JSON or UTF-8, not an object, missing key, non-string
 value, blank) are reported as ``file:line: reason``; by default they are skipped and counted,
 ``--strict`` stops at the first one without leaving any output behind.
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gc
 import glob
 import hashlib
 import itertools
@@ -84,6 +90,9 @@ class PreprocessResult:
     num_bad_lines: int = 0              #: all bad lines (skipped)
     seconds: float = 0.0                #: wall time
     sidecars: dict[str, dict] = field(default_factory=dict)  #: json key → sidecar dict
+    #: ``{"used": bool, "reason": why not used or None, "words": words looked up, "misses": words
+    #: that went through BPE}`` summed over the workers (each keeps its own cache)
+    word_cache: dict = field(default_factory=dict)
 
     @property
     def tokens_per_second(self) -> float:
@@ -154,9 +163,18 @@ def _blocks(fh, chunk_bytes: int, hasher) -> Iterator[bytes]:
 _WORKER: dict = {}
 
 
-def _init_worker(tokenizer, keys: tuple[str, ...], append_eod: bool, dtype: str) -> None:
+def _init_worker(tokenizer, keys: tuple[str, ...], append_eod: bool, dtype: str,
+                 word_cache: bool = False, pool_worker: bool = False) -> None:
+    if pool_worker:
+        # A forked worker inherits every object of the parent (hundreds of thousands in a
+        # notebook or a script that imported torch); move them out of the garbage collector's
+        # sight, or each collection triggered by this worker's own allocations walks them all.
+        gc.freeze()
+    # each worker process gets its own, empty cache (None: plain encode_batch)
+    exact = word_cache and tokenizer.word_cache_problem() is None
+    cache = tokenizer.word_cache(dtype) if exact else None
     _WORKER.update(tok=tokenizer, keys=keys, append_eod=append_eod, dtype=np.dtype(dtype),
-                   eod=tokenizer.eod if append_eod else None)
+                   eod=tokenizer.eod if append_eod else None, cache=cache)
 
 
 def _describe(exc: json.JSONDecodeError) -> str:
@@ -166,8 +184,9 @@ def _describe(exc: json.JSONDecodeError) -> str:
 def _encode_block(task: tuple[int, int, bytes]) -> tuple:
     """Parse, tokenize and flatten one block of lines (runs in a worker).
 
-    Returns ``(file_index, n_bytes, n_lines, n_docs, {key: (flat ids, doc lengths)}, bad)`` where
-    ``bad`` lists ``(lineno, reason)``.
+    Returns ``(file_index, n_bytes, n_lines, n_docs, {key: (flat ids, doc lengths)}, bad,
+    (words, misses))`` where ``bad`` lists ``(lineno, reason)`` and the last item counts this
+    block's word-cache lookups and BPE calls (zeros without a cache).
     """
     file_index, first_lineno, blob = task
     keys, dtype = _WORKER["keys"], _WORKER["dtype"]
@@ -205,7 +224,15 @@ def _encode_block(task: tuple[int, int, bytes]) -> tuple:
             texts[k].append(obj[k])
     out = {}
     eod = _WORKER["eod"]
+    cache = _WORKER["cache"]
+    words = misses = 0
     for k in keys:
+        if cache is not None:
+            before = cache.words, cache.misses
+            out[k] = cache.encode_flat(texts[k], append=eod)
+            words += cache.words - before[0]
+            misses += cache.misses - before[1]
+            continue
         ids = _WORKER["tok"].encode_batch(texts[k], num_threads=1)
         if eod is not None:
             for doc in ids:
@@ -214,7 +241,7 @@ def _encode_block(task: tuple[int, int, bytes]) -> tuple:
         lens = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
         flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=int(lens.sum()))
         out[k] = (flat, lens)
-    return file_index, len(blob), len(lines), len(texts[keys[0]]), out, bad
+    return file_index, len(blob), len(lines), len(texts[keys[0]]), out, bad, (words, misses)
 
 
 # ----------------------------------------------------------------------------------- main loop
@@ -232,11 +259,13 @@ def _load_tokenizer(tokenizer):
 def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *,
                json_keys: Sequence[str] = ("text",), append_eod: bool = False, workers: int = 1,
                strict: bool = False, show_progress: bool = True, log=None,
-               chunk_bytes: int = CHUNK_BYTES) -> PreprocessResult:
+               chunk_bytes: int = CHUNK_BYTES, word_cache: bool = True) -> PreprocessResult:
     """Tokenize jsonl ``inputs`` into ``<output_prefix>_<key>_document.{bin,idx,json}`` per key.
 
     ``tokenizer``: a :class:`labsupport.tokenizer.Tokenizer` or the path of a ``.model``.
-    ``workers``: processes that parse and tokenize (1 = in this process).  Bad lines go to
+    ``workers``: processes that parse and tokenize (1 = in this process).  ``word_cache``: let
+    each worker keep a word-level cache when the tokenizer allows it (same output, faster; see
+    the module docstring); False = one SentencePiece call per document, as before.  Bad lines go to
     ``log`` (default stderr) as ``file:line: reason`` and are skipped, or raise PreprocessError
     with ``strict``; nothing is left on disk when an error stops the run.  The progress bar
     (documents, tokens, MB/s) goes to stderr.  Prints nothing to stdout.
@@ -277,11 +306,13 @@ def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *
                     yield fi, lineno, blob
                     lineno += blob.count(b"\n") + (0 if blob.endswith(b"\n") else 1)
 
-    init = (tok, keys, append_eod, dtype.str)
+    cache_problem = tok.word_cache_problem() if word_cache else "turned off (--no-word-cache)"
+    init = (tok, keys, append_eod, dtype.str, cache_problem is None)
+    cache_words = cache_misses = 0
     pool = None
     if workers > 1:
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-        pool = multiprocessing.get_context(method).Pool(workers, _init_worker, init)
+        pool = multiprocessing.get_context(method).Pool(workers, _init_worker, init + (True,))
         results = _ordered(pool, tasks(), window=2 * workers + 2)
     else:
         _init_worker(*init)
@@ -294,8 +325,10 @@ def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *
         bar = progress(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1000,
                        desc="preprocess")
     try:
-        for fi, nbytes, n_lines, docs, encoded, bad in results:
+        for fi, nbytes, n_lines, docs, encoded, bad, (n_words, n_misses) in results:
             lines_per_file[fi] += n_lines
+            cache_words += n_words
+            cache_misses += n_misses
             for lineno, reason in bad:
                 n_bad += 1
                 item = BadLine(shown[fi], lineno, reason)
@@ -338,7 +371,9 @@ def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *
             bar.close()
     seconds = time.perf_counter() - start
     return PreprocessResult(prefixes, n_docs, tokens, n_empty, total_bytes, bad_lines, n_bad,
-                            seconds, sidecars)
+                            seconds, sidecars,
+                            {"used": cache_problem is None, "reason": cache_problem,
+                             "words": cache_words, "misses": cache_misses})
 
 
 def _warn(message: str, log, bar) -> None:
@@ -395,6 +430,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true",
                    help="stop at the first bad line instead of skipping and counting it")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-word-cache", action="store_true",
+                   help="encode every document with SentencePiece alone, without the per-worker "
+                        "word cache (same output, slower; for comparisons)")
     return p
 
 
@@ -413,7 +451,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         res = preprocess(args.input, args.output_prefix, args.tokenizer_model,
                          json_keys=args.json_keys, append_eod=args.append_eod,
                          workers=args.workers, strict=args.strict,
-                         show_progress=not args.no_progress)
+                         show_progress=not args.no_progress, word_cache=not args.no_word_cache)
     except PreprocessError as exc:
         print(f"preprocess: error: {exc}", file=sys.stderr)
         return 1
@@ -427,8 +465,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"skipped {res.num_bad_lines:,} bad line{'s' if res.num_bad_lines != 1 else ''} "
               "(listed on stderr; --strict stops at the first)")
     mb = res.input_bytes / 1e6
+    wc = res.word_cache
+    if wc.get("used"):
+        hits = 1 - wc["misses"] / wc["words"] if wc["words"] else 0.0
+        cache_note = f"word cache: {hits:.0%} of {wc['words']:,} words seen before"
+    else:
+        cache_note = f"no word cache: {wc.get('reason')}"
     print(f"{res.seconds:.2f} s, {mb / res.seconds:.1f} MB/s, "
-          f"{res.tokens_per_second:,.0f} tokens/s with {args.workers} worker(s)", file=sys.stderr)
+          f"{res.tokens_per_second:,.0f} tokens/s with {args.workers} worker(s); {cache_note}",
+          file=sys.stderr)
     return 0
 
 

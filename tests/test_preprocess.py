@@ -125,6 +125,83 @@ def test_last_line_without_newline_and_long_lines(tmp_path, tok, tok_path):
     assert res.sidecars["text"]["sources"][0]["lines"] == 3
 
 
+# ----------------------------------------------------------------------------- the word cache
+def _outputs(prefix):
+    return {ext: open(prefix + ext, "rb").read() for ext in (".bin", ".idx", ".json")}
+
+
+def test_word_cache_output_is_byte_identical_on_the_shipped_corpora(tmp_path):
+    from labsupport.paths import DOMAINS, data_file
+    from labsupport.tokenizer import workbook_tokenizer
+
+    model = workbook_tokenizer()
+    tok = Tokenizer(model)
+    extra = TEXTS + ["  ", "a  b ", "▁ literal meta ▁▁", " ▁", "\t\n \n", "😀 👨‍👩‍👧  🇰🇷 "]
+    write_jsonl(tmp_path / "extra.jsonl", [{"text": t, "title": t[::-1]} for t in extra])
+    inputs = [data_file(d) for d in DOMAINS] + [tmp_path / "extra.jsonl"]
+    runs = {}
+    for cache in (False, True):
+        for workers, chunk in ((1, pp.CHUNK_BYTES), (2, 64 * 1024)):
+            name = f"{'cache' if cache else 'plain'}{workers}"
+            res = pp.preprocess(inputs, tmp_path / name, tok, json_keys=("text",), append_eod=True,
+                                workers=workers, strict=True, show_progress=False, chunk_bytes=chunk,
+                                word_cache=cache)
+            assert res.word_cache["used"] is cache
+            if cache:
+                assert 0 < res.word_cache["misses"] < res.word_cache["words"] // 2
+            else:
+                assert res.word_cache["reason"] and res.word_cache["words"] == 0
+            runs[name] = _outputs(res.prefixes["text"])
+    reference = runs.pop("plain1")
+    for name, out in runs.items():
+        assert out == reference, name  # .bin, .idx and the sidecar .json
+    # and the ids are encode()'s: spot-check the extra documents (the last ones)
+    ds = IndexedDataset(str(tmp_path / "cache2_text_document"))
+    n = ds.num_documents
+    got = [ds.document(k).tolist() for k in range(n - len(extra), n)]
+    assert got == [tok.encode(t) + [tok.eod] if tok.encode(t) else [] for t in extra]
+
+
+def test_word_cache_with_several_json_keys(tmp_path, tok, tok_path):
+    rows = [{"text": t, "title": t.upper()[::-1] + "  x"} for t in TEXTS * 5]
+    src = write_jsonl(tmp_path / "a.jsonl", rows)
+    outs = []
+    for cache in (True, False):
+        res = pp.preprocess([src], tmp_path / f"c{cache}", tok, json_keys=("text", "title"),
+                            append_eod=True, workers=2, show_progress=False, chunk_bytes=200,
+                            word_cache=cache)
+        outs.append([_outputs(res.prefixes[k]) for k in ("text", "title")])
+        assert docs_of(res.prefixes["title"]) == [tok.encode(r["title"]) + [tok.eod] for r in rows]
+    assert outs[0] == outs[1]
+
+
+def test_no_word_cache_flag_and_stderr_note(tmp_path, tok, tok_path, capsys):
+    src = write_jsonl(tmp_path / "a.jsonl", [{"text": t} for t in TEXTS * 3])
+    base = ["--input", src, "--tokenizer-model", tok_path, "--append-eod"]
+    code, out_cached, err = run(base + ["--output-prefix", tmp_path / "c"], capsys)
+    assert code == 0 and "word cache:" in err and "words seen before" in err
+    code, out_plain, err = run(base + ["--output-prefix", tmp_path / "p", "--no-word-cache"], capsys)
+    assert code == 0 and "no word cache: turned off" in err
+    assert out_cached.replace("/c_", "/p_") == out_plain
+    assert _outputs(str(tmp_path / "c_text_document")) == _outputs(str(tmp_path / "p_text_document"))
+
+
+def test_tokenizer_without_exact_word_cache_is_encoded_as_before(tmp_path, capsys):
+    from labsupport.paths import data_file
+
+    model = train_sentencepiece([data_file("code")], tmp_path / "u", 400, "unigram")
+    tok = Tokenizer(model)
+    assert tok.word_cache_problem() is not None
+    src = write_jsonl(tmp_path / "a.jsonl", [{"text": t} for t in TEXTS])
+    res = pp.preprocess([src], tmp_path / "o", model, append_eod=True, workers=2, show_progress=False)
+    assert res.word_cache["used"] is False and "not a BPE model" in res.word_cache["reason"]
+    expected = [tok.encode(t) + [tok.eod] if tok.encode(t) else [] for t in TEXTS]
+    assert docs_of(res.prefixes["text"]) == expected
+    code, _, err = run(["--input", src, "--tokenizer-model", model, "--output-prefix", tmp_path / "x"],
+                       capsys)
+    assert code == 0 and "no word cache: not a BPE model" in err
+
+
 BAD_ROWS = [
     {"text": "good one"},
     '{"text": "unterminated',
