@@ -186,52 +186,11 @@ def test_megatron_get_reads_past_the_sequence_labsupport_raises(mcore, tmp_path)
 
 
 # ----------------------------------------------------------------------------- the preprocessing CLI
-class _MegatronEncoder:
-    """``Encoder.encode`` of Megatron's tools/preprocess_data.py (no sentence splitting)."""
-
-    tokenizer = None
-
-    def __init__(self, model_path, keys, append_eod):
-        self.model_path, self.keys, self.append_eod = model_path, keys, append_eod
-
-    def initializer(self):
-        from labsupport.tokenizer import Tokenizer
-        _MegatronEncoder.tokenizer = Tokenizer(self.model_path)
-
-    def encode(self, json_line):
-        import json
-        data = json.loads(json_line)
-        ids, lens = {}, {}
-        for key in self.keys:
-            text = data[key]
-            sentences = text if isinstance(text, list) else [text]
-            doc_ids, sentence_lens = [], []
-            for sentence in sentences:
-                sentence_ids = _MegatronEncoder.tokenizer.encode(sentence)
-                if len(sentence_ids) > 0:
-                    doc_ids.extend(sentence_ids)
-                    sentence_lens.append(len(sentence_ids))
-            if len(doc_ids) > 0 and self.append_eod:
-                doc_ids.append(_MegatronEncoder.tokenizer.eod)
-                sentence_lens[-1] += 1
-            ids[key], lens[key] = doc_ids, sentence_lens
-        return ids, lens, len(json_line)
-
-
 def megatron_preprocess(mc, src, model, prefix, keys, append_eod, workers=2):
-    import multiprocessing
-    from labsupport.tokenizer import Tokenizer
+    """Megatron's own method (Pool.imap of its Encoder + megatron-core's builder), as benchmarked."""
+    from benchmarks.bench_indexed import megatron_preprocess as run
 
-    enc = _MegatronEncoder(model, keys, append_eod)
-    vocab = Tokenizer(model).vocab_size
-    builders = {k: mc.IndexedDatasetBuilder(f"{prefix}_{k}_document.bin",
-                                            dtype=mc.DType.optimal_dtype(vocab)) for k in keys}
-    with open(src, encoding="utf-8") as fin, multiprocessing.Pool(workers, enc.initializer) as pool:
-        for doc, sentence_lens, _ in pool.imap(enc.encode, fin, 32):
-            for key in doc:
-                builders[key].add_document(doc[key], sentence_lens[key])
-    for k in keys:
-        builders[k].finalize(f"{prefix}_{k}_document.idx")
+    run(str(src), str(model), str(prefix), workers, json_keys=tuple(keys), append_eod=append_eod)
 
 
 @pytest.fixture(scope="module")
