@@ -51,15 +51,15 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         results, error = grade_notebook(p, args.timeout)
         for r in results:
-            rows.append({"notebook": p.name, "chapter": r["chapter"], "question": r["question"],
+            rows.append({"notebook": str(p), "chapter": r["chapter"], "question": r["question"],
                          "status": r["status"], "points": r["points"], "max_points": r["max_points"],
                          "manual_grading": json.dumps(r.get("manual") or {}, ensure_ascii=False),
                          "run_error": error})
         got = sum(r["points"] for r in results)
         total = sum(r["max_points"] for r in results)
-        print(f"{p.name}: {got:g}/{total:g}" + (f"  (run stopped early: {error})" if error else ""))
+        print(f"{p}: {got:g}/{total:g}" + (f"  (run stopped early: {error})" if error else ""))
         if not results:
-            rows.append({"notebook": p.name, "chapter": "", "question": "", "status": "no checks ran",
+            rows.append({"notebook": str(p), "chapter": "", "question": "", "status": "no checks ran",
                          "points": 0, "max_points": 0, "manual_grading": "{}", "run_error": error})
     tmp = Path(args.out).with_suffix(".csv.tmp")
     with open(tmp, "w", newline="", encoding="utf-8") as fh:

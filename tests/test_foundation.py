@@ -124,3 +124,25 @@ def test_gpu_cells_are_skipped_without_cuda():
                           cwd=REPO_ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert "1 skipped" in proc.stdout and "requires-gpu cell: no CUDA device" in proc.stdout
+
+
+@pytest.mark.slow
+def test_grade_cli_writes_a_gradebook(tmp_path, capsys):
+    import csv
+
+    from labsupport import grade
+
+    student = tmp_path / "alice"
+    student.mkdir()
+    sub = student / "00_orientation.ipynb"
+    nb = nbformat.read(REPO_ROOT / "solutions" / "00_orientation.ipynb", as_version=4)
+    for cell in nb.cells:  # alice solved q2 only: q1 and q3 keep the exercise stubs
+        if cell.cell_type == "code" and ("def data_parallel_size" in cell.source or "def exercise_5" in cell.source):
+            cell.source = cell.source.split("### BEGIN SOLUTION")[0] + "    raise NotImplementedError\n"
+    nbformat.write(nb, sub)
+    out = tmp_path / "grades.csv"
+    assert grade.main([str(sub), "--out", str(out)]) == 0
+    rows = list(csv.DictReader(out.open(encoding="utf-8")))
+    assert {r["question"]: r["status"] for r in rows} == {"q1": "not attempted", "q2": "passed", "q3": "not attempted"}
+    assert all(r["notebook"] == str(sub) for r in rows)
+    assert "1/3" in capsys.readouterr().out
