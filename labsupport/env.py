@@ -74,7 +74,7 @@ def setup(seed: int = 0, device: str = "auto", quiet: bool = False):
     try:
         import matplotlib as mpl
 
-        mpl.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72, "figure.figsize": (7.0, 3.6),
+        mpl.rcParams.update({"figure.dpi": 96, "savefig.dpi": 96, "figure.figsize": (7.0, 3.6),
                              "axes.grid": True, "grid.alpha": 0.3})
     except ImportError:  # pragma: no cover
         pass
