@@ -241,7 +241,8 @@ def measure_all_reduce(world_size: int, sizes: Sequence[int], reps: int | Sequen
                        backend: str = "gloo", impl: str = "dist", timeout: float = 120.0) -> list[float]:
     """Seconds per all-reduce for each size in ``sizes`` (bytes, float32 tensors), measured on a
     fresh process group: the max over ranks of each rank's mean over ``reps`` calls (one number or
-    one per size; one warm-up call first), as nccl-tests reports.  impl: ``"dist"``, ``"ring"`` or
+    one per size; one warm-up call first) — the slowest rank, as nccl-tests reports with ``-a 3``
+    (its default averages over ranks).  impl: ``"dist"``, ``"ring"`` or
     ``"naive"``."""
     from .collectives_workers import time_all_reduce
 
@@ -255,7 +256,8 @@ def measure_all_reduce(world_size: int, sizes: Sequence[int], reps: int | Sequen
 
 def training_traffic(*, params: float, hidden: int, layers: int, seq_len: int, micro_batch: int,
                      micro_batches: int, dp: int, tp: int, pp: int, grad_bytes: int = 2,
-                     act_bytes: int = 2, distributed_optimizer: bool = False) -> list[dict]:
+                     act_bytes: int = 2, distributed_optimizer: bool = False,
+                     sequence_parallel: bool = True) -> list[dict]:
     """Bytes each collective sends per rank in one training step of a Megatron-style 3-D layout.
 
     params: model parameters; hidden/layers/seq_len: transformer shape; micro_batch: sequences per
@@ -270,7 +272,9 @@ def training_traffic(*, params: float, hidden: int, layers: int, seq_len: int, m
       reduce-scatters of the activation ``micro_batch × seq_len × hidden``, backward the same, as
       Korthikanti et al. (2022) count them (without sequence parallelism: 4 all-reduces, the same
       bytes).  An implementation that re-gathers inputs in the backward pass sends more.
-    * PP: per micro-batch, the activation sent forward and its gradient sent backward.
+    * PP: per micro-batch, the activation sent forward and its gradient sent backward; with
+      sequence parallelism each TP rank sends only its 1/tp slice of the sequence (Megatron-Core's
+      ``get_tensor_shapes`` in ``pipeline_parallel/schedules.py``), without it the whole activation.
     """
     for name, v in (("dp", dp), ("tp", tp), ("pp", pp), ("layers", layers), ("micro_batches", micro_batches)):
         if not isinstance(v, (int, np.integer)) or v < 1:
@@ -292,6 +296,7 @@ def training_traffic(*, params: float, hidden: int, layers: int, seq_len: int, m
         rows.append({"parallelism": "TP", "collective": coll, "group": tp, "message_bytes": act,
                      "ops_per_step": tp_ops, "bytes_per_rank": tp_ops * (tp - 1) / tp * act})
     if pp > 1:
-        rows.append({"parallelism": "PP", "collective": "send/recv", "group": 2, "message_bytes": act,
-                     "ops_per_step": 2 * micro_batches, "bytes_per_rank": 2 * micro_batches * act})
+        pp_msg = act / tp if sequence_parallel else act
+        rows.append({"parallelism": "PP", "collective": "send/recv", "group": 2, "message_bytes": pp_msg,
+                     "ops_per_step": 2 * micro_batches, "bytes_per_rank": 2 * micro_batches * pp_msg})
     return rows

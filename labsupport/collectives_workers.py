@@ -356,7 +356,7 @@ def time_all_reduce(sizes: Sequence[int], reps: int | Sequence[int] = 5, warmup:
 
     reps: timed calls per size (one number, or one per size).  impl: ``"dist"``
     (``dist.all_reduce``), ``"ring"`` or ``"naive"`` (the rings above).  A barrier precedes each
-    size; the caller takes the max over ranks (as nccl-tests does).
+    size; the caller takes the max over ranks (nccl-tests' ``-a 3``; its default is the average).
     """
     fns = {"dist": lambda t: dist.all_reduce(t), "ring": ring_all_reduce, "naive": naive_ring_all_reduce}
     if impl not in fns:

@@ -72,6 +72,8 @@ def make_exercise(solution: nbformat.NotebookNode, name: str) -> nbformat.Notebo
         total += n
         cell.outputs = []
         cell.execution_count = None
+    if nb.cells and nb.cells[0].cell_type == "markdown":  # "…: exercises with solutions" → "…: exercises"
+        nb.cells[0].source = nb.cells[0].source.replace("exercises with solutions", "exercises", 1)
     if total == 0:
         raise SolutionMarkupError(f"{name}: no '### BEGIN SOLUTION' region found; is this a solutions notebook?")
     nb.cells.insert(1, nbformat.v4.new_markdown_cell(BANNER.format(name=name), id="exercise-banner"))

@@ -215,7 +215,8 @@ def _encode_block(task: tuple[int, int, bytes]) -> tuple:
                 problem = f"missing key {k!r} (keys: {sorted(obj)[:6]})"
                 break
             if not isinstance(obj[k], str):
-                problem = f"key {k!r} is a {type(obj[k]).__name__}, expected a string"
+                kind = type(obj[k]).__name__
+                problem = f"key {k!r} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, expected a string"
                 break
         if problem:
             bad.append((first_lineno + j, problem))

@@ -78,6 +78,11 @@ UINT16_VOCAB_LIMIT = 65500
 
 _META = "\u2581"  # SentencePiece's whitespace symbol "▁"
 
+
+def _a(noun: str) -> str:
+    """'a str' / 'an int': the article for a type name in error messages."""
+    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
+
 #: Default bound of a :class:`WordCache`: past this many distinct words it is emptied and refilled.
 WORD_CACHE_MAX_WORDS = 500_000
 #: Longer words (base64, URLs, minified code) are encoded but not kept by a WordCache.
@@ -148,7 +153,7 @@ def read_documents(path: PathLike, json_key: str = "text", limit: int | None = N
                                       "pass json_key=... naming the text field")
                 text = obj[json_key]
                 if not isinstance(text, str):
-                    raise CorpusError(f"{path}:{lineno}: field {json_key!r} is a {type(text).__name__}, "
+                    raise CorpusError(f"{path}:{lineno}: field {json_key!r} is {_a(type(text).__name__)}, "
                                       "expected a string")
             else:
                 text = line.rstrip("\r\n")
@@ -486,7 +491,7 @@ class Tokenizer:
         texts = list(texts)
         bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
         if bad is not None:
-            raise TypeError(f"encode_batch expects strings; texts[{bad}] is a {type(texts[bad]).__name__}")
+            raise TypeError(f"encode_batch expects strings; texts[{bad}] is {_a(type(texts[bad]).__name__)}")
         n = int(num_threads) if num_threads is not None else (os.cpu_count() or 1)
         if n < 1:
             raise ValueError(f"num_threads must be >= 1, got {num_threads}")
@@ -736,7 +741,7 @@ class WordCache:
         texts = texts if isinstance(texts, list) else list(texts)
         bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
         if bad is not None:
-            raise TypeError(f"encode_flat expects strings; texts[{bad}] is a {type(texts[bad]).__name__}")
+            raise TypeError(f"encode_flat expects strings; texts[{bad}] is {_a(type(texts[bad]).__name__)}")
         if append is not None and not 0 <= int(append) < self.tokenizer.vocab_size:
             raise ValueError(f"append id {append} is outside 0..{self.tokenizer.vocab_size - 1}")
         if not self.exact:

@@ -140,7 +140,10 @@ def test_training_traffic_bytes():
     tp_total = by[("TP", "all_gather")]["bytes_per_rank"] + by[("TP", "reduce_scatter")]["bytes_per_rank"]
     # the same as 4 all-reduces per layer and micro-batch without sequence parallelism
     assert tp_total == pytest.approx(4 * 16 * 8 * 2 * 3 / 4 * act)
-    assert by[("PP", "send/recv")]["bytes_per_rank"] == pytest.approx(2 * 8 * act)
+    # with sequence parallelism each TP rank sends its 1/tp slice between stages
+    assert by[("PP", "send/recv")]["bytes_per_rank"] == pytest.approx(2 * 8 * act / 4)
+    no_sp = {r["parallelism"]: r for r in C.training_traffic(**cfg, sequence_parallel=False)}
+    assert no_sp["PP"]["bytes_per_rank"] == pytest.approx(2 * 8 * act)
     zero = C.training_traffic(**cfg, distributed_optimizer=True)
     assert sum(r["bytes_per_rank"] for r in zero if r["parallelism"].startswith("DP")) == \
         pytest.approx(by[("DP", "all_reduce")]["bytes_per_rank"])

@@ -33,7 +33,7 @@ def test_bad_markup_is_named(src, fragment):
 
 def test_outputs_cleared_and_banner_added():
     nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_markdown_cell("# title"),
+        nbformat.v4.new_markdown_cell("# Chapter 1 — Demo: exercises with solutions"),
         nbformat.v4.new_code_cell("def f():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION",
                                   execution_count=3, outputs=[nbformat.v4.new_output("stream", text="hi")]),
     ])
@@ -41,6 +41,7 @@ def test_outputs_cleared_and_banner_added():
     code = [c for c in ex.cells if c.cell_type == "code"]
     assert code[0].outputs == [] and code[0].execution_count is None
     assert "solutions/01_demo.ipynb" in ex.cells[1].source
+    assert ex.cells[0].source == "# Chapter 1 — Demo: exercises"
     assert nb.cells[1].execution_count == 3, "the solution notebook itself is not modified"
 
 

@@ -224,7 +224,7 @@ def test_bad_lines_reported_skipped_and_counted(tmp_path, tok, tok_path, capsys)
     assert f"{src}:3: blank line" in err
     assert f"{src}:4: not a JSON object (a list)" in err
     assert f"{src}:5: missing key 'text' (keys: ['body'])" in err
-    assert f"{src}:6: key 'text' is a int, expected a string" in err
+    assert f"{src}:6: key 'text' is an int, expected a string" in err
     assert f"{src}:7: key 'text' is a NoneType, expected a string" in err
     assert f"{good}:2: invalid JSON" in err                 # line numbers restart per file
     assert "skipped 7 bad lines" in out

@@ -318,7 +318,7 @@ def test_decode_rejects_ids_outside_the_vocabulary(tok):
 def test_encode_rejects_non_strings(tok):
     with pytest.raises(TypeError, match="expects a str, got bytes"):
         tok.encode(b"abc")
-    with pytest.raises(TypeError, match=r"texts\[1\] is a int"):
+    with pytest.raises(TypeError, match=r"texts\[1\] is an int"):
         tok.encode_batch(["a", 3])
 
 
@@ -396,7 +396,7 @@ def test_bad_json_and_missing_field_name_the_line(tmp_path):
     with pytest.raises(CorpusError, match=r"bad\.jsonl:3: no field 'text' \(found \['body'\]\)"):
         train_sentencepiece(p, tmp_path / "m", 500)
     p.write_text('{"text": 12}\n')
-    with pytest.raises(CorpusError, match=r"bad\.jsonl:1: field 'text' is a int"):
+    with pytest.raises(CorpusError, match=r"bad\.jsonl:1: field 'text' is an int"):
         read_documents(p)
     p.write_text('{"body": "a custom key works"}\n')
     assert read_documents(p, json_key="body") == ["a custom key works"]

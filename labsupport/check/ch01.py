@@ -104,9 +104,14 @@ def q1(merge_step) -> str:
         expect(ids == before, f"{call} modified its input list; build a new list instead")
         expect(isinstance(got, tuple) and len(got) == 2, f"{call} returned {short(got)}; expected a (new_ids, pair) tuple")
         got_ids, got_pair = got
+        expect(got_pair is None or (isinstance(got_pair, (tuple, list)) and len(got_pair) == 2),
+               f"{call} returned pair {short(got_pair)}; expected a (left, right) tuple or None")
+        expect(hasattr(got_ids, "__iter__") and not isinstance(got_ids, (str, bytes)),
+               f"{call} returned ids {short(got_ids)} ({type(got_ids).__name__}); expected a list of ints")
         got_pair = tuple(got_pair) if got_pair is not None else None
         expect(got_pair == want_pair, f"{call} merged pair {short(got_pair)}, expected {want_pair}")
-        expect(list(got_ids) == want_ids, f"{call} returned ids {short(list(got_ids))}, expected {short(want_ids)}")
+        got_ids = list(got_ids)
+        expect(got_ids == want_ids, f"{call} returned ids {short(got_ids)}, expected {short(want_ids)}")
         cases += 1
     return f"{cases} random sequences"
 
@@ -139,6 +144,18 @@ def q2(tokens_per_character) -> str:
 
 # ---------------------------------------------------------------------------------------------
 _Q3_KEYS = ("same_fingerprint", "vocab_sizes", "special_ids_differ", "id_agreement", "garbled", "verdict")
+
+
+def _q3_equal(key: str, got, want) -> bool:
+    """One field of the learner's diagnosis against the reference (a malformed value is just wrong)."""
+    try:
+        if key == "id_agreement":
+            return isinstance(got, (int, float)) and abs(got - want) <= 1e-9
+        if key in ("vocab_sizes", "special_ids_differ"):  # a list or a tuple, in the reference's order
+            return not isinstance(got, (str, bytes, set, frozenset, dict)) and list(got) == list(want)
+        return bool(got == want)
+    except (TypeError, ValueError):
+        return False
 
 
 @check(CHAPTER, "q3", hint="compare fingerprints (the decisive test), vocab sizes, the special ids "
@@ -174,13 +191,7 @@ def q3(diagnose_tokenizer_mismatch) -> str:
             expect(not missing, f"{name}: missing key(s) {missing}")
             for key in _Q3_KEYS:
                 g, w = got[key], want[key]
-                if key == "id_agreement":
-                    ok = isinstance(g, (int, float)) and abs(g - w) <= 1e-9
-                elif key in ("vocab_sizes", "special_ids_differ"):
-                    ok = g is not None and list(g) == list(w)
-                else:
-                    ok = g == w
-                expect(ok, f"{name}: {key} = {short(g, 90)}, expected {short(w, 90)}")
+                expect(_q3_equal(key, g, w), f"{name}: {key} = {short(g, 90)}, expected {short(w, 90)}")
     return f"{len(scenarios)} freshly trained tokenizer pairs"
 
 
@@ -193,7 +204,7 @@ def q4(exercise_4) -> tuple[str, dict[str, str]]:
     expect(isinstance(answer, dict), f"exercise_4() must return a dict, got {type(answer).__name__}")
     for key in ("cause", "checks", "fixes", "explanation"):
         expect(key in answer, f"missing key {key!r}")
-    expect(answer["cause"] in EXERCISE_4_CAUSES,
+    expect(isinstance(answer["cause"], str) and answer["cause"] in EXERCISE_4_CAUSES,
            f"cause = {short(answer['cause'])}; answer one of {sorted(EXERCISE_4_CAUSES)}")
     for key, options in (("checks", EXERCISE_4_CHECKS), ("fixes", EXERCISE_4_FIXES)):
         value = answer[key]

@@ -70,6 +70,17 @@ def _random_dataset(rng: np.random.Generator, folder: Path, name: str) -> str:
     return prefix
 
 
+def _same_int(got, want: int) -> bool:
+    """An integer header field: a Python or numpy integer (or a one-element integer array) equal to want."""
+    if isinstance(got, bool):
+        return False
+    try:
+        arr = np.asarray(got)
+    except (TypeError, ValueError):
+        return False
+    return arr.dtype.kind in "iu" and arr.size == 1 and int(arr.reshape(())) == want
+
+
 def _same_array(got, want) -> bool:
     try:
         return np.array_equal(np.asarray(got, dtype=np.int64), np.asarray(want, dtype=np.int64))
@@ -93,13 +104,13 @@ def q1(parse_idx) -> str:
             want = {"version": 1, "dtype_code": ds.header.dtype_code, "num_sequences": len(ds),
                     "num_document_indices": len(ds.document_indices)}
             for key, value in want.items():
-                expect(key in got, f"the dict has no key {key!r} (keys: {sorted(got)})")
-                expect(got[key] == value, f"{key} = {short(got[key])}, expected {value} "
+                expect(key in got, f"the dict has no key {key!r} (keys: {sorted(got, key=str)})")
+                expect(_same_int(got[key], value), f"{key} = {short(got[key])}, expected {value} "
                        f"(a dataset with {len(ds)} sequences, dtype {ds.dtype.name})")
             for key, arr in (("sequence_lengths", ds.sequence_lengths),
                              ("sequence_pointers", ds.sequence_pointers),
                              ("document_indices", ds.document_indices)):
-                expect(key in got, f"the dict has no key {key!r} (keys: {sorted(got)})")
+                expect(key in got, f"the dict has no key {key!r} (keys: {sorted(got, key=str)})")
                 expect(_same_array(got[key], arr), f"{key} = {short(np.asarray(got[key]).tolist())}, "
                        f"expected {short(arr.tolist())}")
             del ds
@@ -156,6 +167,8 @@ def q3(exercise_1) -> tuple[str, dict[str, str]]:
     expect(isinstance(problems, dict), "answer['problems'] must be a dict: problem key → solution key")
     unknown = [k for k in problems if k not in EXERCISE_1_PROBLEMS]
     expect(not unknown, f"unknown problem keys {unknown}; use keys of EXERCISE_1_PROBLEMS")
+    expect(all(isinstance(v, str) for v in problems.values()),
+           f"answer['problems'] = {short(problems)}: map each problem key to ONE solution key (a string)")
     unknown = [v for v in problems.values() if v not in EXERCISE_1_SOLUTIONS]
     expect(not unknown, f"unknown solution keys {unknown}; use keys of EXERCISE_1_SOLUTIONS")
     expect(len(problems) == 3, f"pick exactly three problems, got {len(problems)}")

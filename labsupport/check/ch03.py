@@ -90,7 +90,7 @@ def q1(greedy_step) -> str:
             raw[-1] += 16 - sum(raw) % 16 if sum(raw) % 16 else 0
             w = [r / sum(raw) for r in raw]                    # dyadic weights: w * step is exact
             step = sum(raw) * rng.randint(1, 50)
-            tied = [d for d in range(n) if rng.random() < 0.5] or [n - 1]
+            tied = rng.sample(range(n), rng.randint(2, n))         # at least two share the largest error
             counts = [round(wd * step) + (0 if d in tied else rng.randint(1, 3)) for d, wd in enumerate(w)]
         elif k % 2 == 0:                                        # a state the blend really reaches
             w = _weights(rng, n)

@@ -141,7 +141,7 @@ def q4(exercise_3) -> tuple[str, dict[str, str]]:
     per_pack = _number(answer["b_examples_per_pack"], "b_examples_per_pack")
     expect(13 <= per_pack <= 14, f"(b) {per_pack:g} examples per pack: how many ~300-token examples fit 4096 tokens?")
     speedup = _number(answer["b_speedup"], "b_speedup")
-    expect(12.3 <= speedup <= 15.0, f"(b) speed-up {speedup:g}: real tokens per step, packed vs padded, is at most "
+    expect(13.0 <= speedup <= 14.0, f"(b) speed-up {speedup:g}: real tokens per step, packed vs padded, is at most "
            "4096 / 300")
     must = set(answer["c_must_do"])
     expect(must <= set(MUST_DO_OPTIONS), f"(c) unknown keys {sorted(must - set(MUST_DO_OPTIONS))}")
