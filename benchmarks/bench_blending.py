@@ -1,6 +1,6 @@
 """Chapter 3 benchmark: building the blending indices, labsupport (numpy) vs megatron-core (C++).
 
-``labsupport.blending.build_blending_indices`` against megatron-core's compiled
+``labsupport.datasets.blending.build_blending_indices`` against megatron-core's compiled
 ``helpers.build_blending_indices``, called the way Megatron's ``BlendedDataset._build_indices``
 calls it (two ``numpy.zeros`` outputs, then the helper), for 10 M samples over 3 datasets (the
 book's 0.6 / 0.25 / 0.15) and over 50 datasets (random weights, seed 0, normalised).  Each run's
@@ -10,7 +10,7 @@ of ``--repeats`` runs is kept for each side.  Target: identical output, at most 
 Why numpy and not numba: numba is not a dependency of the workbook.  The numpy version runs the
 sequential rule in a few thousand chunks side by side (one numpy operation advances every chunk
 by one step), starts each chunk from a guessed state and proves every chunk exact afterwards (see
-``labsupport/blending.py``).
+``labsupport/datasets/blending.py``).
 
 Run: ``.venv/bin/python -m benchmarks.bench_blending``; writes ``benchmarks/results/blending.json``.
 """
@@ -55,7 +55,7 @@ def cases() -> list[tuple[str, np.ndarray]]:
 
 
 def run(size: int, repeats: int) -> dict:
-    from labsupport import blending
+    from labsupport.datasets import blending
 
     helpers = _helpers()
     out = {}

@@ -2,7 +2,7 @@
 all-reduce cost curve.
 
 Measured side by side in one run, on real process groups started by
-``labsupport.collectives.run_workers``:
+``labsupport.distributed.collectives.run_workers``:
 
 1. **Rings** — for world sizes 2, 4, 8 and a few message sizes: seconds per all-reduce of the
    chunked ring (``ring_all_reduce``, send/recv), the naive ring (``naive_ring_all_reduce``, the
@@ -44,15 +44,15 @@ def _reps(sizes: list[int], reps: int) -> list[int]:
 
 
 def _time(world_size: int, sizes: list[int], impl: str, reps: int) -> list[float]:
-    from labsupport.collectives import measure_all_reduce
+    from labsupport.distributed.collectives import measure_all_reduce
 
     return measure_all_reduce(world_size, sizes, _reps(sizes, reps), impl=impl, timeout=600)
 
 
 def bench_rings(world_sizes: list[int], sizes: list[int], reps: int, repeats: int) -> list[dict]:
-    from labsupport import collectives as C
-    from labsupport.collectives import run_workers
-    from labsupport.collectives_workers import ring_vs_all_reduce
+    from labsupport.distributed import collectives as C
+    from labsupport.distributed.launch import run_workers
+    from labsupport.distributed.workers import ring_vs_all_reduce
 
     rows = []
     for n in world_sizes:
@@ -86,7 +86,7 @@ def bench_rings(world_sizes: list[int], sizes: list[int], reps: int, repeats: in
 
 
 def bench_sweep(world_size: int, sizes: list[int], reps: int, repeats: int) -> dict:
-    from labsupport import collectives as C
+    from labsupport.distributed import collectives as C
 
     best = [float("inf")] * len(sizes)
     for _ in range(repeats):

@@ -2,12 +2,12 @@
 
 Measured side by side in one run, on the same input, tokenizer and worker count:
 
-1. **Preprocessing** (tokens/s): ``labsupport.preprocess.preprocess`` against Megatron's own
+1. **Preprocessing** (tokens/s): ``labsupport.datasets.preprocess.preprocess`` against Megatron's own
    method, re-created from ``tools/preprocess_data.py``: ``multiprocessing.Pool(workers)
    .imap(encoder.encode, fin, 32)`` over the lines of the file, each worker doing
    ``json.loads`` + tokenize + EOD, and the main process writing every document through
    megatron-core's ``IndexedDatasetBuilder.add_document``.  Both produce the ids of the same
-   ``labsupport.tokenizer.Tokenizer.encode`` (the run checks that the ``.bin``/``.idx`` pairs are
+   ``labsupport.datasets.tokenizer.Tokenizer.encode`` (the run checks that the ``.bin``/``.idx`` pairs are
    byte-identical).  labsupport is timed twice: ``labsupport`` (the default: each worker keeps a
    word-level cache, so a word it has seen before skips SentencePiece's BPE; the cache starts
    empty in every timed run, new worker processes each time) and ``labsupport_no_word_cache``
@@ -22,7 +22,7 @@ Measured side by side in one run, on the same input, tokenizer and worker count:
    comparison on one copy of the corpora (no repeated text; shorter, so noisier) — the gain
    to expect on text without exact repeats.
 2. **Random access** (reads/s): ``ds[i]`` for random sequence indices, and ``ds.get(i, offset,
-   length)`` for random windows, ``labsupport.indexed.IndexedDataset`` against megatron-core's
+   length)`` for random windows, ``labsupport.datasets.indexed.IndexedDataset`` against megatron-core's
    ``IndexedDataset`` on the same files.  Target: at least equal.
 
 Each timing is the best of ``--repeats`` interleaved runs.  Run:
@@ -68,7 +68,7 @@ class MegatronEncoder:
         self.model_path, self.json_keys, self.append_eod = model_path, json_keys, append_eod
 
     def initializer(self) -> None:
-        from labsupport.tokenizer import Tokenizer
+        from labsupport.datasets.tokenizer import Tokenizer
 
         MegatronEncoder.tokenizer = Tokenizer(self.model_path)
 
@@ -95,7 +95,7 @@ def megatron_preprocess(input_path: str, model_path: str, output_prefix: str, wo
                         json_keys=("text",), append_eod: bool = True) -> dict:
     """Megatron's ``process_json_file`` with megatron-core's builder; returns counts."""
     mc = _megatron()
-    from labsupport.tokenizer import Tokenizer
+    from labsupport.datasets.tokenizer import Tokenizer
 
     encoder = MegatronEncoder(model_path, list(json_keys), append_eod)
     vocab = Tokenizer(model_path).vocab_size
@@ -137,7 +137,7 @@ METHODS = ("megatron", "labsupport", "labsupport_no_word_cache")
 
 def bench_preprocess(corpus: Path, model: str, out: Path, workers: int, repeats: int,
                      tokenizer_only: bool = True) -> dict:
-    from labsupport.preprocess import preprocess
+    from labsupport.datasets.preprocess import preprocess
 
     best = dict.fromkeys(METHODS, float("inf"))
     counts, cache_stats = {}, {}
@@ -172,7 +172,7 @@ def bench_preprocess(corpus: Path, model: str, out: Path, workers: int, repeats:
     if tokenizer_only:
         # the ceiling for any preprocessor running BPE on every document with this many threads:
         # tokenizing the already parsed texts in memory, nothing else (no JSON, IPC, writing)
-        from labsupport.tokenizer import Tokenizer
+        from labsupport.datasets.tokenizer import Tokenizer
 
         tok = Tokenizer(model)
         texts = [json.loads(line)["text"] for line in corpus.read_bytes().splitlines()]
@@ -217,7 +217,7 @@ def _time_reads(fn, indices, repeats: int) -> float:
 
 
 def bench_reads(prefix: str, n_reads: int, window: int, repeats: int, seed: int = 0) -> dict:
-    from labsupport.indexed import IndexedDataset
+    from labsupport.datasets.indexed import IndexedDataset
 
     mc = _megatron()
     ours, theirs = IndexedDataset(prefix), mc.IndexedDataset(prefix)
@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
 
-    from labsupport.tokenizer import workbook_tokenizer
+    from labsupport.datasets.tokenizer import workbook_tokenizer
 
     model = workbook_tokenizer()
     tmp = Path(tempfile.mkdtemp(prefix="bench_indexed_"))

@@ -5,12 +5,12 @@ Measured side by side in one run and written to ``benchmarks/results/packing.jso
 1. **GPT samples at S=2048** on the same ``.bin/.idx`` files (the workbook's ``books`` corpus,
    preprocessed by chapter 2 with ``--append-eod``): megatron-core 0.16.1's ``GPTDataset`` with
    ``reset_position_ids``, ``reset_attention_mask`` and ``eod_mask_loss`` (it builds a dense
-   S×S mask per sample) against ``labsupport.packing.GPTDataset`` (cu_seqlens / max_seqlen /
+   S×S mask per sample) against ``labsupport.datasets.sft_packing.GPTDataset`` (cu_seqlens / max_seqlen /
    position_ids instead).  Both read the same samples; tokens, labels, loss_mask and
    position_ids must be equal for every timed sample, and the dense mask rebuilt from
    cu_seqlens equal to Megatron's on a subset.  Megatron without the flags is timed for context.
 2. **Packing 20,000 lengths into 4096** with NeMo's ``first_fit_decreasing`` against
-   ``labsupport.packing.first_fit_decreasing`` (same packs required) and the other algorithms.
+   ``labsupport.datasets.sft_packing.first_fit_decreasing`` (same packs required) and the other algorithms.
    NeMo is not installed here: :func:`nemo_first_fit_decreasing` re-implements NeMo's code
    (``nemo/utils/sequence_packing_utils.py``: ``first_fit_decreasing`` = ``sorted(seqlens,
    reverse=True)`` then ``first_fit``, which rescans every open bin and recomputes ``sum(bin)``
@@ -93,10 +93,10 @@ class _MegatronTokenizer:
 
 def bench_gpt_samples(seq_length: int, n_samples: int, repeats: int, check_dense: int, cache: Path) -> dict:
     import torch
-    from labsupport.indexed import IndexedDataset
-    from labsupport.packing import GPTDataset, attention_mask_from_cu_seqlens
-    from labsupport.preprocess import workbook_prefixes
-    from labsupport.tokenizer import Tokenizer, workbook_tokenizer
+    from labsupport.datasets.indexed import IndexedDataset
+    from labsupport.datasets.gpt_samples import GPTDataset, attention_mask_from_cu_seqlens
+    from labsupport.datasets.preprocess import workbook_prefixes
+    from labsupport.datasets.tokenizer import Tokenizer, workbook_tokenizer
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -164,7 +164,7 @@ def bench_gpt_samples(seq_length: int, n_samples: int, repeats: int, check_dense
 
 # ------------------------------------------------------------------------------------ part 2
 def bench_packing(n: int, pack_size: int, repeats: int, nemo_repeats: int) -> dict:
-    from labsupport.packing import ALGORITHMS, lower_bound, pack, packing_efficiency
+    from labsupport.datasets.bin_packing import ALGORITHMS, lower_bound, pack, packing_efficiency
 
     lengths = sft_like_lengths(n, pack_size=pack_size)
     as_list = lengths.tolist()
@@ -190,7 +190,7 @@ def bench_packing(n: int, pack_size: int, repeats: int, nemo_repeats: int) -> di
 
 
 def bench_million(n: int, pack_size: int, repeats: int) -> dict:
-    from labsupport.packing import ALGORITHMS, lower_bound, pack, packing_efficiency
+    from labsupport.datasets.bin_packing import ALGORITHMS, lower_bound, pack, packing_efficiency
 
     lengths = sft_like_lengths(n, seed=1, pack_size=pack_size)
     rows = {}

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     import labsupport
     from labsupport.paths import DOMAINS
-    from labsupport.tokenizer import Tokenizer, read_documents, workbook_tokenizer
+    from labsupport.datasets.tokenizer import Tokenizer, read_documents, workbook_tokenizer
 
     tok = Tokenizer(workbook_tokenizer())
     docs = [d for name in DOMAINS for d in read_documents(labsupport.data_file(name))]

@@ -1,13 +1,21 @@
 """labsupport — the helper library of the NeMo / Megatron-Core data-path workbook.
 
-Every chapter notebook starts with ``labsupport.setup()``; chapter topics live in their own
-modules (``tokenizer`` ch1, ``indexed``/``preprocess`` ch2, ``blending`` ch3, ``packing`` ch4,
-``collectives`` ch5) and exercise checks in ``labsupport.check``.
+Every chapter notebook starts with ``labsupport.setup()``. The package has three parts:
+
+* :mod:`labsupport.datasets` — the Megatron data path (tokenizer ch1, indexed/preprocess ch2,
+  blending ch3, gpt_samples/bin_packing/sft_packing ch4), mirroring ``megatron.core.datasets``;
+* :mod:`labsupport.distributed` — collectives and process groups (ch5);
+* :mod:`labsupport.workbook` — the workbook's machinery (notebook runner, grading, exercises).
+
+Beside them: :mod:`labsupport.models` (the tiny model of ch4), :mod:`labsupport.check` (exercise
+checks), and the base modules every layer may import (``env``, ``paths``, ``progress``,
+``config``, ``fileio``).  ``python -m labsupport.preprocess``/``.runall``/``.grade``/
+``.make_exercises`` are thin entry modules into the sub-packages.
 """
 from __future__ import annotations
 
-from .env import NO_GPU_NOTE, cuda_available, device, is_headless, setup
-from .paths import DATA_DIR, REPO_ROOT, data_file, work_dir, display_path
+from labsupport.env import NO_GPU_NOTE, cuda_available, device, is_headless, setup
+from labsupport.paths import DATA_DIR, REPO_ROOT, data_file, work_dir, display_path
 
 __version__ = "0.1.0"
 

@@ -13,7 +13,7 @@ from typing import Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
-from .paths import CONFIG_DIR
+from labsupport.paths import CONFIG_DIR
 
 #: key → (what it controls, where the workbook shows it)
 KEY_NOTES: dict[str, tuple[str, str]] = {

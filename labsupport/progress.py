@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from typing import Iterable, TypeVar
 
-from .env import is_headless
+from labsupport.env import is_headless
 
 T = TypeVar("T")
 

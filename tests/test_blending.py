@@ -1,4 +1,4 @@
-"""labsupport.blending (chapter 3) on its own: the data_prefix parser and its errors, the greedy
+"""labsupport.datasets.blending (chapter 3) on its own: the data_prefix parser and its errors, the greedy
 blending rule against a plain Python loop (megatron-core itself: test_crosscheck_blending.py),
 BlendedDataset, blend_report, the exercise arithmetic and the chapter's checks."""
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from labsupport import blending as bl
-from labsupport.blending import BlendError, OverdrawError, TokenizerMismatchError
+from labsupport.datasets import blending as bl
+from labsupport.datasets.blending import BlendError, OverdrawError, TokenizerMismatchError
 from labsupport.check import ch03
-from labsupport.indexed import IndexedDataset, IndexedDatasetBuilder
+from labsupport.datasets.indexed import IndexedDataset, IndexedDatasetBuilder
 
 
 # ----------------------------------------------------------------------------------- helpers
@@ -341,7 +341,7 @@ def test_tokenizer_fingerprints_must_agree(tmp_path, three):
 
 
 def test_gpt_mid_level_datasets(three):
-    from labsupport.packing import GPTDataset
+    from labsupport.datasets.gpt_samples import GPTDataset
 
     ds = bl.BlendedDataset(three, [0.5, 0.2, 0.3], 300, seed=3, seq_length=16)
     assert all(isinstance(d, GPTDataset) for d in ds.datasets)

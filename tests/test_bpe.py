@@ -1,11 +1,11 @@
-"""labsupport.bpe (chapter 1): the from-scratch byte-level BPE used in the notebook and checks."""
+"""labsupport.datasets.bpe (chapter 1): the from-scratch byte-level BPE used in the notebook and checks."""
 from __future__ import annotations
 
 import random
 
 import pytest
 
-from labsupport.bpe import ByteBPE, merge, merge_step, most_frequent_pair, pair_counts
+from labsupport.datasets.bpe import ByteBPE, merge, merge_step, most_frequent_pair, pair_counts
 
 TEXT = ("low lower lowest newer newest wider widest — 낮은 더 낮은 가장 낮은 🙂🙂 "
         "def f(x):\n    return x\n\tdone\n") * 4

@@ -6,9 +6,9 @@ from collections import Counter
 
 import pytest
 
-from labsupport.bpe import merge, merge_step
+from labsupport.datasets.bpe import merge, merge_step
 from labsupport.check import ch01 as check
-from labsupport.tokenizer import compare_tokenizers, tokens_per_character
+from labsupport.datasets.tokenizer import compare_tokenizers, tokens_per_character
 
 
 def stub(*args):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from labsupport.check import ch04 as check
-from labsupport.packing import first_fit_decreasing, get_ltor_masks_and_position_ids, padding_share
+from labsupport.datasets.bin_packing import first_fit_decreasing, padding_share
+from labsupport.datasets.gpt_samples import get_ltor_masks_and_position_ids
 
 
 def stub(*args):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from labsupport import collectives as C
+from labsupport.distributed import collectives as C
 from labsupport.check import ch05 as check
 
 

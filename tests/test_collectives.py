@@ -10,10 +10,10 @@ import numpy as np
 import psutil
 import pytest
 
-from labsupport import collectives as C
-from labsupport import collectives_workers as W
-from labsupport.collectives_facts import NCCL_ENV_FACTS, SEED_001_NCCL_SCRIPT, STATUSES, fact_check_exports
-from labsupport.collectives_launch import WorkerError, WorkerTimeout, run_workers
+from labsupport.distributed import collectives as C
+from labsupport.distributed import workers as W
+from labsupport.distributed.nccl_facts import NCCL_ENV_FACTS, SEED_001_NCCL_SCRIPT, STATUSES, fact_check_exports
+from labsupport.distributed.launch import WorkerError, WorkerTimeout, run_workers
 
 
 # ----------------------------------------------------------------------------- numpy ring
@@ -268,7 +268,7 @@ def test_a_raising_worker_is_named_and_nothing_is_left_behind(warm):
     exc = info.value
     assert exc.rank == 2
     assert str(exc).startswith("rank 2 raised ValueError: rank 2 found a NaN")
-    assert "collectives_workers.py" in str(exc) and "fail_on_rank" in exc.worker_traceback
+    assert "workers.py" in str(exc) and "fail_on_rank" in exc.worker_traceback
     assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in exc.pids)
     assert _leftovers(warm) == set()
     assert _pg_folders() == folders
@@ -290,8 +290,8 @@ def test_a_hanging_worker_times_out_naming_the_rank(warm):
     assert isinstance(exc, TimeoutError) and exc.ranks == [0, 1, 2]
     text = str(exc)
     assert "did not finish within 4 s" in text
-    assert "rank 1: collectives_workers.py" in text and "in its own code (not in a collective)" in text
-    assert "rank 0: collectives_workers.py" in text and "waiting in torch.distributed.all_reduce" in text
+    assert "rank 1: workers.py" in text and "in its own code (not in a collective)" in text
+    assert "rank 0: workers.py" in text and "waiting in torch.distributed.all_reduce" in text
     # the deadline is the launcher's contract, not a speed claim: generous margin for a loaded machine
     assert elapsed < 4 + 15
     assert _leftovers(warm) == set()

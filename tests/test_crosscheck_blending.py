@@ -1,4 +1,4 @@
-"""labsupport.blending against megatron-core 0.16.1 (chapter 3): the compiled blending helpers
+"""labsupport.datasets.blending against megatron-core 0.16.1 (chapter 3): the compiled blending helpers
 (identical output for many random weight vectors and sizes, exact ties included), the
 data_prefix parser, weight normalisation, the builder's per-dataset sample counts, and
 Megatron's own BlendedDataset (same index, same samples, same over-draw condition)."""
@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
-from labsupport import blending as bl
+from labsupport.datasets import blending as bl
 
 pytestmark = [pytest.mark.crosscheck, pytest.mark.filterwarnings("ignore::UserWarning")]
 

@@ -1,4 +1,4 @@
-"""labsupport.indexed against megatron-core 0.16.1 (chapter 2): byte-identical files, reading
+"""labsupport.datasets.indexed against megatron-core 0.16.1 (chapter 2): byte-identical files, reading
 in both directions, and the two places where labsupport deliberately differs (it refuses ids
 that do not fit the dtype, and bounds-checks ``get``)."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from labsupport.indexed import (
+from labsupport.datasets.indexed import (
     IndexedDataset, IndexedDatasetBuilder, get_bin_path, get_idx_path, optimal_dtype,
 )
 
@@ -196,7 +196,7 @@ def megatron_preprocess(mc, src, model, prefix, keys, append_eod, workers=2):
 @pytest.fixture(scope="module")
 def small_model(tmp_path_factory):
     from labsupport.paths import data_file
-    from labsupport.tokenizer import train_sentencepiece
+    from labsupport.datasets.tokenizer import train_sentencepiece
 
     return str(train_sentencepiece([data_file("code")], tmp_path_factory.mktemp("tok") / "t", 400))
 
@@ -205,7 +205,7 @@ def small_model(tmp_path_factory):
 def test_cli_output_byte_identical_to_megatron_script(mcore, tmp_path, small_model, append_eod):
     import json
     from labsupport.paths import data_file
-    from labsupport.preprocess import main
+    from labsupport.datasets.preprocess import main
 
     lines = data_file("web").read_text(encoding="utf-8").splitlines()[:40]
     lines[3] = json.dumps({"text": ""})          # empty text: a document without sequences
@@ -225,7 +225,7 @@ def test_cli_output_byte_identical_to_megatron_script(mcore, tmp_path, small_mod
 def test_cli_two_keys_byte_identical_to_megatron_script(mcore, tmp_path, small_model):
     import json
     from labsupport.paths import data_file
-    from labsupport.preprocess import preprocess
+    from labsupport.datasets.preprocess import preprocess
 
     rows = [json.loads(l) for l in data_file("sft").read_text(encoding="utf-8").splitlines()[:60]]
     src = tmp_path / "sft.jsonl"

@@ -1,4 +1,4 @@
-"""labsupport.packing (chapter 4) against megatron-core 0.16.1: the sample index of the C++
+"""labsupport.datasets.sft_packing (chapter 4) against megatron-core 0.16.1: the sample index of the C++
 helper, and GPTDataset — document, sample and shuffle indices, length, and every sample's
 tokens / labels / loss_mask / position_ids, with the dense attention mask rebuilt from
 cu_seqlens — over random corpora, seeds, sequence lengths and all eight reset/eod flag sets."""
@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from labsupport.indexed import IndexedDataset, IndexedDatasetBuilder
-from labsupport.packing import (GPTDataset, attention_mask_from_cu_seqlens, build_sample_idx,
-                                get_ltor_boundaries, get_ltor_masks_and_position_ids)
+from labsupport.datasets.indexed import IndexedDataset, IndexedDatasetBuilder
+from labsupport.datasets.gpt_samples import GPTDataset, attention_mask_from_cu_seqlens, build_sample_idx, get_ltor_boundaries, get_ltor_masks_and_position_ids
 
 pytestmark = [pytest.mark.crosscheck,
               pytest.mark.filterwarnings("ignore:The pad token id in the tokenizer collides:UserWarning")]

@@ -1,4 +1,4 @@
-"""labsupport.tokenizer against megatron-core 0.16.1 (chapter 1).
+"""labsupport.datasets.tokenizer against megatron-core 0.16.1 (chapter 1).
 
 Megatron's own SentencePiece wrapper, loading the same ``.model`` file, must produce the same
 ids, decode them to the same text, report the same vocabulary size and use the same id for
@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 import pytest
 
-from labsupport.tokenizer import Tokenizer, token_dtype, train_sentencepiece
+from labsupport.datasets.tokenizer import Tokenizer, token_dtype, train_sentencepiece
 
 from test_tokenizer import EDGE_CASES, synthetic_docs, write_jsonl
 

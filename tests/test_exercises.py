@@ -8,8 +8,8 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from labsupport import make_exercises
-from labsupport.grade import grade_notebook
+from labsupport.workbook import make_exercises
+from labsupport.workbook.grade import grade_notebook
 from labsupport.paths import REPO_ROOT
 
 SOLUTIONS = sorted((REPO_ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))

@@ -11,7 +11,7 @@ import torch
 
 import labsupport
 from labsupport import config as cfglib
-from labsupport import orientation, runall
+from labsupport.workbook import orientation, runall
 from labsupport.paths import REPO_ROOT, data_file, display_path, work_dir
 
 
@@ -130,7 +130,7 @@ def test_gpu_cells_are_skipped_without_cuda():
 def test_grade_cli_writes_a_gradebook(tmp_path, capsys):
     import csv
 
-    from labsupport import grade
+    from labsupport.workbook import grade
 
     student = tmp_path / "alice"
     student.mkdir()

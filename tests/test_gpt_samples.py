@@ -1,4 +1,4 @@
-"""labsupport.gpt_samples (chapter 4): Megatron GPT sample index, masks, position ids and the
+"""labsupport.datasets.gpt_samples (chapter 4): Megatron GPT sample index, masks, position ids and the
 compact cu_seqlens form, checked against literal transcriptions of Megatron's loops and against
 the token stream itself (the comparison with the real megatron-core is in
 test_crosscheck_packing.py)."""
@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from labsupport.gpt_samples import (
+from labsupport.datasets.gpt_samples import (
     GPTDataset, attention_mask_from_cu_seqlens, build_sample_idx, get_ltor_boundaries,
     get_ltor_masks_and_position_ids, num_epochs_for, position_ids_from_cu_seqlens,
     segment_ids_from_cu_seqlens,
 )
-from labsupport.indexed import IndexedDataset, IndexedDatasetBuilder
+from labsupport.datasets.indexed import IndexedDataset, IndexedDatasetBuilder
 
 
 # ----------------------------------------------------------------- literal transcriptions

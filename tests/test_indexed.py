@@ -1,4 +1,4 @@
-"""Unit tests of labsupport.indexed (chapter 2): byte layout, reader, builder, every bad input."""
+"""Unit tests of labsupport.datasets.indexed (chapter 2): byte layout, reader, builder, every bad input."""
 from __future__ import annotations
 
 import os
@@ -8,7 +8,7 @@ import struct
 import numpy as np
 import pytest
 
-from labsupport.indexed import (
+from labsupport.datasets.indexed import (
     HEADER_SIZE, MAGIC, BadMagicError, BinSizeMismatchError, CorruptIndexError, DType,
     IndexedDataset, IndexedDatasetBuilder, IndexedDatasetError, TruncatedIndexError,
     UnknownDTypeError, UnsupportedVersionError, get_bin_path, get_idx_path, get_sidecar_path,

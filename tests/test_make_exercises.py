@@ -4,7 +4,7 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from labsupport.make_exercises import STUB, SolutionMarkupError, make_exercise, strip_solutions
+from labsupport.workbook.make_exercises import STUB, SolutionMarkupError, make_exercise, strip_solutions
 
 
 def test_region_becomes_stub_at_marker_indentation():

@@ -1,4 +1,4 @@
-"""labsupport.packing / bin_packing (chapter 4): packing algorithms against literal
+"""labsupport.datasets.sft_packing / bin_packing (chapter 4): packing algorithms against literal
 transcriptions of NeMo's and Graphcore's code, SFT reading/tokenizing/packing, the too-long
 policies, NeMo's packed layout and collate, and pickle-free storage."""
 from __future__ import annotations
@@ -8,12 +8,9 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 
-from labsupport import packing
-from labsupport.packing import (
-    ALGORITHMS, Bins, PackedSFT, SFTFormatError, best_fit_decreasing, first_fit,
-    first_fit_decreasing, lower_bound, pack, pack_sft, packing_efficiency, padding_share,
-    read_sft_jsonl, spfhp, tokenize_sft,
-)
+from labsupport.datasets import sft_packing as packing
+from labsupport.datasets.bin_packing import ALGORITHMS, Bins, best_fit_decreasing, first_fit, first_fit_decreasing, lower_bound, pack, packing_efficiency, padding_share, spfhp
+from labsupport.datasets.sft_packing import PackedSFT, SFTFormatError, pack_sft, read_sft_jsonl, tokenize_sft
 
 
 # ------------------------------------------------------------ oracles (re-typed from sources)
@@ -434,10 +431,12 @@ def test_too_long_split_keeps_every_training_pair_exactly_once():
     assert set(packed.seq_line.tolist()) == {1, 2, 3}
 
 
-def test_public_names_are_importable_from_packing():
-    for name in ("build_sample_idx", "GPTDataset", "get_ltor_masks_and_position_ids", "get_ltor_boundaries",
-                 "attention_mask_from_cu_seqlens", "pack", "packing_efficiency", "lower_bound",
-                 "first_fit", "first_fit_decreasing", "best_fit_decreasing", "spfhp", "tokenize_sft",
-                 "pack_sft", "PackedSFT", "read_sft_jsonl", "padding_share"):
-        assert hasattr(packing, name), name
-        assert name in packing.__all__
+def test_each_chapter4_module_exports_its_own_names_only():
+    """sft_packing holds SFT packing; samples and bin packing live in their own modules (no re-exports)."""
+    from labsupport.datasets import bin_packing, gpt_samples
+    for module in (packing, bin_packing, gpt_samples):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if callable(obj):
+                assert obj.__module__ == module.__name__, name
+    assert not set(packing.__all__) & (set(bin_packing.__all__) | set(gpt_samples.__all__))

@@ -1,4 +1,4 @@
-"""The contamination proof of chapter 4 as assertions (labsupport.packing_model): a packed
+"""The contamination proof of chapter 4 as assertions (labsupport.models.tiny_lm): a packed
 sequence with the boundary mask and restarted positions computes exactly what each document
 computes alone; without the mask (or without the position reset) it does not."""
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from labsupport.packing import attention_mask_from_cu_seqlens
-from labsupport.packing_model import (
+from labsupport.datasets.gpt_samples import attention_mask_from_cu_seqlens
+from labsupport.models.tiny_lm import (
     TinyCausalLM, causal_attention, dense_block_attention, leakage, pack_documents, run_packed,
     run_separately, sdpa_mask, varlen_attention,
 )

@@ -1,4 +1,4 @@
-"""Tests of labsupport.preprocess (chapter 2): the CLI's outputs, order, bad lines, workbook_prefixes."""
+"""Tests of labsupport.datasets.preprocess (chapter 2): the CLI's outputs, order, bad lines, workbook_prefixes."""
 from __future__ import annotations
 
 import json
@@ -9,9 +9,9 @@ import shutil
 import numpy as np
 import pytest
 
-from labsupport import preprocess as pp
-from labsupport.indexed import IndexedDataset
-from labsupport.tokenizer import Tokenizer, train_sentencepiece
+from labsupport.datasets import preprocess as pp
+from labsupport.datasets.indexed import IndexedDataset
+from labsupport.datasets.tokenizer import Tokenizer, train_sentencepiece
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +132,7 @@ def _outputs(prefix):
 
 def test_word_cache_output_is_byte_identical_on_the_shipped_corpora(tmp_path):
     from labsupport.paths import DOMAINS, data_file
-    from labsupport.tokenizer import workbook_tokenizer
+    from labsupport.datasets.tokenizer import workbook_tokenizer
 
     model = workbook_tokenizer()
     tok = Tokenizer(model)
@@ -321,7 +321,7 @@ def test_progress_bar_reports_documents_tokens_and_rate(tmp_path, tok_path, caps
 @pytest.fixture
 def isolated_work(tmp_path, monkeypatch):
     """A fresh work dir holding only the (already built) workbook tokenizer."""
-    from labsupport.tokenizer import workbook_tokenizer
+    from labsupport.datasets.tokenizer import workbook_tokenizer
 
     model = workbook_tokenizer()
     work = tmp_path / "work"
@@ -333,7 +333,7 @@ def isolated_work(tmp_path, monkeypatch):
 
 def test_workbook_prefixes_builds_caches_and_prints_nothing(isolated_work, capsys):
     from labsupport.paths import DOMAINS, data_file
-    from labsupport.tokenizer import workbook_tokenizer
+    from labsupport.datasets.tokenizer import workbook_tokenizer
 
     prefixes = pp.workbook_prefixes()
     assert capsys.readouterr().out == ""
@@ -367,7 +367,7 @@ def test_workbook_prefixes_rebuilds_stale(isolated_work):
 
 def _race(work: str, q) -> None:
     os.environ["LABSUPPORT_WORK"] = work
-    from labsupport.preprocess import workbook_prefixes
+    from labsupport.datasets.preprocess import workbook_prefixes
 
     q.put(workbook_prefixes())
 

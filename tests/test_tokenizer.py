@@ -1,4 +1,4 @@
-"""labsupport.tokenizer (chapter 1): losslessness, determinism, special ids, fingerprints, bad input.
+"""labsupport.datasets.tokenizer (chapter 1): losslessness, determinism, special ids, fingerprints, bad input.
 
 Models are trained on a small synthetic multi-domain corpus (English prose, Python code with
 indentation and tabs, Korean, numbers) written to a temporary folder, so these tests do not
@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from labsupport import tokenizer as T
-from labsupport.tokenizer import (
+from labsupport.datasets import tokenizer as T
+from labsupport.datasets.tokenizer import (
     CorpusError, Tokenizer, TokenizerMismatchError, compare_tokenizers, read_documents,
     token_dtype, tokens_per_byte, tokens_per_character, train_sentencepiece,
 )
@@ -479,7 +479,7 @@ def test_workbook_tokenizer_builds_once_and_prints_nothing(small_workbook, capfd
 
 def test_workbook_tokenizer_is_safe_when_processes_race(small_workbook):
     code = ("import sys, labsupport.paths as P; from pathlib import Path; P.DATA_DIR = Path(sys.argv[1]); "
-            "from labsupport.tokenizer import workbook_tokenizer as w, Tokenizer as T; "
+            "from labsupport.datasets.tokenizer import workbook_tokenizer as w, Tokenizer as T; "
             "p = w(vocab_size=600); print(p, T(p).fingerprint)")
     env = {**os.environ, "LABSUPPORT_WORK": str(small_workbook / "work")}
     procs = [subprocess.Popen([sys.executable, "-c", code, str(small_workbook / "data")], env=env,

@@ -2,6 +2,6 @@
 
 Each ``check.qN(learner_function)`` prints a pass/fail line with a hint; see ``_core``.
 """
-from ._core import CheckFailed, CheckResult, check, expect, results, short, summary
+from labsupport.check._core import CheckFailed, CheckResult, check, expect, results, short, summary
 
 __all__ = ["CheckFailed", "CheckResult", "check", "expect", "results", "short", "summary"]

@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 from omegaconf import OmegaConf
 
-from ..config import ConfigError, parallel_layout
-from ..orientation import training_memory_gb
-from ._core import check, expect, short
-from ._core import summary as _summary
+from labsupport.config import ConfigError, parallel_layout
+from labsupport.workbook.orientation import training_memory_gb
+from labsupport.check._core import check, expect, short
+from labsupport.check._core import summary as _summary
 
 CHAPTER = "ch00"
 

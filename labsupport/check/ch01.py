@@ -3,8 +3,8 @@ tokenizer mismatch, and book exercise 4 (tokenizer consistency).
 
 Every check draws fresh random inputs (sequences, corpus snippets, freshly trained tokenizers)
 and compares the learner's function with the ``labsupport`` reference:
-:func:`labsupport.bpe.merge_step`, :func:`labsupport.tokenizer.tokens_per_character` and
-:func:`labsupport.tokenizer.compare_tokenizers`.
+:func:`labsupport.datasets.bpe.merge_step`, :func:`labsupport.datasets.tokenizer.tokens_per_character` and
+:func:`labsupport.datasets.tokenizer.compare_tokenizers`.
 """
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..bpe import merge_step as _merge_step
-from ..paths import DOMAINS, data_file
-from ..tokenizer import (Tokenizer, compare_tokenizers, read_documents, train_sentencepiece_bytes,
+from labsupport.datasets.bpe import merge_step as _merge_step
+from labsupport.paths import DOMAINS, data_file
+from labsupport.datasets.tokenizer import (Tokenizer, compare_tokenizers, read_documents, train_sentencepiece_bytes,
                          tokens_per_character as _tokens_per_character, workbook_tokenizer)
-from ._core import check, expect, short
-from ._core import summary as _summary
+from labsupport.check._core import check, expect, short
+from labsupport.check._core import summary as _summary
 
 CHAPTER = "ch01"
 

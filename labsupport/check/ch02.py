@@ -2,9 +2,9 @@
 document k, and book exercise 1 (three problems of tokenizing every step, and how
 ``.bin``/``.idx`` + mmap solves each).
 
-q1 and q2 build fresh random datasets with :class:`labsupport.indexed.IndexedDatasetBuilder`
+q1 and q2 build fresh random datasets with :class:`labsupport.datasets.indexed.IndexedDatasetBuilder`
 (random dtype, lengths, multi-sequence and empty documents) and compare the learner's function
-with :class:`labsupport.indexed.IndexedDataset`.
+with :class:`labsupport.datasets.indexed.IndexedDataset`.
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..indexed import IndexedDataset, IndexedDatasetBuilder, get_bin_path, get_idx_path
-from ._core import check, expect, short
-from ._core import summary as _summary
+from labsupport.datasets.indexed import IndexedDataset, IndexedDatasetBuilder, get_bin_path, get_idx_path
+from labsupport.check._core import check, expect, short
+from labsupport.check._core import summary as _summary
 
 CHAPTER = "ch02"
 

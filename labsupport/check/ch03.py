@@ -2,20 +2,20 @@
 dataset, weights under an epoch cap, and book exercise 2 (the coding assistant's blend).
 
 Every check draws fresh random inputs and compares the learner's function with the
-``labsupport.blending`` reference: :func:`~labsupport.blending.greedy_step`,
-:func:`~labsupport.blending.expected_epochs` and :func:`~labsupport.blending.cap_weights`.
+``labsupport.datasets.blending`` reference: :func:`~labsupport.datasets.blending.greedy_step`,
+:func:`~labsupport.datasets.blending.expected_epochs` and :func:`~labsupport.datasets.blending.cap_weights`.
 """
 from __future__ import annotations
 
 import math
 import random
 
-from ..blending import cap_weights as _cap_weights
-from ..blending import expected_epochs as _expected_epochs
-from ..blending import greedy_step as _greedy_step
-from ..blending import reference_blending_indices
-from ._core import check, expect, short
-from ._core import summary as _summary
+from labsupport.datasets.blending import cap_weights as _cap_weights
+from labsupport.datasets.blending import expected_epochs as _expected_epochs
+from labsupport.datasets.blending import greedy_step as _greedy_step
+from labsupport.datasets.blending import reference_blending_indices
+from labsupport.check._core import check, expect, short
+from labsupport.check._core import summary as _summary
 
 CHAPTER = "ch03"
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..bin_packing import first_fit_decreasing as _ffd
-from ..bin_packing import padding_share as _padding_share
-from ..gpt_samples import get_ltor_masks_and_position_ids
-from ._core import check, expect, short
-from ._core import summary as _summary
+from labsupport.datasets.bin_packing import first_fit_decreasing as _ffd
+from labsupport.datasets.bin_packing import padding_share as _padding_share
+from labsupport.datasets.gpt_samples import get_ltor_masks_and_position_ids
+from labsupport.check._core import check, expect, short
+from labsupport.check._core import summary as _summary
 
 CHAPTER = "ch04"
 

@@ -3,7 +3,7 @@
 q1 the reduce-scatter phase of the ring · q2 busbw from a measured time · q3 which collective
 for DP, TP and ZeRO · q4 seed 001's "global std" snippet, corrected.
 Each check calls the learner's function on fresh random inputs and compares with
-``labsupport.collectives``.
+``labsupport.distributed.collectives``.
 """
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Callable
 
 import numpy as np
 
-from .. import collectives as C
-from ._core import check, expect, short
-from ._core import summary as _summary
+from labsupport.distributed import collectives as C
+from labsupport.check._core import check, expect, short
+from labsupport.check._core import summary as _summary
 
 CHAPTER = "ch05"
 

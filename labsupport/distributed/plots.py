@@ -10,7 +10,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .collectives import RingSimulation, alpha_beta_time, bus_bandwidth
+from labsupport.distributed.collectives import RingSimulation, alpha_beta_time, bus_bandwidth
 
 __all__ = ["plot_before_after", "plot_ring_steps", "plot_allreduce_sweep"]
 

@@ -312,7 +312,7 @@ class Tokenizer:
         if not path.is_file():
             raise FileNotFoundError(
                 f"tokenizer model {str(path)!r} does not exist; train one with "
-                "labsupport.tokenizer.train_sentencepiece(...) or use labsupport.tokenizer.workbook_tokenizer()"
+                "labsupport.datasets.tokenizer.train_sentencepiece(...) or use labsupport.datasets.tokenizer.workbook_tokenizer()"
             )
         self._init(path.read_bytes(), path)
 
@@ -349,7 +349,7 @@ class Tokenizer:
         return (_tokenizer_from_state, (self._proto, str(self.path), self._in_memory))
 
     def __repr__(self) -> str:
-        from .paths import display_path
+        from labsupport.paths import display_path
 
         where = self.path.name if self._in_memory else display_path(self.path)
         return (f"Tokenizer({where}, vocab_size={self.vocab_size}, "
@@ -886,7 +886,7 @@ def workbook_tokenizer(vocab_size: int = WORKBOOK_VOCAB_SIZE, model_type: str = 
     model.  Safe when several processes call it at once (temporary name + rename; all write
     identical bytes) and prints nothing.
     """
-    from .paths import DOMAINS, data_file, work_dir
+    from labsupport.paths import DOMAINS, data_file, work_dir
 
     files = [data_file(d) for d in DOMAINS]
     recipe = hashlib.sha256()

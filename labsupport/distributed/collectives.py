@@ -7,9 +7,9 @@ where each collective appears in training.
 * :func:`alpha_beta_time`, :func:`fit_alpha_beta` — the latency–bandwidth (α–β) cost model.
 * :func:`training_traffic` — bytes each collective moves per rank per training step (DP, TP, PP,
   ZeRO).
-* Re-exported for one import: :func:`run_workers` and its errors (``collectives_launch``) and the
-  ring implementations that run inside the ranks (``collectives_workers``); the NCCL
-  environment-variable fact check lives in ``collectives_facts``.
+
+Real process groups are started by :mod:`labsupport.distributed.launch`; the functions that run
+inside the ranks (the ring from send/recv among them) are in :mod:`labsupport.distributed.workers`.
 """
 from __future__ import annotations
 
@@ -18,11 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .collectives_launch import WorkerError, WorkerTimeout, run_workers
-from .collectives_workers import naive_ring_all_reduce, ring_all_reduce
-
 __all__ = [
-    "run_workers", "WorkerError", "WorkerTimeout", "ring_all_reduce", "naive_ring_all_reduce",
     "RingSimulation", "ring_schedule", "simulate_ring_allreduce", "ring_bytes_per_rank",
     "COLLECTIVES", "bus_factor", "algo_bandwidth", "bus_bandwidth", "alpha_beta_time", "fit_alpha_beta",
     "measure_all_reduce", "training_traffic",
@@ -244,7 +240,8 @@ def measure_all_reduce(world_size: int, sizes: Sequence[int], reps: int | Sequen
     one per size; one warm-up call first) — the slowest rank, as nccl-tests reports with ``-a 3``
     (its default averages over ranks).  impl: ``"dist"``, ``"ring"`` or
     ``"naive"``."""
-    from .collectives_workers import time_all_reduce
+    from labsupport.distributed.launch import run_workers
+    from labsupport.distributed.workers import time_all_reduce
 
     reps = reps if isinstance(reps, (int, float)) else list(reps)
     per_rank = run_workers(time_all_reduce, world_size, (list(sizes), reps, 1, impl),

@@ -18,7 +18,7 @@ Algorithms (all return a :class:`Bins`, the item indices of every pack):
                           number of items.
 
 Lengths are integers in ``1 … pack_size``; longer items are refused with their index (the SFT
-layer in :mod:`labsupport.packing` decides to truncate or split them first).
+layer in :mod:`labsupport.datasets.sft_packing` decides to truncate or split them first).
 """
 from __future__ import annotations
 

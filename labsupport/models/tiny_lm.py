@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .gpt_samples import (attention_mask_from_cu_seqlens, position_ids_from_cu_seqlens,
+from labsupport.datasets.gpt_samples import (attention_mask_from_cu_seqlens, position_ids_from_cu_seqlens,
                           segment_ids_from_cu_seqlens)
 
 __all__ = ["sdpa_mask", "causal_attention", "TinyCausalLM", "pack_documents", "run_separately",

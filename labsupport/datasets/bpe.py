@@ -6,7 +6,7 @@ vocabulary and shortens the sequence; decoding concatenates the bytes of each to
 round trip ``decode(encode(text)) == text`` is exact for any text.
 
 This module is deliberately small and slow (pure Python, O(length × merges)); the real
-tokenizer of the workbook is SentencePiece, see :mod:`labsupport.tokenizer`.
+tokenizer of the workbook is SentencePiece, see :mod:`labsupport.datasets.tokenizer`.
 
 Tie rule used everywhere here (and by the chapter-1 exercise check): among pairs with the same
 count, the pair that occurs *first* in the sequence wins — what ``max(counts, key=counts.get)``

@@ -687,7 +687,7 @@ class IndexedDatasetBuilder:
                 "num_sequences": self.num_sequences, "num_documents": self.num_documents,
                 "num_tokens": self.num_tokens,
                 "bin_bytes": self.num_tokens * self.dtype.itemsize, "idx_bytes": len(payload),
-                "vocab_size": self.vocab_size, "written_by": "labsupport.indexed",
+                "vocab_size": self.vocab_size, "written_by": "labsupport.datasets.indexed",
             }
             sidecar.update(self.metadata)
             with open(tmp_side, "w", encoding="utf-8") as fh:

@@ -7,7 +7,7 @@ on every run.  What a worker prints is collected and echoed in rank order too.
 
 Safety rules (see ``../shared/reference/collectives.md``):
 
-* ``fn`` must live in an importable module (e.g. ``labsupport.collectives_workers``); a
+* ``fn`` must live in an importable module (e.g. ``labsupport.distributed.workers``); a
   function defined in a notebook cell cannot be loaded by the worker processes, so it is
   refused up front with a message saying so.
 * The process group is created with ``init_method="file://…"`` in a fresh temporary folder
@@ -43,7 +43,8 @@ from typing import Any, Callable, Mapping, Sequence
 __all__ = ["run_workers", "WorkerError", "WorkerTimeout", "BACKENDS"]
 
 BACKENDS = ("gloo", "nccl")
-_PRELOAD = ["torch", "torch.distributed", "labsupport.collectives_launch", "labsupport.collectives_workers"]
+_THIS_FILE = Path(__file__).name
+_PRELOAD = ["torch", "torch.distributed", __name__, __name__.rpartition(".")[0] + ".workers"]
 _STACK_SIGNAL = getattr(signal, "SIGUSR1", None)
 _ERROR_GRACE_S = 0.3  # after a first error, how long to wait for the others' reports
 _KEEP_ALIVE: list = []  # the faulthandler file of this worker (kept open for the signal handler)
@@ -86,7 +87,7 @@ def _clean_message(text: str) -> str:
 
 def _where(tb: traceback.StackSummary) -> str:
     """``file.py:line in function`` of the innermost frame that is not this launcher."""
-    frames = [f for f in tb if Path(f.filename).name != "collectives_launch.py"] or list(tb)
+    frames = [f for f in tb if Path(f.filename).name != _THIS_FILE] or list(tb)
     if not frames:
         return "?"
     f = frames[-1]
@@ -159,7 +160,7 @@ def _check_fn(fn: Callable) -> None:
         raise ValueError(
             f"run_workers: fn {qualname!r} is defined in {module or 'no module'}; worker processes can only "
             "load functions from an importable module (a notebook cell is not one). Put the worker in a .py "
-            "module, e.g. labsupport/collectives_workers.py, and pass it from there")
+            "module, e.g. labsupport/distributed/workers.py, and pass it from there")
     try:
         pickle.dumps(fn)
     except Exception as exc:  # noqa: BLE001
@@ -197,7 +198,7 @@ def _summarise_stack(dump: str) -> str:
     for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", dump):
         frames = _FRAME.findall(block)  # innermost first
         mine = [i for i, (f, _, n) in enumerate(frames)
-                if n == "_bootstrap" and Path(f).name == "collectives_launch.py"]
+                if n == "_bootstrap" and Path(f).name == _THIS_FILE]
         if not mine:
             continue
         frames = frames[: mine[0]]

@@ -54,7 +54,7 @@ from typing import Any, Iterable, Mapping, Sequence, Union
 
 import numpy as np
 
-from .tokenizer import TokenizerMismatchError
+from labsupport.datasets.tokenizer import TokenizerMismatchError
 
 __all__ = [
     "BlendError", "OverdrawError", "TokenizerMismatchError",
@@ -664,7 +664,7 @@ def check_same_tokenizer(sources: Sequence[Any], names: Sequence[str] | None = N
     """Refuse to blend datasets tokenized by different tokenizers.
 
     Returns the common fingerprint (None when no source records one).  Raises
-    :class:`~labsupport.tokenizer.TokenizerMismatchError` naming the first two datasets whose
+    :class:`~labsupport.datasets.tokenizer.TokenizerMismatchError` naming the first two datasets whose
     fingerprints differ: their token ids mean different text, and a model trained on the mix
     learns noise (book §6.2.4).
     """
@@ -819,7 +819,7 @@ class BlendedDataset:
     # -- construction helpers
     def _open(self, src: Any, name: str) -> Any:
         if isinstance(src, (str, os.PathLike)):
-            from .indexed import IndexedDataset
+            from labsupport.datasets.indexed import IndexedDataset
 
             _check_prefix_files(os.fspath(src), f"dataset {name!r}")
             return IndexedDataset(os.fspath(src))
@@ -835,7 +835,7 @@ class BlendedDataset:
     def _mid_level(self, ds: Any, d: int) -> Any:
         if not self._wraps(ds):
             return ds
-        from .packing import GPTDataset
+        from labsupport.datasets.gpt_samples import GPTDataset
 
         eod = self._eod(ds, d)
         num = None if self.size is None else self.requested[d]

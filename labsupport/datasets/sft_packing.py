@@ -1,17 +1,10 @@
 """Sequence packing with boundary masks — chapter 4 (시퀀스 패킹·경계 마스킹, book §6.2.6).
 
-The chapter's public names, all importable from here:
-
-* pre-training samples (Megatron-Core's GPTDataset; implemented in :mod:`labsupport.gpt_samples`):
-  :func:`build_sample_idx`, :class:`GPTDataset`, :func:`get_ltor_masks_and_position_ids`, the
-  compact form :func:`get_ltor_boundaries` (``cu_seqlens``, ``max_seqlen``, ``position_ids``) and
-  :func:`attention_mask_from_cu_seqlens`, which rebuilds the dense mask exactly;
-* bin packing (:mod:`labsupport.bin_packing`): :func:`pack` with ``first_fit``,
-  ``first_fit_decreasing``, ``best_fit_decreasing``, ``spfhp``; :func:`packing_efficiency`,
-  :func:`lower_bound`, :func:`padding_share`;
-* SFT packing (this module): seed 001's ``{"input", "output"}`` jsonl → :func:`read_sft_jsonl`
-  → :func:`tokenize_sft` (loss mask on the answer only) → :func:`pack_sft` → :class:`PackedSFT`
-  in NeMo's shape, saved without pickle.
+SFT packing: seed 001's ``{"input", "output"}`` jsonl → :func:`read_sft_jsonl` →
+:func:`tokenize_sft` (loss mask on the answer only) → :func:`pack_sft` (which examples share a
+pack is decided by :mod:`labsupport.datasets.bin_packing`) → :class:`PackedSFT` in NeMo's shape,
+saved without pickle.  Pre-training samples and their boundary masks are in
+:mod:`labsupport.datasets.gpt_samples`.
 
 NeMo's packed SFT file (``prepare_packed_ft_dataset.py`` → ``fill_packing_strategy``) is an object
 ``.npy`` holding one dict per pack: ``input_ids`` (the pack's sequences back to back),
@@ -37,25 +30,11 @@ from typing import Any, Iterable, Mapping, NamedTuple, Union
 import numpy as np
 import torch
 
-from .bin_packing import (ALGORITHMS, Bins, best_fit_decreasing, first_fit, first_fit_decreasing,
-                          lower_bound, pack, packing_efficiency, padding_share, spfhp)
-from .gpt_samples import (Boundaries, GPTDataset, attention_mask_from_cu_seqlens, build_document_index,
-                          build_sample_idx, build_shuffle_index, get_ltor_boundaries,
-                          get_ltor_masks_and_position_ids, position_ids_from_cu_seqlens,
-                          segment_ids_from_cu_seqlens)
+from labsupport.datasets.bin_packing import ALGORITHMS, lower_bound, pack
+from labsupport.datasets.gpt_samples import position_ids_from_cu_seqlens
 
-__all__ = [
-    # pre-training samples
-    "build_sample_idx", "build_document_index", "build_shuffle_index", "GPTDataset",
-    "get_ltor_masks_and_position_ids", "get_ltor_boundaries", "Boundaries",
-    "attention_mask_from_cu_seqlens", "position_ids_from_cu_seqlens", "segment_ids_from_cu_seqlens",
-    # bin packing
-    "ALGORITHMS", "Bins", "pack", "first_fit", "first_fit_decreasing", "best_fit_decreasing", "spfhp",
-    "packing_efficiency", "lower_bound", "padding_share",
-    # SFT
-    "SFTRecord", "SFTFormatError", "read_sft_jsonl", "TokenizedSFT", "tokenize_sft",
-    "TOO_LONG_POLICIES", "PackedSFT", "pack_sft",
-]
+__all__ = ["SFTRecord", "SFTFormatError", "read_sft_jsonl", "TokenizedSFT", "tokenize_sft",
+           "TOO_LONG_POLICIES", "PackedSFT", "pack_sft"]
 
 PathLike = Union[str, os.PathLike]
 TOO_LONG_POLICIES: tuple[str, ...] = ("error", "truncate", "split")
@@ -77,7 +56,7 @@ class SFTRecord(NamedTuple):
 
 def _shown(path: PathLike) -> str:
     try:
-        from .paths import display_path
+        from labsupport.paths import display_path
         return display_path(path)
     except Exception:  # pragma: no cover - display only
         return os.fspath(path)
@@ -193,7 +172,7 @@ def tokenize_sft(source: PathLike | Iterable[Mapping[str, str]] | Iterable[SFTRe
     ``source`` is a jsonl path (read with :func:`read_sft_jsonl`), a list of
     :class:`SFTRecord`, or dicts with ``input``/``output`` (numbered 1, 2, … as lines).
     ``tokenizer`` needs ``encode(str) -> list[int]`` (``encode_batch`` is used when present) and
-    an ``eos`` id (``labsupport.tokenizer.Tokenizer`` or a SentencePieceProcessor), unless
+    an ``eos`` id (``labsupport.datasets.tokenizer.Tokenizer`` or a SentencePieceProcessor), unless
     ``eos_id`` is given.  The answer and the final EOS carry the loss; the prompt does not.
     Refuses (with the line) an answer that tokenizes to nothing.
     """

@@ -1,5 +1,5 @@
 """Worker functions of chapter 5 (NCCL collectives): they run *inside* the ranks started by
-:func:`labsupport.collectives_launch.run_workers` and return plain Python values.
+:func:`labsupport.distributed.launch.run_workers` and return plain Python values.
 
 Everything here assumes ``torch.distributed`` is initialised (run_workers does it).  Results are
 returned with ``.tolist()`` so they print the same on CPU (gloo) and CUDA (NCCL).
@@ -34,7 +34,7 @@ def rank_device() -> torch.device:
 
 
 def _clean(exc: BaseException) -> str:
-    from .collectives_launch import _clean_message
+    from labsupport.distributed.launch import _clean_message
 
     return f"{type(exc).__name__}: {_clean_message(str(exc))}"
 

@@ -313,7 +313,7 @@ class GPTDataset:
 
     Args:
         indexed_dataset: anything with ``sequence_lengths`` (int32, (N,)) and
-            ``get(i, offset, length)`` — ``labsupport.indexed.IndexedDataset`` or megatron-core's.
+            ``get(i, offset, length)`` — ``labsupport.datasets.indexed.IndexedDataset`` or megatron-core's.
         seq_length: S, tokens per sample.
         num_samples: samples wanted (the index may hold more: Megatron rounds up to whole epochs);
             None means one epoch.

@@ -11,7 +11,7 @@ import platform
 import shutil
 from typing import Any
 
-from .paths import REPO_ROOT
+from labsupport.paths import REPO_ROOT
 
 
 def environment_report() -> dict[str, Any]:

@@ -1,0 +1,521 @@
+"""jsonl → Megatron ``.bin``/``.idx``: the preprocessing CLI of chapter 2 (book §6.2.4).
+
+    python -m labsupport.preprocess --input data/web.jsonl [more files or globs] \\
+        --json-keys text --tokenizer-library sentencepiece --tokenizer-model tok.model \\
+        --output-prefix out/web --append-eod --workers 2
+
+writes ``out/web_text_document.bin``/``.idx`` (one per json key) and the sidecar ``.json``
+(tokenizer fingerprint, vocabulary size, dtype, counts, source files with sha256), the same
+names and flags as NeMo's ``preprocess_data_for_megatron.py`` / Megatron's
+``tools/preprocess_data.py``.  Each document is exactly ``Tokenizer.encode(text)`` plus
+``Tokenizer.eod`` with ``--append-eod`` (no BOS); as in Megatron's script, a document whose text
+encodes to nothing gets no EOD and no sequence (its document index is still written), so the
+document count always equals the number of good input lines.
+
+What it saves over Megatron's ``Pool(workers).imap(encode, lines, 32)``: the main process hands
+out ~512 KiB blocks of raw lines instead of pickled single lines, each worker parses, tokenizes
+and flattens its block into one numpy array (instead of pickling every document's ids as Python
+ints), and the main process only writes bytes.  Most of the time is SentencePiece's own BPE, so
+each worker also keeps a word-level cache (:class:`labsupport.datasets.tokenizer.WordCache`, what HF
+``tokenizers`` does): a word it has seen before is not run through BPE again.  The ids are
+exactly ``Tokenizer.encode``'s — the cache is only used for models where that is guaranteed
+(:meth:`~labsupport.datasets.tokenizer.Tokenizer.word_cache_problem`; the workbook's BPE models), every
+other model is encoded as before — and ``--no-word-cache`` turns it off; the output files are
+byte-identical either way (``benchmarks/bench_indexed.py`` measures both against Megatron).
+Order is preserved.  Bad lines (invalid JSON or UTF-8, not an object, missing key, non-string
+value, blank) are reported as ``file:line: reason``; by default they are skipped and counted,
+``--strict`` stops at the first one without leaving any output behind.
+
+Chapter 3 and later chapters use :func:`workbook_prefixes`: the four shipped domains
+preprocessed with the workbook tokenizer, cached in ``work_dir("indexed")``.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import gc
+import glob
+import hashlib
+import itertools
+import json
+import multiprocessing
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence, Union
+
+import numpy as np
+
+from labsupport.datasets.indexed import IndexedDataset, IndexedDatasetBuilder, get_bin_path, get_idx_path, \
+    get_sidecar_path, optimal_dtype
+
+PathLike = Union[str, os.PathLike]
+
+#: Raw input bytes per work item (a block of whole lines).
+CHUNK_BYTES = 512 * 1024
+#: Bad lines reported one by one before the rest are only counted.
+MAX_REPORTED = 20
+#: Bump when the output of the same inputs would change (invalidates workbook_prefixes' cache).
+FORMAT_REVISION = 1
+
+
+class PreprocessError(ValueError):
+    """Unusable input: no such file, a bad line under ``--strict``, a bad tokenizer."""
+
+
+@dataclass(frozen=True)
+class BadLine:
+    """One skipped input line: ``path:lineno: reason``."""
+
+    path: str
+    lineno: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.lineno}: {self.reason}"
+
+
+@dataclass
+class PreprocessResult:
+    """What :func:`preprocess` wrote and counted."""
+
+    prefixes: dict[str, str]            #: json key → output prefix (``…_<key>_document``)
+    documents: int                      #: documents written (= good input lines)
+    tokens: dict[str, int]              #: json key → tokens written (EODs included)
+    empty_documents: int                #: documents whose text encoded to no tokens
+    input_bytes: int                    #: bytes read
+    bad_lines: list[BadLine] = field(default_factory=list)  #: the first MAX_REPORTED bad lines
+    num_bad_lines: int = 0              #: all bad lines (skipped)
+    seconds: float = 0.0                #: wall time
+    sidecars: dict[str, dict] = field(default_factory=dict)  #: json key → sidecar dict
+    #: ``{"used": bool, "reason": why not used or None, "words": words looked up, "misses": words
+    #: that went through BPE}`` summed over the workers (each keeps its own cache)
+    word_cache: dict = field(default_factory=dict)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return sum(self.tokens.values()) / self.seconds if self.seconds else float("nan")
+
+
+# ----------------------------------------------------------------------------------- inputs
+def _shown(path: PathLike) -> str:
+    """How a path is printed and recorded: repo-relative (``data/web.jsonl``,
+    ``work/indexed/...``) for the workbook's own files, else the path as given."""
+    from labsupport.paths import REPO_ROOT, display_path
+
+    p = Path(path).resolve()
+    work = Path(os.environ.get("LABSUPPORT_WORK", REPO_ROOT / "work")).resolve()
+    for base in (REPO_ROOT, work):
+        try:
+            p.relative_to(base)
+        except ValueError:
+            continue
+        return display_path(p)
+    return os.fspath(path)
+
+
+def expand_inputs(patterns: Sequence[PathLike]) -> list[Path]:
+    """Files named by ``patterns`` (paths or globs), in the order given; globs sorted.
+
+    Raises PreprocessError for a pattern matching nothing, a directory, or no patterns.
+    """
+    if not patterns:
+        raise PreprocessError("no --input given: pass one or more jsonl files or globs")
+    files: list[Path] = []
+    for pat in patterns:
+        pat = os.fspath(pat)
+        if glob.has_magic(pat):
+            matches = sorted(p for p in glob.glob(pat, recursive=True) if os.path.isfile(p))
+            if not matches:
+                raise PreprocessError(f"--input {pat!r} matches no file")
+            files.extend(Path(m) for m in matches)
+        elif os.path.isdir(pat):
+            raise PreprocessError(f"--input {pat!r} is a directory: pass the files (e.g. '{pat}/*.jsonl')")
+        elif not os.path.isfile(pat):
+            raise PreprocessError(f"--input {pat!r}: no such file")
+        else:
+            files.append(Path(pat))
+    return files
+
+
+def _blocks(fh, chunk_bytes: int, hasher) -> Iterator[bytes]:
+    """Blocks of whole lines (each ends with b"\\n" except possibly the last of the file)."""
+    rest = b""
+    while True:
+        data = fh.read(chunk_bytes)
+        if not data:
+            if rest:
+                yield rest
+            return
+        hasher.update(data)
+        buf = rest + data
+        cut = buf.rfind(b"\n")
+        if cut < 0:
+            rest = buf
+            continue
+        rest = buf[cut + 1:]
+        yield buf[: cut + 1]
+
+
+# ----------------------------------------------------------------------------------- workers
+_WORKER: dict = {}
+
+
+def _init_worker(tokenizer, keys: tuple[str, ...], append_eod: bool, dtype: str,
+                 word_cache: bool = False, pool_worker: bool = False) -> None:
+    if pool_worker:
+        # A forked worker inherits every object of the parent (hundreds of thousands in a
+        # notebook or a script that imported torch); move them out of the garbage collector's
+        # sight, or each collection triggered by this worker's own allocations walks them all.
+        gc.freeze()
+    # each worker process gets its own, empty cache (None: plain encode_batch)
+    exact = word_cache and tokenizer.word_cache_problem() is None
+    cache = tokenizer.word_cache(dtype) if exact else None
+    _WORKER.update(tok=tokenizer, keys=keys, append_eod=append_eod, dtype=np.dtype(dtype),
+                   eod=tokenizer.eod if append_eod else None, cache=cache)
+
+
+def _describe(exc: json.JSONDecodeError) -> str:
+    return f"invalid JSON ({exc.msg}: column {exc.colno})"
+
+
+def _encode_block(task: tuple[int, int, bytes]) -> tuple:
+    """Parse, tokenize and flatten one block of lines (runs in a worker).
+
+    Returns ``(file_index, n_bytes, n_lines, n_docs, {key: (flat ids, doc lengths)}, bad,
+    (words, misses))`` where ``bad`` lists ``(lineno, reason)`` and the last item counts this
+    block's word-cache lookups and BPE calls (zeros without a cache).
+    """
+    file_index, first_lineno, blob = task
+    keys, dtype = _WORKER["keys"], _WORKER["dtype"]
+    lines = blob.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    texts: dict[str, list[str]] = {k: [] for k in keys}
+    bad: list[tuple[int, str]] = []
+    loads = json.loads
+    for j, line in enumerate(lines):
+        try:
+            obj = loads(line)
+        except json.JSONDecodeError as exc:
+            reason = "blank line" if not line.strip() else _describe(exc)
+            bad.append((first_lineno + j, reason))
+            continue
+        except UnicodeDecodeError as exc:
+            bad.append((first_lineno + j, f"not valid UTF-8 (byte {exc.start} of the line)"))
+            continue
+        if not isinstance(obj, dict):
+            bad.append((first_lineno + j, f"not a JSON object (a {type(obj).__name__})"))
+            continue
+        problem = None
+        for k in keys:
+            if k not in obj:
+                problem = f"missing key {k!r} (keys: {sorted(obj)[:6]})"
+                break
+            if not isinstance(obj[k], str):
+                kind = type(obj[k]).__name__
+                problem = f"key {k!r} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, expected a string"
+                break
+        if problem:
+            bad.append((first_lineno + j, problem))
+            continue
+        for k in keys:
+            texts[k].append(obj[k])
+    out = {}
+    eod = _WORKER["eod"]
+    cache = _WORKER["cache"]
+    words = misses = 0
+    for k in keys:
+        if cache is not None:
+            before = cache.words, cache.misses
+            out[k] = cache.encode_flat(texts[k], append=eod)
+            words += cache.words - before[0]
+            misses += cache.misses - before[1]
+            continue
+        ids = _WORKER["tok"].encode_batch(texts[k], num_threads=1)
+        if eod is not None:
+            for doc in ids:
+                if doc:
+                    doc.append(eod)
+        lens = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=int(lens.sum()))
+        out[k] = (flat, lens)
+    return file_index, len(blob), len(lines), len(texts[keys[0]]), out, bad, (words, misses)
+
+
+# ----------------------------------------------------------------------------------- main loop
+def _load_tokenizer(tokenizer):
+    from labsupport.datasets.tokenizer import Tokenizer
+
+    if isinstance(tokenizer, Tokenizer):
+        return tokenizer
+    try:
+        return Tokenizer(tokenizer)
+    except (FileNotFoundError, ValueError) as exc:
+        raise PreprocessError(f"--tokenizer-model: {exc}") from None
+
+
+def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *,
+               json_keys: Sequence[str] = ("text",), append_eod: bool = False, workers: int = 1,
+               strict: bool = False, show_progress: bool = True, log=None,
+               chunk_bytes: int = CHUNK_BYTES, word_cache: bool = True) -> PreprocessResult:
+    """Tokenize jsonl ``inputs`` into ``<output_prefix>_<key>_document.{bin,idx,json}`` per key.
+
+    ``tokenizer``: a :class:`labsupport.datasets.tokenizer.Tokenizer` or the path of a ``.model``.
+    ``workers``: processes that parse and tokenize (1 = in this process).  ``word_cache``: let
+    each worker keep a word-level cache when the tokenizer allows it (same output, faster; see
+    the module docstring); False = one SentencePiece call per document, as before.  Bad lines go to
+    ``log`` (default stderr) as ``file:line: reason`` and are skipped, or raise PreprocessError
+    with ``strict``; nothing is left on disk when an error stops the run.  The progress bar
+    (documents, tokens, MB/s) goes to stderr.  Prints nothing to stdout.
+    """
+    log = sys.stderr if log is None else log
+    files = expand_inputs(inputs)
+    keys = tuple(json_keys)
+    if not keys or len(set(keys)) != len(keys):
+        raise PreprocessError(f"--json-keys must name distinct keys, got {list(keys)}")
+    workers = int(workers)
+    if workers < 1:
+        raise PreprocessError(f"--workers must be >= 1, got {workers}")
+    tok = _load_tokenizer(tokenizer)
+    if append_eod:
+        try:
+            tok.eod
+        except ValueError as exc:
+            raise PreprocessError(f"--append-eod: {exc}") from None
+    dtype = np.dtype(optimal_dtype(tok.vocab_size))
+    shown = [_shown(f) for f in files]
+    prefixes = {k: f"{os.fspath(output_prefix)}_{k}_document" for k in keys}
+    total_bytes = sum(f.stat().st_size for f in files)
+    start = time.perf_counter()
+
+    builders = {k: IndexedDatasetBuilder(get_bin_path(p), dtype, vocab_size=tok.vocab_size)
+                for k, p in prefixes.items()}
+    hashers = [hashlib.sha256() for _ in files]
+    lines_per_file = [0] * len(files)
+    bad_lines: list[BadLine] = []
+    n_bad = n_docs = n_empty = 0
+    tokens = dict.fromkeys(keys, 0)
+
+    def tasks() -> Iterator[tuple[int, int, bytes]]:
+        for fi, path in enumerate(files):
+            lineno = 1
+            with open(path, "rb") as fh:
+                for blob in _blocks(fh, chunk_bytes, hashers[fi]):
+                    yield fi, lineno, blob
+                    lineno += blob.count(b"\n") + (0 if blob.endswith(b"\n") else 1)
+
+    cache_problem = tok.word_cache_problem() if word_cache else "turned off (--no-word-cache)"
+    init = (tok, keys, append_eod, dtype.str, cache_problem is None)
+    cache_words = cache_misses = 0
+    pool = None
+    if workers > 1:
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+        pool = multiprocessing.get_context(method).Pool(workers, _init_worker, init + (True,))
+        results = _ordered(pool, tasks(), window=2 * workers + 2)
+    else:
+        _init_worker(*init)
+        results = map(_encode_block, tasks())
+
+    bar = None
+    if show_progress:
+        from labsupport.progress import progress
+
+        bar = progress(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1000,
+                       desc="preprocess")
+    try:
+        for fi, nbytes, n_lines, docs, encoded, bad, (n_words, n_misses) in results:
+            lines_per_file[fi] += n_lines
+            cache_words += n_words
+            cache_misses += n_misses
+            for lineno, reason in bad:
+                n_bad += 1
+                item = BadLine(shown[fi], lineno, reason)
+                if strict:
+                    raise PreprocessError(f"{item} (--strict stops at the first bad line; "
+                                          "fix the line or drop --strict to skip bad lines)")
+                if len(bad_lines) < MAX_REPORTED:
+                    bad_lines.append(item)
+                    _warn(f"warning: {item} — skipped", log, bar)
+                elif n_bad == MAX_REPORTED + 1:
+                    _warn("warning: more bad lines; from now on they are only counted", log, bar)
+            for k in keys:
+                flat, lens = encoded[k]
+                builders[k].add_documents(flat, lens, empty_as_no_sequence=True)
+                tokens[k] += flat.size
+            n_empty += int((encoded[keys[0]][1] == 0).sum())
+            n_docs += docs
+            if bar is not None:
+                bar.set_postfix_str(f"{n_docs:,} docs, {sum(tokens.values()):,} tokens", refresh=False)
+                bar.update(nbytes)
+        if bar is not None:
+            bar.refresh()  # the final counts and rate, however short the run
+        if pool is not None:
+            pool.close()
+            pool.join()
+        sidecars = {}
+        for k, prefix in prefixes.items():
+            builders[k].metadata = _sidecar_extra(k, tok, append_eod, files, shown, hashers,
+                                                  lines_per_file, n_bad, n_empty)
+            sidecars[k] = builders[k].finalize(get_idx_path(prefix))
+    except BaseException:
+        for b in builders.values():
+            b.abort()
+        raise
+    finally:
+        if pool is not None:
+            pool.terminate()
+        _WORKER.clear()
+        if bar is not None:
+            bar.close()
+    seconds = time.perf_counter() - start
+    return PreprocessResult(prefixes, n_docs, tokens, n_empty, total_bytes, bad_lines, n_bad,
+                            seconds, sidecars,
+                            {"used": cache_problem is None, "reason": cache_problem,
+                             "words": cache_words, "misses": cache_misses})
+
+
+def _warn(message: str, log, bar) -> None:
+    if bar is not None and log in (sys.stderr, sys.__stderr__):
+        bar.write(message, file=log)
+    else:
+        print(message, file=log)
+
+
+def _ordered(pool, tasks: Iterable, window: int) -> Iterator:
+    """``pool.imap(_encode_block, tasks)`` with at most ``window`` blocks in flight (bounded memory)."""
+    pending: collections.deque = collections.deque()
+    for task in tasks:
+        pending.append(pool.apply_async(_encode_block, (task,)))
+        if len(pending) >= window:
+            yield pending.popleft().get()
+    while pending:
+        yield pending.popleft().get()
+
+
+def _sidecar_extra(key: str, tok, append_eod: bool, files: list[Path], shown: list[str],
+                   hashers: list, lines_per_file: list[int], n_bad: int, n_empty: int) -> dict:
+    return {
+        "json_key": key,
+        "append_eod": append_eod,
+        "eod": tok.eod if append_eod else None,
+        "tokenizer": {"library": "sentencepiece", "model": _shown(tok.path),
+                      "fingerprint": tok.fingerprint, "vocab_size": tok.vocab_size},
+        "sources": [{"path": s, "bytes": f.stat().st_size, "lines": n, "sha256": h.hexdigest()}
+                    for f, s, h, n in zip(files, shown, hashers, lines_per_file)],
+        "bad_lines_skipped": n_bad,
+        "empty_documents": n_empty,
+        "preprocess_revision": FORMAT_REVISION,
+    }
+
+
+# ----------------------------------------------------------------------------------- CLI
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m labsupport.preprocess",
+        description="Tokenize jsonl files into Megatron .bin/.idx pairs (workbook chapter 2).")
+    p.add_argument("--input", nargs="+", required=True, metavar="FILE_OR_GLOB",
+                   help="jsonl files or globs (quote globs), read in the order given")
+    p.add_argument("--json-keys", nargs="+", default=["text"], metavar="KEY",
+                   help="keys to tokenize; one output per key (default: text)")
+    p.add_argument("--tokenizer-library", choices=["sentencepiece"], default="sentencepiece",
+                   help="only sentencepiece (as in the book's NeMo command)")
+    p.add_argument("--tokenizer-model", required=True, help="the SentencePiece .model file")
+    p.add_argument("--output-prefix", required=True,
+                   help="writes <prefix>_<key>_document.bin/.idx/.json")
+    p.add_argument("--append-eod", action="store_true",
+                   help="append the tokenizer's end-of-document id to every non-empty document")
+    p.add_argument("--workers", type=int, default=1, help="tokenizing processes (default 1)")
+    p.add_argument("--strict", action="store_true",
+                   help="stop at the first bad line instead of skipping and counting it")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-word-cache", action="store_true",
+                   help="encode every document with SentencePiece alone, without the per-worker "
+                        "word cache (same output, slower; for comparisons)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (0 ok, 1 bad input, 2 usage error).
+
+    Prints a summary to stdout (counts and repo-relative paths, no timings); warnings,
+    the progress bar and the throughput go to stderr.
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse has printed the usage error
+        return int(exc.code or 0)
+    try:
+        res = preprocess(args.input, args.output_prefix, args.tokenizer_model,
+                         json_keys=args.json_keys, append_eod=args.append_eod,
+                         workers=args.workers, strict=args.strict,
+                         show_progress=not args.no_progress, word_cache=not args.no_word_cache)
+    except PreprocessError as exc:
+        print(f"preprocess: error: {exc}", file=sys.stderr)
+        return 1
+    side = next(iter(res.sidecars.values()))
+    files = len(side["sources"])
+    print(f"{files} file{'s' if files != 1 else ''}, {res.input_bytes:,} bytes → "
+          f"{res.documents:,} documents ({res.empty_documents:,} empty), dtype {side['dtype']}")
+    for k, prefix in res.prefixes.items():
+        print(f"  {k}: {res.tokens[k]:,} tokens → {_shown(prefix)}.{{bin,idx,json}}")
+    if res.num_bad_lines:
+        print(f"skipped {res.num_bad_lines:,} bad line{'s' if res.num_bad_lines != 1 else ''} "
+              "(listed on stderr; --strict stops at the first)")
+    mb = res.input_bytes / 1e6
+    wc = res.word_cache
+    if wc.get("used"):
+        hits = 1 - wc["misses"] / wc["words"] if wc["words"] else 0.0
+        cache_note = f"word cache: {hits:.0%} of {wc['words']:,} words seen before"
+    else:
+        cache_note = f"no word cache: {wc.get('reason')}"
+    print(f"{res.seconds:.2f} s, {mb / res.seconds:.1f} MB/s, "
+          f"{res.tokens_per_second:,.0f} tokens/s with {args.workers} worker(s); {cache_note}",
+          file=sys.stderr)
+    return 0
+
+
+# ----------------------------------------------------------------------------------- workbook
+def workbook_prefixes(domains: Sequence[str] | None = None) -> dict[str, str]:
+    """The shipped domains preprocessed with the workbook tokenizer and ``--append-eod``.
+
+    Returns ``{"web": ".../work/indexed/web_text_document", ...}`` (path prefixes for
+    :class:`~labsupport.datasets.indexed.IndexedDataset` and blending).  Built when missing or stale
+    (other tokenizer, changed corpus), cached in ``work_dir("indexed")``; safe when several
+    processes call it at once (each builds under temporary names and renames identical
+    bytes into place) and prints nothing.
+    """
+    from labsupport.paths import DOMAINS, data_file, work_dir
+    from labsupport.datasets.tokenizer import Tokenizer, workbook_tokenizer
+
+    domains = tuple(DOMAINS if domains is None else domains)
+    tok = Tokenizer(workbook_tokenizer())
+    out: dict[str, str] = {}
+    for d in domains:
+        src = data_file(d)
+        base = work_dir("indexed") / d
+        prefix = f"{base}_text_document"
+        if not _is_current(prefix, tok.fingerprint, src):
+            preprocess([src], base, tok, append_eod=True, workers=1, strict=True,
+                       show_progress=False)
+        out[d] = prefix
+    return out
+
+
+def _is_current(prefix: str, fingerprint: str, src: Path) -> bool:
+    if not (IndexedDataset.exists(prefix) and os.path.isfile(get_sidecar_path(prefix))):
+        return False
+    try:
+        with open(get_sidecar_path(prefix), encoding="utf-8") as fh:
+            meta = json.load(fh)
+        sources = meta["sources"]
+        return (meta.get("preprocess_revision") == FORMAT_REVISION
+                and meta["tokenizer"]["fingerprint"] == fingerprint and meta["append_eod"] is True
+                and len(sources) == 1
+                and sources[0]["sha256"] == hashlib.sha256(src.read_bytes()).hexdigest())
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+

@@ -1,0 +1,118 @@
+"""Run every chapter headless and print a table — what an instructor runs before class.
+
+    python -m labsupport.runall                       # papermill → runs/NN_topic.ipynb
+    python -m labsupport.runall -p seed 1 01 03       # chapters 01 and 03 with a parameter
+    python -m labsupport.runall --in-place notebooks solutions   # regenerate committed outputs
+
+The table lists chapter, seconds and status; it is also written to ``<out>/summary.md``.
+Exit status 1 when any notebook failed.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from labsupport.workbook.nbrun import KERNEL, RunResult, _first_line, execute_in_place, headless_env, write_atomic
+from labsupport.paths import REPO_ROOT
+
+
+def _notebooks(selectors: list[str], default_dir: Path) -> list[Path]:
+    if not selectors:
+        return sorted(default_dir.glob("[0-9][0-9]_*.ipynb"))
+    found: list[Path] = []
+    for sel in selectors:
+        p = Path(sel)
+        if p.is_dir():
+            found += sorted(p.glob("[0-9][0-9]_*.ipynb"))
+        elif p.suffix == ".ipynb":
+            if not p.is_file():
+                raise SystemExit(f"runall: no notebook {sel}")
+            found.append(p)
+        else:  # a chapter number such as "02" or "2"
+            matches = sorted(default_dir.glob(f"{int(sel):02d}_*.ipynb")) if sel.isdigit() else []
+            if not matches:
+                raise SystemExit(f"runall: no chapter {sel!r} in {default_dir}")
+            found += matches
+    return found
+
+
+def _papermill(nb: Path, out_dir: Path, params: dict, timeout: int) -> RunResult:
+    import os
+    import time
+
+    import papermill as pm
+
+    out = out_dir / nb.name
+    start = time.perf_counter()
+    saved = os.environ.copy()
+    try:
+        os.environ.update(headless_env())
+        pm.execute_notebook(str(nb), str(out), parameters=params, kernel_name=KERNEL,
+                            cwd=str(nb.parent), progress_bar=False, execution_timeout=timeout)
+        return RunResult(nb, time.perf_counter() - start, True)
+    except Exception as exc:  # noqa: BLE001 - PapermillExecutionError and kernel failures
+        ename = getattr(exc, "ename", type(exc).__name__)
+        evalue = getattr(exc, "evalue", None) or _first_line(str(exc))
+        return RunResult(nb, time.perf_counter() - start, False, f"{ename}: {evalue}"[:200])
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _parse_value(text: str):
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def format_table(results: list[RunResult]) -> str:
+    """A markdown table: chapter, seconds, status (and the first error line)."""
+    rows = ["| notebook | seconds | status |", "|---|---:|---|"]
+    for r in results:
+        status = "ok" if r.ok else f"FAILED — {r.error}"
+        rows.append(f"| {r.path.parent.name}/{r.path.name} | {r.seconds:.1f} | {status} |")
+    total = sum(r.seconds for r in results)
+    rows.append(f"| **total** ({sum(r.ok for r in results)}/{len(results)} ok) | {total:.1f} | |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m labsupport.runall", description=__doc__.split("\n\n")[0])
+    ap.add_argument("targets", nargs="*", help="chapter numbers, notebooks or folders (default: every notebooks/NN_*.ipynb)")
+    ap.add_argument("--out", default="runs", help="output folder for papermill runs (default: runs/)")
+    ap.add_argument("--in-place", action="store_true", help="execute and overwrite the notebooks themselves (make outputs)")
+    ap.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                    help="papermill parameter (YAML-typed value); repeatable")
+    ap.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
+    args = ap.parse_args(argv)
+
+    notebooks = _notebooks(args.targets, REPO_ROOT / "notebooks")
+    if not notebooks:
+        print("runall: no notebooks found", file=sys.stderr)
+        return 1
+    params = {k: _parse_value(v) for k, v in args.parameter}
+    if args.in_place and params:
+        raise SystemExit("runall: --in-place regenerates committed outputs with default parameters; drop -p")
+    results: list[RunResult] = []
+    out_dir = Path(args.out)
+    if not args.in_place:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    for nb in notebooks:
+        print(f"running {nb.parent.name}/{nb.name} ...", file=sys.stderr, flush=True)
+        if args.in_place:
+            executed, result = execute_in_place(nb, timeout=args.timeout)
+            if result.ok:
+                write_atomic(executed, nb)
+        else:
+            result = _papermill(nb, out_dir, params, args.timeout)
+        results.append(result)
+    table = format_table(results)
+    print(table)
+    if not args.in_place:
+        (out_dir / "summary.md").write_text(table + "\n", encoding="utf-8")
+    return 0 if all(r.ok for r in results) else 1
+
