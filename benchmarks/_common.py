@@ -4,10 +4,10 @@ from __future__ import annotations
 import json
 import os
 import platform
-import tempfile
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
+from labsupport.fileio import atomic_write
 
 #: Distribution name → key in the results file.
 _KEYS = {"megatron-core": "megatron_core"}
@@ -34,14 +34,4 @@ def machine_info(*packages: str, **extra: Any) -> dict[str, Any]:
 
 def write_results(path: Path, result: dict[str, Any]) -> None:
     """Write ``result`` as indented JSON via a temporary file and a rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".json.tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, json.dumps(result, indent=1, ensure_ascii=False) + "\n")

@@ -44,13 +44,24 @@ def work_dir(*parts: str) -> Path:
     return path
 
 
-def display_path(path: os.PathLike | str) -> str:
-    """A path as shown in notebook output: relative to the repository, never machine-specific."""
+def _workbook_relative(path: os.PathLike | str) -> str | None:
     p = Path(path).resolve()
     for base, label in ((REPO_ROOT, ""), (Path(os.environ.get("LABSUPPORT_WORK", REPO_ROOT / "work")).resolve(), "work/")):
         try:
-            rel = p.relative_to(base)
-            return label + rel.as_posix() if label else rel.as_posix()
+            return label + p.relative_to(base).as_posix()
         except ValueError:
             continue
-    return p.name
+    return None
+
+
+def display_path(path: os.PathLike | str) -> str:
+    """A path as shown in notebook output: relative to the repository, never machine-specific
+    (``<repo>/data/web.jsonl`` → ``data/web.jsonl``; a file elsewhere → its name)."""
+    return _workbook_relative(path) or Path(path).name
+
+
+def shown_path(path: os.PathLike | str) -> str:
+    """A path as named in an error message or a record: repo-relative for the workbook's own
+    files (as :func:`display_path`), else the path exactly as the caller gave it, so the learner
+    can find their own file."""
+    return _workbook_relative(path) or os.fspath(path)

@@ -35,7 +35,6 @@ import argparse
 import ast
 import hashlib
 import json
-import os
 import platform
 import re
 import shutil
@@ -49,6 +48,8 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
+
+from labsupport.fileio import atomic_write
 
 REPO = Path(__file__).resolve().parent.parent
 DATA_DIR = REPO / "data"
@@ -145,21 +146,6 @@ def jsonl_line(obj: JsonObj) -> str:
     for ch in ("\u2028", "\u2029", "\x85"):
         line = line.replace(ch, "\\u%04x" % ord(ch))
     return line + "\n"
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path`` and rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def require_tools(*names: str) -> None:
@@ -1357,16 +1343,16 @@ def build(data_dir: Path, deb_dir: Path | None) -> None:
 
     # write everything under temporary names first, then compute stats from what was written
     for name, blob in sorted(licences.items()):
-        write_atomic(data_dir / name, blob)
+        atomic_write(data_dir / name, blob, file_mode=0o644)
     for name, blob in outputs.items():
-        write_atomic(data_dir / name, blob)
+        atomic_write(data_dir / name, blob, file_mode=0o644)
         stats = file_stats(data_dir / name, FILE_KEYS[name])
         manifest["files"][name] = {**stats, **manifest["files"][name]}
         print("%-13s %6d documents %9d bytes" % (name, stats["documents"], stats["bytes"]),
               file=sys.stderr)
-    write_atomic(data_dir / MANIFEST_NAME,
-                 (json.dumps(manifest, ensure_ascii=False, indent=2) + "\n").encode("utf-8"))
-    write_atomic(data_dir / README_NAME, render_readme(manifest).encode("utf-8"))
+    atomic_write(data_dir / MANIFEST_NAME,
+                 (json.dumps(manifest, ensure_ascii=False, indent=2) + "\n").encode("utf-8"), file_mode=0o644)
+    atomic_write(data_dir / README_NAME, render_readme(manifest).encode("utf-8"), file_mode=0o644)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -47,13 +47,13 @@ import math
 import numbers
 import operator
 import os
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence, Union
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from labsupport.fileio import PathLike, atomic_open, atomic_write
 from labsupport.datasets.tokenizer import TokenizerMismatchError
 
 __all__ = [
@@ -67,7 +67,6 @@ __all__ = [
     "expected_epochs", "cap_weights", "exact_duplicates",
 ]
 
-PathLike = Union[str, os.PathLike]
 
 #: Megatron-Core's ``mid_level_dataset_surplus`` default: each dataset is asked for 0.5 % more.
 DEFAULT_SURPLUS: float = 0.005
@@ -876,9 +875,11 @@ class BlendedDataset:
         else:
             di, si = build_blending_indices(self.weights, self.size)
         if paths is not None:
-            _atomic_write(paths["description.txt"], lambda fh: fh.write(description.encode("utf-8")))
-            _atomic_write(paths["dataset_index.npy"], lambda fh: np.save(fh, di, allow_pickle=False))
-            _atomic_write(paths["dataset_sample_index.npy"], lambda fh: np.save(fh, si, allow_pickle=False))
+            atomic_write(paths["description.txt"], description)
+            with atomic_open(paths["dataset_index.npy"]) as fh:
+                np.save(fh, di, allow_pickle=False)
+            with atomic_open(paths["dataset_sample_index.npy"]) as fh:
+                np.save(fh, si, allow_pickle=False)
         return di, si
 
     def _check_overdraw(self, datasets: list[Any]) -> None:
@@ -930,17 +931,6 @@ class BlendedDataset:
     def __repr__(self) -> str:
         parts = ", ".join(f"{n}={w:.3f}" for n, w in zip(self.names, self.weights))
         return f"BlendedDataset({len(self):,} samples: {parts})"
-
-
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    try:
-        with open(tmp, "wb") as fh:
-            write(fh)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 # =============================================================================================

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Iterator, NamedTuple, Sequence, Union
 
 import numpy as np
+from labsupport.fileio import PathLike
 
 __all__ = [
     "MAGIC", "VERSION", "HEADER_SIZE", "DType", "optimal_dtype",
@@ -52,7 +53,6 @@ HEADER_SIZE: int = 34
 #: Megatron's threshold: vocabularies smaller than this fit uint16 (with room for specials).
 UINT16_VOCAB_LIMIT: int = 65500
 
-PathLike = Union[str, os.PathLike]
 
 
 class DType(IntEnum):

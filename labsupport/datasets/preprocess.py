@@ -44,14 +44,15 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence, Union
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from labsupport.paths import shown_path
+from labsupport.fileio import PathLike
 from labsupport.datasets.indexed import IndexedDataset, IndexedDatasetBuilder, get_bin_path, get_idx_path, \
     get_sidecar_path, optimal_dtype
 
-PathLike = Union[str, os.PathLike]
 
 #: Raw input bytes per work item (a block of whole lines).
 CHUNK_BYTES = 512 * 1024
@@ -100,22 +101,6 @@ class PreprocessResult:
 
 
 # ----------------------------------------------------------------------------------- inputs
-def _shown(path: PathLike) -> str:
-    """How a path is printed and recorded: repo-relative (``data/web.jsonl``,
-    ``work/indexed/...``) for the workbook's own files, else the path as given."""
-    from labsupport.paths import REPO_ROOT, display_path
-
-    p = Path(path).resolve()
-    work = Path(os.environ.get("LABSUPPORT_WORK", REPO_ROOT / "work")).resolve()
-    for base in (REPO_ROOT, work):
-        try:
-            p.relative_to(base)
-        except ValueError:
-            continue
-        return display_path(p)
-    return os.fspath(path)
-
-
 def expand_inputs(patterns: Sequence[PathLike]) -> list[Path]:
     """Files named by ``patterns`` (paths or globs), in the order given; globs sorted.
 
@@ -286,7 +271,7 @@ def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *
         except ValueError as exc:
             raise PreprocessError(f"--append-eod: {exc}") from None
     dtype = np.dtype(optimal_dtype(tok.vocab_size))
-    shown = [_shown(f) for f in files]
+    shown = [shown_path(f) for f in files]
     prefixes = {k: f"{os.fspath(output_prefix)}_{k}_document" for k in keys}
     total_bytes = sum(f.stat().st_size for f in files)
     start = time.perf_counter()
@@ -401,7 +386,7 @@ def _sidecar_extra(key: str, tok, append_eod: bool, files: list[Path], shown: li
         "json_key": key,
         "append_eod": append_eod,
         "eod": tok.eod if append_eod else None,
-        "tokenizer": {"library": "sentencepiece", "model": _shown(tok.path),
+        "tokenizer": {"library": "sentencepiece", "model": shown_path(tok.path),
                       "fingerprint": tok.fingerprint, "vocab_size": tok.vocab_size},
         "sources": [{"path": s, "bytes": f.stat().st_size, "lines": n, "sha256": h.hexdigest()}
                     for f, s, h, n in zip(files, shown, hashers, lines_per_file)],
@@ -461,7 +446,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{files} file{'s' if files != 1 else ''}, {res.input_bytes:,} bytes → "
           f"{res.documents:,} documents ({res.empty_documents:,} empty), dtype {side['dtype']}")
     for k, prefix in res.prefixes.items():
-        print(f"  {k}: {res.tokens[k]:,} tokens → {_shown(prefix)}.{{bin,idx,json}}")
+        print(f"  {k}: {res.tokens[k]:,} tokens → {shown_path(prefix)}.{{bin,idx,json}}")
     if res.num_bad_lines:
         print(f"skipped {res.num_bad_lines:,} bad line{'s' if res.num_bad_lines != 1 else ''} "
               "(listed on stderr; --strict stops at the first)")

@@ -22,21 +22,21 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, NamedTuple, Union
+from typing import Any, Iterable, Mapping, NamedTuple
 
 import numpy as np
 import torch
 
-from labsupport.datasets.bin_packing import ALGORITHMS, lower_bound, pack
+from labsupport.paths import shown_path
+from labsupport.fileio import PathLike, atomic_open
+from labsupport.datasets.bin_packing import lower_bound, pack
 from labsupport.datasets.gpt_samples import position_ids_from_cu_seqlens
 
 __all__ = ["SFTRecord", "SFTFormatError", "read_sft_jsonl", "TokenizedSFT", "tokenize_sft",
            "TOO_LONG_POLICIES", "PackedSFT", "pack_sft"]
 
-PathLike = Union[str, os.PathLike]
 TOO_LONG_POLICIES: tuple[str, ...] = ("error", "truncate", "split")
 _FORMAT = "labsupport.packed_sft/1"
 
@@ -52,14 +52,6 @@ class SFTRecord(NamedTuple):
     line: int
     input: str
     output: str
-
-
-def _shown(path: PathLike) -> str:
-    try:
-        from labsupport.paths import display_path
-        return display_path(path)
-    except Exception:  # pragma: no cover - display only
-        return os.fspath(path)
 
 
 def _validate(obj: Any, where: str) -> tuple[str, str]:
@@ -89,11 +81,11 @@ def read_sft_jsonl(path: PathLike) -> list[SFTRecord]:
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"SFT file {_shown(path)} not found")
+        raise FileNotFoundError(f"SFT file {shown_path(path)} not found")
     records: list[SFTRecord] = []
     with open(path, encoding="utf-8") as fh:
         for n, line in enumerate(fh, start=1):
-            where = f"{_shown(path)}, line {n}"
+            where = f"{shown_path(path)}, line {n}"
             if not line.strip():
                 raise SFTFormatError(f"{where}: blank line; JSON Lines needs one object per line "
                                      "— delete the blank line")
@@ -103,7 +95,7 @@ def read_sft_jsonl(path: PathLike) -> list[SFTRecord]:
                 raise SFTFormatError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
             records.append(SFTRecord(n, *_validate(obj, where)))
     if not records:
-        raise SFTFormatError(f"{_shown(path)}: no examples")
+        raise SFTFormatError(f"{shown_path(path)}: no examples")
     return records
 
 
@@ -178,7 +170,7 @@ def tokenize_sft(source: PathLike | Iterable[Mapping[str, str]] | Iterable[SFTRe
     """
     name = ""
     if isinstance(source, (str, os.PathLike)):
-        name = _shown(source)
+        name = shown_path(source)
         records = read_sft_jsonl(source)
     else:
         records = []
@@ -341,7 +333,9 @@ class PackedSFT:
         path = Path(path)
         arr = np.empty(len(self), dtype=object)
         arr[:] = self.to_nemo()
-        return _atomic_save(path, lambda fh: np.save(fh, arr, allow_pickle=True))
+        with atomic_open(path) as fh:
+            np.save(fh, arr, allow_pickle=True)
+        return path
 
     # -- pickle-free storage
     def save(self, path: PathLike) -> Path:
@@ -354,7 +348,9 @@ class PackedSFT:
             "seq_start_id": self.seq_start_id, "seq_offsets": self.seq_offsets,
             "seq_example": self.seq_example, "seq_chunk": self.seq_chunk, "seq_line": self.seq_line,
         }
-        return _atomic_save(path, lambda fh: np.savez(fh, **arrays))
+        with atomic_open(path) as fh:
+            np.savez(fh, **arrays)
+        return path
 
     @classmethod
     def load(cls, path: PathLike) -> "PackedSFT":
@@ -364,16 +360,16 @@ class PackedSFT:
             with np.load(path, allow_pickle=False) as z:
                 fmt = str(z["format"]) if "format" in z.files else None
                 if fmt != _FORMAT:
-                    raise ValueError(f"{_shown(path)}: not a labsupport packed SFT file (format {fmt!r}, "
+                    raise ValueError(f"{shown_path(path)}: not a labsupport packed SFT file (format {fmt!r}, "
                                      f"expected {_FORMAT!r}); NeMo's object .npy is read with np.load("
                                      "path, allow_pickle=True), not with PackedSFT.load")
                 data = {k: z[k] for k in z.files}
         except (OSError, EOFError) as exc:
-            raise ValueError(f"{_shown(path)}: cannot read packed SFT file ({exc})") from None
+            raise ValueError(f"{shown_path(path)}: cannot read packed SFT file ({exc})") from None
         packed = cls(data["input_ids"], data["loss_mask"], data["pack_offsets"], data["seq_start_id"],
                      data["seq_offsets"], data["seq_example"], data["seq_chunk"], data["seq_line"],
                      int(data["pack_size"]), str(data["algorithm"]), json.loads(str(data["stats"])))
-        packed.validate(str(_shown(path)))
+        packed.validate(shown_path(path))
         return packed
 
     def validate(self, where: str = "packed SFT") -> None:
@@ -392,20 +388,6 @@ class PackedSFT:
     def __repr__(self) -> str:
         return (f"PackedSFT({len(self)} packs of {self.pack_size}, {self.seq_start_id.size} sequences, "
                 f"{self.algorithm}, efficiency {self.efficiency():.4f})")
-
-
-def _atomic_save(path: Path, write) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
 
 
 def pack_sft(data: TokenizedSFT, pack_size: int, algorithm: str = "first_fit_decreasing",

@@ -32,14 +32,13 @@ import itertools
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
-from typing import Iterable, Sequence, Union
+from typing import Iterable, Sequence
 
 import numpy as np
 import sentencepiece as spm
+from labsupport.fileio import PathLike, atomic_write
 
-PathLike = Union[str, os.PathLike]
 
 __all__ = [
     "CorpusError", "TokenizerMismatchError", "Tokenizer", "train_sentencepiece", "train_sentencepiece_bytes",
@@ -197,22 +196,6 @@ def _training_sentences(docs: Iterable[str], max_chars: int = _MAX_TRAIN_CHARS) 
 # ---------------------------------------------------------------------------------------------
 # training
 # ---------------------------------------------------------------------------------------------
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path`` and rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 def train_sentencepiece_bytes(sentences: Sequence[str], vocab_size: int, model_type: str = "bpe",
                               *, seed: int = 0, source: str = "the training text", **options) -> bytes:
     """Train on in-memory ``sentences`` and return the serialized model proto (bytes).
@@ -286,7 +269,7 @@ def train_sentencepiece(inputs: PathLike | Iterable[PathLike], model_prefix: Pat
                           "the files are empty; check the files and the json_key")
     proto = train_sentencepiece_bytes(docs, vocab_size, model_type, seed=seed, source=names, **options)
     out = Path(f"{os.fspath(model_prefix)}.model")
-    _atomic_write_bytes(out, proto)
+    atomic_write(out, proto)
     return out
 
 

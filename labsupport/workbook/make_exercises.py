@@ -17,7 +17,7 @@ from pathlib import Path
 
 import nbformat
 
-from labsupport.workbook.nbrun import write_atomic
+from labsupport.workbook.nbrun import write_notebook
 from labsupport.paths import REPO_ROOT
 
 BEGIN = "### BEGIN SOLUTION"
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             stale.append(sol.name)
         else:
             dst_dir.mkdir(parents=True, exist_ok=True)
-            write_atomic(exercise, target)
+            write_notebook(exercise, target)
             print(f"wrote exercises/{sol.name}")
     extra = sorted(p.name for p in dst_dir.glob("[0-9][0-9]_*.ipynb") if p.name not in expected)
     if args.check:

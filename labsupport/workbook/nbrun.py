@@ -5,12 +5,12 @@ Not a chapter topic: this is the workbook's own tooling.
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+from labsupport.fileio import atomic_write
 
 KERNEL = "python3"
 
@@ -33,19 +33,10 @@ def headless_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def write_atomic(nb: nbformat.NotebookNode, path: Path) -> None:
+def write_notebook(nb: nbformat.NotebookNode, path: Path) -> None:
     """Write a notebook to ``path`` via a temporary file and a rename (never half-written)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".ipynb.tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            text = nbformat.writes(nb)
-            fh.write(text if text.endswith("\n") else text + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    text = nbformat.writes(nb)
+    atomic_write(path, text if text.endswith("\n") else text + "\n")
 
 
 def execute_in_place(path: Path, timeout: int = 600, env: dict[str, str] | None = None,

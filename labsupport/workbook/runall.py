@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from labsupport.workbook.nbrun import KERNEL, RunResult, _first_line, execute_in_place, headless_env, write_atomic
+from labsupport.workbook.nbrun import KERNEL, RunResult, _first_line, execute_in_place, headless_env, write_notebook
 from labsupport.paths import REPO_ROOT
 
 
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.in_place:
             executed, result = execute_in_place(nb, timeout=args.timeout)
             if result.ok:
-                write_atomic(executed, nb)
+                write_notebook(executed, nb)
         else:
             result = _papermill(nb, out_dir, params, args.timeout)
         results.append(result)
