@@ -1,4 +1,10 @@
-"""What every benchmark records beside its numbers: the machine, and an atomic results write."""
+"""What every benchmark shares: the machine it ran on, an atomic results write, and the contract.
+
+The contract (``python -m benchmarks`` relies on it): each ``benchmarks/bench_<topic>.py`` has
+``main(argv: list[str] | None = None) -> dict`` that measures both sides in one run, compares
+their outputs, raises :class:`Mismatch` when they differ (before writing anything), and otherwise
+writes ``benchmarks/results/<topic>.json`` and returns the dict it wrote.
+"""
 from __future__ import annotations
 
 import json
@@ -8,6 +14,16 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 from labsupport.fileio import atomic_write
+
+class Mismatch(AssertionError):
+    """The two sides of a benchmark computed different results: the speed numbers mean nothing."""
+
+
+def require(condition: bool, message: str) -> None:
+    """Raise :class:`Mismatch` with ``message`` unless ``condition`` holds."""
+    if not condition:
+        raise Mismatch(message)
+
 
 #: Distribution name → key in the results file.
 _KEYS = {"megatron-core": "megatron_core"}

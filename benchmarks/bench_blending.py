@@ -22,7 +22,7 @@ import time
 import warnings
 from pathlib import Path
 
-from benchmarks._common import machine_info, write_results
+from benchmarks._common import machine_info, write_results, require
 
 import numpy as np
 
@@ -92,7 +92,7 @@ def run(size: int, repeats: int) -> dict:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(prog="python -m benchmarks.bench_blending", description=__doc__.split("\n")[0])
     p.add_argument("--size", type=int, default=10_000_000, help="blended samples (default 10M)")
     p.add_argument("--repeats", type=int, default=5, help="interleaved runs per side; the best is kept")
@@ -109,11 +109,13 @@ def main(argv: list[str] | None = None) -> int:
         "cases": run(args.size, args.repeats),
     }
     results["all_identical"] = all(c["identical_output"] for c in results["cases"].values())
+    different = [name for name, c in results["cases"].items() if not c["identical_output"]]
+    require(not different, f"build_blending_indices differs from megatron-core's on {', '.join(different)}")
     results["max_ratio"] = max(c["ratio_labsupport_over_megatron"] for c in results["cases"].values())
     write_results(args.out, results)
     print(f"wrote {args.out.relative_to(Path.cwd()) if args.out.is_relative_to(Path.cwd()) else args.out}")
-    return 0 if results["all_identical"] else 1
+    return results
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main(sys.argv[1:])

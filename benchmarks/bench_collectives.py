@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks._common import machine_info, write_results
+from benchmarks._common import machine_info, write_results, require
 
 
 RESULTS = Path(__file__).resolve().parent / "results" / "collectives.json"
@@ -133,6 +133,8 @@ def main(argv: list[str] | None = None) -> dict:
         "naive/ring follows it only for large S, where bandwidth dominates",
         "with more ranks than CPU cores every step waits for a descheduled peer: compare the 2- and 4-rank sweeps",
     ]
+    wrong = [f"world {r['world_size']}, {r['nbytes']} B" for r in result["rings"] if not r.get("equal_to_dist_all_reduce", True)]
+    require(not wrong, f"the send/recv rings disagree with dist.all_reduce at {', '.join(wrong)}")
     result["wall_seconds"] = round(time.perf_counter() - start, 1)
     write_results(args.out, result)
     print(f"wrote {args.out} in {result['wall_seconds']} s")
@@ -140,5 +142,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
-    sys.exit(0)
+    main(sys.argv[1:])

@@ -41,7 +41,7 @@ import time
 import warnings
 from pathlib import Path
 
-from benchmarks._common import machine_info, write_results
+from benchmarks._common import Mismatch, machine_info, write_results
 
 import numpy as np
 
@@ -156,18 +156,18 @@ def bench_preprocess(corpus: Path, model: str, out: Path, workers: int, repeats:
             best[name] = min(best[name], time.perf_counter() - t0)
             counts[name] = c
     if len({json.dumps(c, sort_keys=True) for c in counts.values()}) != 1:
-        raise AssertionError(f"different counts: {counts}")
+        raise Mismatch(f"different counts: {counts}")
     if not cache_stats["labsupport"]["used"] or cache_stats["labsupport_no_word_cache"]["used"]:
-        raise AssertionError(f"word cache not used as intended: {cache_stats}")
+        raise Mismatch(f"word cache not used as intended: {cache_stats}")
     for name in ("labsupport", "labsupport_no_word_cache"):
         for ext in (".bin", ".idx"):
             a = (out / f"{name}_text_document{ext}").read_bytes()
             b = (out / f"megatron_text_document{ext}").read_bytes()
             if a != b:
-                raise AssertionError(f"{name} and Megatron wrote different {ext} files")
+                raise Mismatch(f"{name} and Megatron wrote different {ext} files")
     if (out / "labsupport_text_document.json").read_bytes() \
             != (out / "labsupport_no_word_cache_text_document.json").read_bytes():
-        raise AssertionError("the word cache changed the sidecar .json")
+        raise Mismatch("the word cache changed the sidecar .json")
     tokens = counts["labsupport"]["tokens"]
     if tokenizer_only:
         # the ceiling for any preprocessor running BPE on every document with this many threads:
@@ -182,7 +182,7 @@ def bench_preprocess(corpus: Path, model: str, out: Path, workers: int, repeats:
             ids = tok.encode_batch(texts, num_threads=workers)
             bound = min(bound, time.perf_counter() - t0)
         if sum(len(x) for x in ids) + sum(1 for x in ids if x) != tokens:
-            raise AssertionError("tokenizer-only pass counted different tokens")
+            raise Mismatch("tokenizer-only pass counted different tokens")
         best["tokenizer_only"] = bound
     rows = {k: {"seconds": v, "tokens_per_s": tokens / v,
                 "MB_per_s": corpus.stat().st_size / 1e6 / v} for k, v in best.items()}
@@ -247,10 +247,10 @@ def bench_reads(prefix: str, n_reads: int, window: int, repeats: int, seed: int 
     # the same data either way
     for i in idx[:1000]:
         if not np.array_equal(ours[i], theirs[i]):
-            raise AssertionError(f"sequence {i} differs")
+            raise Mismatch(f"sequence {i} differs")
     for i, o, w in win[:1000]:
         if not np.array_equal(ours.get(i, o, w), theirs.get(i, o, w)):
-            raise AssertionError(f"window {(i, o, w)} differs")
+            raise Mismatch(f"window {(i, o, w)} differs")
     out = {"sequences": n, "reads": n_reads, "window_tokens": window, "methods": {}}
     best = {}
     for r in range(repeats):
@@ -341,4 +341,3 @@ def main(argv: list[str] | None = None) -> dict:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
-    sys.exit(0)

@@ -31,7 +31,7 @@ import warnings
 from collections import OrderedDict
 from pathlib import Path
 
-from benchmarks._common import machine_info, write_results
+from benchmarks._common import Mismatch, machine_info, write_results, require
 
 import numpy as np
 
@@ -120,11 +120,11 @@ def bench_gpt_samples(seq_length: int, n_samples: int, repeats: int, check_dense
 
     mc_flags, mc_plain = megatron(True), megatron(False)
     ours_ds = IndexedDataset(prefix)
-    ours = GPTDataset(ours_ds, seq_length, n_samples, seed, True, True, True, tok.eod, pad_token=tok.pad)
-    ours_dense = GPTDataset(ours_ds, seq_length, n_samples, seed, True, True, True, tok.eod, pad_token=tok.pad,
+    ours = GPTDataset(ours_ds, seq_length, n_samples, seed, reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=True, eod_token=tok.eod, pad_token=tok.pad)
+    ours_dense = GPTDataset(ours_ds, seq_length, n_samples, seed, reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=True, eod_token=tok.eod, pad_token=tok.pad,
                             create_attention_mask=True)
     n = min(n_samples, len(ours))
-    assert len(ours) == len(mc_flags), (len(ours), len(mc_flags))
+    require(len(ours) == len(mc_flags), f"{len(ours)} samples here, {len(mc_flags)} in megatron-core")
 
     def run(ds):
         return lambda: [ds[k] for k in range(n)]
@@ -142,11 +142,11 @@ def bench_gpt_samples(seq_length: int, n_samples: int, repeats: int, check_dense
     for k in range(n):
         for key in ("tokens", "labels", "loss_mask", "position_ids"):
             if not torch.equal(reference[k][key], mine[k][key]):
-                raise AssertionError(f"sample {k}: {key} differs from megatron-core")
+                raise Mismatch(f"sample {k}: {key} differs from megatron-core")
     for k in range(min(check_dense, n)):
         rebuilt = attention_mask_from_cu_seqlens(mine[k]["cu_seqlens"], seq_length)
         if not torch.equal(rebuilt, reference[k]["attention_mask"]):
-            raise AssertionError(f"sample {k}: dense mask rebuilt from cu_seqlens differs")
+            raise Mismatch(f"sample {k}: dense mask rebuilt from cu_seqlens differs")
     eods = [int((s["tokens"] == tok.eod).sum()) for s in mine]
     segs = [int(s["cu_seqlens"].numel() - 1) for s in mine]
     base = rows["megatron_reset_flags_dense_mask"]["samples_per_s"]
@@ -177,7 +177,7 @@ def bench_packing(n: int, pack_size: int, repeats: int, nemo_repeats: int) -> di
         if alg == "first_fit_decreasing":
             same = [[as_list[i] for i in b] for b in bins.tolist()] == nemo_bins
             if not same:
-                raise AssertionError("labsupport first_fit_decreasing packs differ from NeMo's")
+                raise Mismatch("labsupport first_fit_decreasing packs differ from NeMo's")
     return {
         "lengths": {"n": n, "distribution": "lognormal mean 320 sigma 0.6 clipped 16..pack_size, seed 0",
                     "mean": float(lengths.mean()), "max": int(lengths.max())},

@@ -41,6 +41,9 @@ class _Tokenizer:
         self.unique_identifiers = OrderedDict(cls="TestTokenizer", vocab=vocab, eod=eod, pad=pad)
 
 
+FLAGS = ("reset_position_ids", "reset_attention_mask", "eod_mask_loss")
+
+
 def _config(mc, prefix, cache, seed, seq_length, flags, tok, **extra):
     return mc["gpt"].GPTDatasetConfig(
         random_seed=seed, sequence_length=seq_length, blend=([prefix], None), split="1,0,0",
@@ -134,7 +137,7 @@ def test_gpt_dataset_equals_megatron(mc, tmp_path, flags):
         theirs = mc["gpt"].GPTDataset(ds_mc, str(prefix), np.arange(len(ds_mc), dtype=np.int32),
                                       num_samples, mc["Split"].train, cfg)
         with IndexedDataset(prefix) as ds:
-            mine = GPTDataset(ds, seq, num_samples, seed, *flags, eod, pad_token=pad)
+            mine = GPTDataset(ds, seq, num_samples, seed, **dict(zip(FLAGS, flags)), eod_token=eod, pad_token=pad)
             _assert_same_samples(mine, theirs, f"flags={flags} trial={trial} S={seq} seed={seed}")
 
 
@@ -154,7 +157,7 @@ def test_validation_split_options_equal_megatron(mc, tmp_path):
         theirs = mc["gpt"].GPTDataset(ds_mc, str(prefix), np.arange(len(ds_mc), dtype=np.int32),
                                       None, mc["Split"].valid, cfg)
         with IndexedDataset(prefix) as ds:
-            mine = GPTDataset(ds, seq, None, trial, *flags, eod, pad_token=7,
+            mine = GPTDataset(ds, seq, None, trial, **dict(zip(FLAGS, flags)), eod_token=eod, pad_token=7,
                               drop_last_partial_sequence=drop, add_extra_token=extra)
             _assert_same_samples(mine, theirs, f"valid trial={trial}")
 
@@ -168,5 +171,5 @@ def test_equal_to_what_the_training_builder_returns(mc, tmp_path):
     train, valid, test = mc["builder"](mc["gpt"].GPTDataset, [80, None, None], lambda: True, cfg).build()
     assert valid is None and test is None
     with IndexedDataset(prefix) as ds:
-        mine = GPTDataset(ds, 32, 80, 5, True, True, True, 3, pad_token=0)
+        mine = GPTDataset(ds, 32, 80, 5, reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=True, eod_token=3, pad_token=0)
         _assert_same_samples(mine, train, "builder")

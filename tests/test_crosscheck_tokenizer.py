@@ -2,7 +2,7 @@
 
 Megatron's own SentencePiece wrapper, loading the same ``.model`` file, must produce the same
 ids, decode them to the same text, report the same vocabulary size and use the same id for
-EOD (what ``--append-eod`` appends); its dtype rule must match :func:`token_dtype`.
+EOD (what ``--append-eod`` appends); its dtype rule must match :func:`labsupport.datasets.indexed.optimal_dtype`.
 The one deliberate difference: a literal "▁" (U+2581) in the text, which SentencePiece turns
 into a space; labsupport encodes it as its three UTF-8 bytes so the round trip stays exact.
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import warnings
 
-import numpy as np
 import pytest
 
-from labsupport.datasets.tokenizer import Tokenizer, token_dtype, train_sentencepiece
+from labsupport.datasets.indexed import optimal_dtype
+from labsupport.datasets.tokenizer import Tokenizer, train_sentencepiece
 
 from test_tokenizer import EDGE_CASES, synthetic_docs, write_jsonl
 
@@ -64,4 +64,4 @@ def test_literal_meta_symbol_is_the_one_difference(mcore_sp, model_path):
 @pytest.mark.parametrize("vocab", [256, 8000, 32000, 65499, 65500, 65536, 128256])
 def test_dtype_rule_matches_megatron(mcore_sp, vocab):
     _, DType = mcore_sp
-    assert np.dtype(DType.optimal_dtype(vocab)) == token_dtype(vocab)
+    assert DType.optimal_dtype(vocab) is optimal_dtype(vocab)

@@ -200,7 +200,7 @@ def corpus(tmp_path):
 
 def test_dataset_samples_are_the_concatenated_stream(corpus):
     ds, docs = corpus
-    g = GPTDataset(ds, 32, 50, 1234, True, True, True, EOD)
+    g = GPTDataset(ds, 32, 50, 1234, reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=True, eod_token=EOD)
     assert len(g) == g.sample_index.shape[0] - 1 >= 50
     stream = np.concatenate([docs[d] for d in g.document_index])
     inverse = np.argsort(g.shuffle_index)  # sample row r is dataset item inverse[r]
@@ -218,9 +218,9 @@ def test_dataset_samples_are_the_concatenated_stream(corpus):
 
 def test_dataset_is_deterministic_per_seed(corpus):
     ds, _ = corpus
-    a = GPTDataset(ds, 16, 100, 7, False, False, False, EOD)
-    b = GPTDataset(ds, 16, 100, 7, False, False, False, EOD)
-    c = GPTDataset(ds, 16, 100, 8, False, False, False, EOD)
+    a = GPTDataset(ds, 16, 100, 7, reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False, eod_token=EOD)
+    b = GPTDataset(ds, 16, 100, 7, reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False, eod_token=EOD)
+    c = GPTDataset(ds, 16, 100, 8, reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False, eod_token=EOD)
     assert np.array_equal(a.shuffle_index, b.shuffle_index)
     assert torch.equal(a[5]["tokens"], b[5]["tokens"])
     assert not np.array_equal(a.document_index, c.document_index)
@@ -230,17 +230,17 @@ def test_dataset_separate_final_epoch(corpus):
     ds, _ = corpus
     total = int(ds.sequence_lengths.sum())
     per_epoch = (total - 1) // 16
-    g = GPTDataset(ds, 16, per_epoch + 3, 0, False, False, False, EOD)  # 2 epochs, 2nd barely used
+    g = GPTDataset(ds, 16, per_epoch + 3, 0, reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False, eod_token=EOD)  # 2 epochs, 2nd barely used
     assert g.num_epochs == 2 and g.separate_final_epoch
     sans = (total - 1) // 16
     assert sorted(g.shuffle_index[:sans].tolist()) == list(range(sans))   # shuffled apart
-    g2 = GPTDataset(ds, 16, 2 * per_epoch, 0, False, False, False, EOD)
+    g2 = GPTDataset(ds, 16, 2 * per_epoch, 0, reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False, eod_token=EOD)
     assert g2.num_epochs == 2 and not g2.separate_final_epoch
 
 
 def test_dataset_dense_mask_option_and_bounds(corpus):
     ds, _ = corpus
-    g = GPTDataset(ds, 24, 10, 0, True, True, False, EOD, create_attention_mask=True)
+    g = GPTDataset(ds, 24, 10, 0, reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=False, eod_token=EOD, create_attention_mask=True)
     item = g[0]
     assert torch.equal(item["attention_mask"], attention_mask_from_cu_seqlens(item["cu_seqlens"]))
     assert item["attention_mask"].shape == (1, 24, 24)
@@ -248,4 +248,4 @@ def test_dataset_dense_mask_option_and_bounds(corpus):
     with pytest.raises(IndexError, match="out of range"):
         g[len(g)]
     with pytest.raises(ValueError, match="seq_length must be > 1"):
-        GPTDataset(ds, 1, 10, 0, True, True, False, EOD)
+        GPTDataset(ds, 1, 10, 0, reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=False, eod_token=EOD)

@@ -23,7 +23,7 @@ import sentencepiece as spm
 from labsupport.datasets import tokenizer as T
 from labsupport.datasets.tokenizer import (
     CorpusError, Tokenizer, TokenizerMismatchError, compare_tokenizers, read_documents,
-    token_dtype, tokens_per_byte, tokens_per_character, train_sentencepiece,
+    tokens_per_byte, tokens_per_character, train_sentencepiece,
 )
 
 EN = ("the of and to in is that for it as with was on be by this are from at or an which data "
@@ -274,8 +274,9 @@ def test_model_without_eos_has_no_eod(corpus, tmp_path):
 
 
 @pytest.mark.parametrize("vocab, dtype", [(8000, np.uint16), (65499, np.uint16), (65500, np.int32), (128256, np.int32)])
-def test_token_dtype_follows_megatron_rule(vocab, dtype):
-    assert token_dtype(vocab) == np.dtype(dtype)
+def test_optimal_dtype_follows_megatron_rule(vocab, dtype):
+    from labsupport.datasets.indexed import optimal_dtype
+    assert optimal_dtype(vocab) is dtype
 
 
 # ---------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import numpy as np
+from labsupport.datasets.utils import normalize_index
 
 __all__ = ["ALGORITHMS", "Bins", "pack", "packing_efficiency", "lower_bound", "padding_share",
            "first_fit", "first_fit_decreasing", "best_fit_decreasing", "spfhp"]
@@ -53,12 +54,7 @@ class Bins(Sequence):
     def __getitem__(self, b: Any) -> np.ndarray:  # type: ignore[override]
         if isinstance(b, slice):
             raise TypeError("slice a Bins with .tolist()[a:b]")
-        n = len(self)
-        b = int(b)
-        if b < 0:
-            b += n
-        if not 0 <= b < n:
-            raise IndexError(f"pack {b} out of range ({n} packs)")
+        b = normalize_index(b, len(self), "pack", "this packing")
         return self.items[self.offsets[b]:self.offsets[b + 1]]
 
     def __iter__(self) -> Iterator[np.ndarray]:

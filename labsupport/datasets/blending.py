@@ -53,6 +53,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from labsupport.datasets.utils import normalize_index
 from labsupport.fileio import PathLike, atomic_open, atomic_write
 from labsupport.datasets.tokenizer import TokenizerMismatchError
 
@@ -838,7 +839,7 @@ class BlendedDataset:
 
         eod = self._eod(ds, d)
         num = None if self.size is None else self.requested[d]
-        return GPTDataset(ds, self.seq_length, num, self.seed, False, False, False, eod)
+        return GPTDataset(ds, self.seq_length, num, self.seed, reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False, eod_token=eod)
 
     def _eod(self, ds: Any, d: int) -> int:
         if self._eod_token is not None:
@@ -906,12 +907,7 @@ class BlendedDataset:
         return int(self.dataset_index.shape[0])
 
     def __getitem__(self, idx: int) -> dict[str, Any]:
-        n = len(self)
-        i = operator.index(idx)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(f"sample {idx} out of range: this blend has {n} samples")
+        i = normalize_index(idx, len(self), "sample", "this blend")
         d = int(self.dataset_index[i])
         s = int(self.dataset_sample_index[i])
         sample = self.datasets[d][s]

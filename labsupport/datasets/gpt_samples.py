@@ -20,12 +20,12 @@ loss masks are float32 with 1 = counts in the loss; position ids are int64.
 """
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 import torch
+from labsupport.datasets.utils import normalize_index
 
 __all__ = [
     "build_sample_idx", "build_document_index", "build_shuffle_index", "num_epochs_for",
@@ -301,8 +301,9 @@ class _TokenSource(Protocol):
 class GPTDataset:
     """Megatron-Core's GPTDataset over an indexed dataset, with compact boundary information.
 
-    ``GPTDataset(ds, seq_length, num_samples, seed, reset_position_ids, reset_attention_mask,
-    eod_mask_loss, eod_token)`` draws the same document, sample and shuffle indices as
+    ``GPTDataset(ds, seq_length, num_samples, seed, reset_position_ids=..., reset_attention_mask=...,
+    eod_mask_loss=..., eod_token=...)`` (the flags are keyword-only: three booleans in a row are
+    too easy to swap) draws the same document, sample and shuffle indices as
     ``megatron.core.datasets.gpt_dataset.GPTDataset`` (one ``numpy.random.RandomState(seed)``,
     consumed in Megatron's order), so ``len(ds)`` and ``ds[k]`` equal megatron-core's.
 
@@ -329,8 +330,8 @@ class GPTDataset:
     SEPARATE_FINAL_EPOCH_THRESHOLD = 0.80
 
     def __init__(self, indexed_dataset: _TokenSource, seq_length: int, num_samples: int | None,
-                 seed: int, reset_position_ids: bool, reset_attention_mask: bool,
-                 eod_mask_loss: bool, eod_token: int, *, pad_token: int = NO_PAD,
+                 seed: int, *, reset_position_ids: bool, reset_attention_mask: bool,
+                 eod_mask_loss: bool, eod_token: int, pad_token: int = NO_PAD,
                  indices: np.ndarray | None = None, drop_last_partial_sequence: bool = True,
                  add_extra_token: bool = True, create_attention_mask: bool = False) -> None:
         self.dataset = indexed_dataset
@@ -387,12 +388,7 @@ class GPTDataset:
 
     def text(self, idx: int) -> tuple[np.ndarray, np.ndarray]:
         """The ``S + extra`` token ids of sample ``idx`` (int64, padded) and its sequence ids."""
-        n = len(self)
-        k = operator.index(idx)
-        if k < 0:
-            k += n
-        if not 0 <= k < n:
-            raise IndexError(f"sample {idx} out of range: this GPTDataset has {n} samples")
+        k = normalize_index(idx, len(self), "sample", "this GPTDataset")
         row = int(self.shuffle_index[k])
         beg, beg_off = (int(v) for v in self.sample_index[row])
         end, end_off = (int(v) for v in self.sample_index[row + 1])

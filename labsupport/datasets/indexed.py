@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Iterator, NamedTuple, Sequence, Union
 
 import numpy as np
+from labsupport.datasets.utils import normalize_index
 from labsupport.fileio import PathLike
 
 __all__ = [
@@ -383,17 +384,7 @@ class IndexedDataset:
         return self._n
 
     def _index(self, idx: Any) -> int:
-        try:
-            i = operator.index(idx)
-        except TypeError:
-            raise TypeError(f"sequence index must be an integer, got {type(idx).__name__}") from None
-        n = self._n
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(f"sequence {idx} out of range: {os.path.basename(self.path_prefix)} "
-                             f"has {n} sequences")
-        return i
+        return normalize_index(idx, self._n, "sequence", os.path.basename(self.path_prefix))
 
     def __getitem__(self, idx: Any) -> Union[np.ndarray, list]:
         """``ds[i]`` → sequence i (read-only view); ``ds[a:b]`` → list of sequences a..b-1."""
@@ -433,12 +424,7 @@ class IndexedDataset:
 
     def document(self, k: int) -> np.ndarray:
         """All tokens of document k (its sequences are contiguous in the ``.bin``): a view."""
-        nd = self.num_documents
-        kk = operator.index(k)
-        kk += nd if kk < 0 else 0
-        if not 0 <= kk < nd:
-            raise IndexError(f"document {k} out of range: {os.path.basename(self.path_prefix)} "
-                             f"has {nd} documents")
+        kk = normalize_index(k, self.num_documents, "document", os.path.basename(self.path_prefix))
         first, last = self._doc_idx.item(kk), self._doc_idx.item(kk + 1)
         if first == last:
             return np.frombuffer(b"", dtype=self._dtype)
@@ -452,11 +438,7 @@ class IndexedDataset:
         For a document without sequences at the very end this is the size of the ``.bin``.
         Equals ``sum(sequence_lengths[:d[k]]) * itemsize``.
         """
-        nd = self.num_documents
-        kk = operator.index(k)
-        if not 0 <= kk < nd:
-            raise IndexError(f"document {k} out of range: {os.path.basename(self.path_prefix)} "
-                             f"has {nd} documents")
+        kk = normalize_index(k, self.num_documents, "document", os.path.basename(self.path_prefix))
         first = self._doc_idx.item(kk)
         return self._pointers.item(first) if first < self._n else len(self._bin)
 

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Mapping, NamedTuple
 import numpy as np
 import torch
 
+from labsupport.datasets.utils import normalize_index
 from labsupport.paths import shown_path
 from labsupport.fileio import PathLike, atomic_open
 from labsupport.datasets.bin_packing import lower_bound, pack
@@ -134,6 +135,7 @@ class TokenizedSFT:
 
         The mask is 1 from the first answer token on (NeMo's ``idx >= answer_start_idx``).
         """
+        i = normalize_index(i, len(self), "example", "this SFT set")
         ids = self.tokens[self.offsets[i]:self.offsets[i + 1]]
         mask = (np.arange(ids.size) >= self.answer_start[i]).astype(np.uint8)
         return ids, mask
@@ -234,13 +236,7 @@ class PackedSFT:
         return self.pack_offsets.size - 1
 
     def _check(self, k: int) -> int:
-        n = len(self)
-        k = int(k)
-        if k < 0:
-            k += n
-        if not 0 <= k < n:
-            raise IndexError(f"pack {k} out of range ({n} packs)")
-        return k
+        return normalize_index(k, len(self), "pack", "this packed set")
 
     def seq_lengths(self, k: int) -> np.ndarray:
         """int64, (n_k,): tokens of each sequence of pack k (L_i)."""
@@ -251,8 +247,9 @@ class PackedSFT:
 
     def cu_seqlens(self, k: int) -> np.ndarray:
         """int32, (n_k + 1,): cumulative training lengths of pack k, ``[0, L_1-1, …]`` (THD layout)."""
-        cu = np.zeros(int(self.seq_offsets[k + 1] - self.seq_offsets[k]) + 1, dtype=np.int64)
-        np.cumsum(self.seq_lengths(k) - 1, out=cu[1:])
+        lengths = self.seq_lengths(k)
+        cu = np.zeros(lengths.size + 1, dtype=np.int64)
+        np.cumsum(lengths - 1, out=cu[1:])
         return cu.astype(np.int32)
 
     def __getitem__(self, k: int) -> dict[str, np.ndarray]:

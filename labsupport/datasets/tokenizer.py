@@ -42,8 +42,8 @@ from labsupport.fileio import PathLike, atomic_write
 
 __all__ = [
     "CorpusError", "TokenizerMismatchError", "Tokenizer", "train_sentencepiece", "train_sentencepiece_bytes",
-    "read_documents", "token_dtype", "tokens_per_character", "tokens_per_byte", "compare_tokenizers",
-    "workbook_tokenizer", "LOSSLESS_OPTIONS", "SPECIAL_IDS", "WORKBOOK_VOCAB_SIZE", "UINT16_VOCAB_LIMIT",
+    "read_documents", "tokens_per_character", "tokens_per_byte", "compare_tokenizers",
+    "workbook_tokenizer", "LOSSLESS_OPTIONS", "SPECIAL_IDS", "WORKBOOK_VOCAB_SIZE",
     "WordCache", "WORD_CACHE_MAX_WORDS",
 ]
 
@@ -72,8 +72,6 @@ LOSSLESS_OPTIONS: dict[str, object] = {
 #: corpora and stays far below 65,500, so chapter 2 stores tokens as uint16.
 WORKBOOK_VOCAB_SIZE = 8000
 
-#: Megatron's rule (indexed_dataset.DType.optimal_dtype): uint16 below this vocabulary size.
-UINT16_VOCAB_LIMIT = 65500
 
 _META = "\u2581"  # SentencePiece's whitespace symbol "▁"
 
@@ -276,11 +274,6 @@ def train_sentencepiece(inputs: PathLike | Iterable[PathLike], model_prefix: Pat
 # ---------------------------------------------------------------------------------------------
 # the tokenizer
 # ---------------------------------------------------------------------------------------------
-def token_dtype(vocab_size: int) -> np.dtype:
-    """The dtype Megatron stores token ids in: uint16 when ``vocab_size < 65500``, else int32."""
-    return np.dtype(np.uint16 if vocab_size < UINT16_VOCAB_LIMIT else np.int32)
-
-
 class Tokenizer:
     """A SentencePiece model: encode/decode, special ids and a fingerprint.
 
@@ -379,8 +372,10 @@ class Tokenizer:
 
     @property
     def dtype(self) -> np.dtype:
-        """The dtype chapter 2 stores this tokenizer's ids in (see :func:`token_dtype`)."""
-        return token_dtype(self.vocab_size)
+        """The dtype chapter 2 stores this tokenizer's ids in: Megatron's rule,
+        :func:`labsupport.datasets.indexed.optimal_dtype` (uint16 below 65,500 ids, else int32)."""
+        from labsupport.datasets.indexed import optimal_dtype
+        return np.dtype(optimal_dtype(self.vocab_size))
 
     @property
     def bos(self) -> int:

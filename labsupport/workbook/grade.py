@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from labsupport.workbook.nbrun import execute_in_place, headless_env
+from labsupport.workbook.nbrun import execute_notebook, headless_env
 
 
 def grade_notebook(path: Path, timeout: int = 600) -> tuple[list[dict], str]:
@@ -24,7 +24,7 @@ def grade_notebook(path: Path, timeout: int = 600) -> tuple[list[dict], str]:
     fd, report = tempfile.mkstemp(prefix="labsupport-checks-", suffix=".jsonl")
     os.close(fd)
     try:
-        _, run = execute_in_place(Path(path), timeout=timeout, allow_errors=True,
+        _, run = execute_notebook(Path(path), timeout=timeout, allow_errors=True,
                                   env=headless_env(LABSUPPORT_CHECK_REPORT=report))
         with open(report, encoding="utf-8") as fh:
             rows = [json.loads(line) for line in fh if line.strip()]

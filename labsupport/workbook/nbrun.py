@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import nbformat
 from labsupport.fileio import atomic_write
@@ -33,15 +35,31 @@ def headless_env(**extra: str) -> dict[str, str]:
     return env
 
 
+@contextmanager
+def process_env(env: dict[str, str]) -> Iterator[None]:
+    """Run the body with ``os.environ`` replaced by ``env``, restored afterwards (kernels started
+    inside inherit it: nbclient and papermill take the kernel's environment from this process)."""
+    saved = os.environ.copy()
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def write_notebook(nb: nbformat.NotebookNode, path: Path) -> None:
     """Write a notebook to ``path`` via a temporary file and a rename (never half-written)."""
     text = nbformat.writes(nb)
     atomic_write(path, text if text.endswith("\n") else text + "\n")
 
 
-def execute_in_place(path: Path, timeout: int = 600, env: dict[str, str] | None = None,
+def execute_notebook(path: Path, timeout: int = 600, env: dict[str, str] | None = None,
                      allow_errors: bool = False) -> tuple[nbformat.NotebookNode, RunResult]:
-    """Execute ``path`` top to bottom with its own folder as cwd; returns the executed notebook.
+    """Execute ``path`` top to bottom with its own folder as cwd and return the executed notebook
+    (in memory: the file is not touched; ``runall --in-place`` writes it back with
+    :func:`write_notebook`).
 
     No timing or widget-state metadata is stored, so re-running an unchanged notebook gives
     an unchanged file (apart from timing outputs in ``nbval-ignore-output`` cells).
@@ -58,19 +76,14 @@ def execute_in_place(path: Path, timeout: int = 600, env: dict[str, str] | None 
     )
     start = time.perf_counter()
     error = ""
-    saved = os.environ.copy()
     try:
-        os.environ.clear()
-        os.environ.update(env or headless_env())
-        client.execute()
+        with process_env(env or headless_env()):
+            client.execute()
         ok = True
     except CellExecutionError as exc:
         ok, error = False, f"{exc.ename}: {_first_line(exc.evalue)}"
     except Exception as exc:  # noqa: BLE001 - kernel died, timeout, ...
         ok, error = False, f"{type(exc).__name__}: {_first_line(str(exc))}"
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
     nb.metadata.pop("widgets", None)

@@ -13,7 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from labsupport.workbook.nbrun import KERNEL, RunResult, _first_line, execute_in_place, headless_env, write_notebook
+from labsupport.workbook.nbrun import (KERNEL, RunResult, _first_line, execute_notebook, headless_env,
+                                       process_env, write_notebook)
 from labsupport.paths import REPO_ROOT
 
 
@@ -38,26 +39,21 @@ def _notebooks(selectors: list[str], default_dir: Path) -> list[Path]:
 
 
 def _papermill(nb: Path, out_dir: Path, params: dict, timeout: int) -> RunResult:
-    import os
     import time
 
     import papermill as pm
 
     out = out_dir / nb.name
     start = time.perf_counter()
-    saved = os.environ.copy()
     try:
-        os.environ.update(headless_env())
-        pm.execute_notebook(str(nb), str(out), parameters=params, kernel_name=KERNEL,
-                            cwd=str(nb.parent), progress_bar=False, execution_timeout=timeout)
+        with process_env(headless_env()):
+            pm.execute_notebook(str(nb), str(out), parameters=params, kernel_name=KERNEL,
+                                cwd=str(nb.parent), progress_bar=False, execution_timeout=timeout)
         return RunResult(nb, time.perf_counter() - start, True)
     except Exception as exc:  # noqa: BLE001 - PapermillExecutionError and kernel failures
         ename = getattr(exc, "ename", type(exc).__name__)
         evalue = getattr(exc, "evalue", None) or _first_line(str(exc))
         return RunResult(nb, time.perf_counter() - start, False, f"{ename}: {evalue}"[:200])
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 def _parse_value(text: str):
@@ -104,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     for nb in notebooks:
         print(f"running {nb.parent.name}/{nb.name} ...", file=sys.stderr, flush=True)
         if args.in_place:
-            executed, result = execute_in_place(nb, timeout=args.timeout)
+            executed, result = execute_notebook(nb, timeout=args.timeout)
             if result.ok:
                 write_notebook(executed, nb)
         else:
