@@ -387,3 +387,20 @@ def test_workbook_prefixes_two_processes_race(isolated_work):
         assert IndexedDataset(prefix).num_documents > 0
     leftovers = [n for n in os.listdir(isolated_work / "indexed") if ".tmp-" in n]
     assert leftovers == []
+
+
+def test_config_blend_resolves_to_the_workbook_prefixes():
+    """configs/gpt_pretrain.yaml names <domain>_text_document prefixes; the workbook builds and finds them."""
+    from labsupport.config import load_config
+    from labsupport.datasets.indexed import IndexedDataset
+    from labsupport.datasets.preprocess import resolve_workbook_blend, workbook_prefixes
+
+    blend = list(load_config("gpt_pretrain").data.data_prefix)
+    assert blend[0::2] == [0.6, 0.25, 0.15]
+    assert [p.rsplit("/", 1)[-1] for p in blend[1::2]] == [f"{d}_text_document" for d in ("web", "code", "books")]
+    resolved = resolve_workbook_blend(blend)
+    built = workbook_prefixes(["web", "code", "books"])
+    assert resolved == [0.6, built["web"], 0.25, built["code"], 0.15, built["books"]]
+    assert all(IndexedDataset.exists(p) for p in resolved[1::2])
+    other = [1.0, "/somewhere/else_text_document", 2.0, "/data/web"]
+    assert resolve_workbook_blend(other) == other          # only <shipped domain>_text_document is rewritten

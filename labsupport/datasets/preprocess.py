@@ -44,7 +44,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -488,6 +488,35 @@ def workbook_prefixes(domains: Sequence[str] | None = None) -> dict[str, str]:
                        show_progress=False)
         out[d] = prefix
     return out
+
+
+def resolve_workbook_blend(data_prefix: Sequence[Any]) -> list[Any]:
+    """A config's ``data_prefix`` list with the workbook's own corpora made real.
+
+    An entry whose file name is ``<domain>_text_document`` for a shipped domain (``web``, ``code``,
+    ``books``, ``korean``) — whatever folder it names, e.g. the book's ``/data/web_text_document`` —
+    becomes that domain's prefix from :func:`workbook_prefixes` (built on first use); weights and
+    every other entry are returned unchanged, so a config that names real files elsewhere keeps
+    working.
+
+    >>> resolve_workbook_blend([0.6, "/data/web_text_document", 0.4, "/mnt/my_text_document"])  # doctest: +SKIP
+    [0.6, '<repo>/work/indexed/web_text_document', 0.4, '/mnt/my_text_document']
+    """
+    from labsupport.paths import DOMAINS
+
+    items = list(data_prefix)
+    wanted = {}
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            name = Path(item.strip()).name
+            domain = name[: -len("_text_document")] if name.endswith("_text_document") else None
+            if domain in DOMAINS:
+                wanted[i] = domain
+    if wanted:
+        built = workbook_prefixes(sorted(set(wanted.values()), key=DOMAINS.index))
+        for i, domain in wanted.items():
+            items[i] = built[domain]
+    return items
 
 
 def _is_current(prefix: str, fingerprint: str, src: Path) -> bool:
