@@ -1180,14 +1180,25 @@ def serialise(docs: list[JsonObj]) -> bytes:
     return "".join(jsonl_line(d) for d in docs).encode("utf-8")
 
 
-def build(data_dir: Path, deb_dir: Path | None) -> None:
+@dataclass
+class _Extracted:
+    """What the Debian packages and the stdlib gave: the corpora (documents), licences, sources."""
+
+    pkgs: dict[str, "Package"]
+    stdlib: Path
+    corpora: dict[str, Any]
+    sft_groups: Any
+    n_chapters: int
+    licences: dict[str, bytes]
+
+
+def _extract(deb_dir: Path | None) -> _Extracted:
+    """Phase 1: fetch the packages, check their layout, build every corpus in memory."""
     if deb_dir is not None:
         require_tools("dpkg-deb")
     else:
         require_tools("apt-get", "dpkg-deb")
     stdlib = stdlib_dir()
-    pyver = platform.python_version()
-    outputs: dict[str, bytes] = {}
     licences: dict[str, bytes] = {}
     with tempfile.TemporaryDirectory(prefix="build_data.") as tmp:
         work = Path(tmp)
@@ -1219,6 +1230,17 @@ def build(data_dir: Path, deb_dir: Path | None) -> None:
         if not lic.exists():
             raise BuildError("%s is missing (needed as the stdlib's licence notice)" % lic)
         licences["%s/python-stdlib-LICENSE.txt" % LICENSES_DIR] = lic.read_bytes()
+
+    return _Extracted(pkgs, stdlib, {"web": web, "code": code, "books": books, "korean": korean, "sft": sft},
+                      sft_groups, n_chapters, licences)
+
+
+def _describe(ex: _Extracted) -> dict[str, dict[str, Any]]:
+    """Phase 2: each output file's documents with its description, sources, processing and licence."""
+    pyver = platform.python_version()
+    pydoc, kjv, faq = ex.pkgs["python3.11-doc"], ex.pkgs["bible-kjv-text"], ex.pkgs["debian-faq-ko"]
+    web, code, books, korean, sft = (ex.corpora[k] for k in ("web", "code", "books", "korean", "sft"))
+    n_chapters = ex.n_chapters
 
     def src(pkg: Package, path: str) -> dict[str, str]:
         return {"package": pkg.name, "version": pkg.version, "path": path,
@@ -1327,6 +1349,13 @@ def build(data_dir: Path, deb_dir: Path | None) -> None:
         },
     }
 
+    return meta
+
+
+def _write(data_dir: Path, meta: dict[str, dict[str, Any]], licences: dict[str, bytes], sft_groups: Any) -> None:
+    """Phase 3: serialise, write every file atomically, then the manifest and the README from it."""
+    pyver = platform.python_version()
+    outputs: dict[str, bytes] = {}
     manifest: dict[str, Any] = {
         "generator": "scripts/build_data.py",
         "python": pyver,
@@ -1353,6 +1382,14 @@ def build(data_dir: Path, deb_dir: Path | None) -> None:
     atomic_write(data_dir / MANIFEST_NAME,
                  (json.dumps(manifest, ensure_ascii=False, indent=2) + "\n").encode("utf-8"), file_mode=0o644)
     atomic_write(data_dir / README_NAME, render_readme(manifest).encode("utf-8"), file_mode=0o644)
+
+
+
+
+def build(data_dir: Path, deb_dir: Path | None) -> None:
+    """Rebuild every file of data/ from offline sources: extract, describe, write."""
+    ex = _extract(deb_dir)
+    _write(data_dir, _describe(ex), ex.licences, ex.sft_groups)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
