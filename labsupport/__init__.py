@@ -14,7 +14,7 @@ checks), and the base modules every layer may import (``env``, ``paths``, ``prog
 """
 from __future__ import annotations
 
-from labsupport.env import NO_GPU_NOTE, cuda_available, device, is_headless, setup
+from labsupport.env import NO_GPU_NOTE, cuda_available, device, is_headless, measured_on_gpu, setup
 from labsupport.paths import DATA_DIR, REPO_ROOT, data_file, work_dir, display_path
 
 __version__ = "0.1.0"

@@ -82,3 +82,61 @@ def setup(seed: int = 0, device: str = "auto", quiet: bool = False):
     if not quiet:
         print(f"labsupport ready · seed {seed} · device {dev.type}")
     return dev
+
+
+def measured_on_gpu(section: str, results_file: "os.PathLike | str | None" = None) -> str:
+    """What a GPU machine measured for a ``requires-gpu`` cell, quoted from the committed
+    ``benchmarks/results/gpu.json`` (written by ``make gpu-report``), as lines to print.
+
+    ``section``: ``"environment"`` (chapter 0), ``"attention"`` and ``"packing_throughput"``
+    (chapter 4), ``"collectives"`` (chapter 5).  Says so plainly when no GPU measurement has been
+    committed (a file written with ``--device cpu`` holds toy numbers and is not quoted).
+    """
+    import json
+    from pathlib import Path
+
+    from labsupport.paths import REPO_ROOT
+
+    sections = ("environment", "attention", "packing_throughput", "collectives")
+    if section not in sections:
+        raise ValueError(f"measured_on_gpu: no section {section!r} ({', '.join(sections)})")
+    path = Path(results_file) if results_file is not None else REPO_ROOT / "benchmarks" / "results" / "gpu.json"
+    missing = (f"No GPU measurement committed yet ({path.name}): `make gpu-report` on a CUDA machine "
+               "writes it, and this cell then quotes it.")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return missing
+    env = data.get("environment", {})
+    if env.get("device_type") != "cuda" or section not in data:
+        return missing
+    head = (f"Measured on {env.get('device_name')} × {env.get('device_count')} ({env.get('date_utc')} UTC, "
+            f"torch {env.get('torch')}, CUDA {env.get('cuda')}, NCCL {env.get('nccl')}) — {path.name}:")
+    s = data[section]
+    if section == "environment":
+        body = [f"  {env.get('memory_gib')} GiB, compute capability {env.get('compute_capability')}, "
+                f"bf16 {'supported' if env.get('bf16_supported') else 'not supported'}"]
+        if "test_gpu" in data:
+            t = data["test_gpu"]
+            body.append(f"  make test-gpu: {t['passed']} passed, {t['failures'] + t['errors']} failed, "
+                        f"{t['skipped']} skipped in {t['seconds']} s")
+    elif section == "attention":
+        body = [f"  {s['path']}: max |difference| to per-document SDPA {s['max_abs_difference']:.2e} "
+                f"({s['dtype']}, one packed row of {s['seq_length']} tokens, {s['documents']} documents)"]
+    elif section == "packing_throughput":
+        body = [f"  {name:6}: {s[name]['real_tokens_per_s']:>12,.0f} real tokens/s" for name in ("padded", "packed")]
+        body.append(f"  packed / padded: {s['packed_over_padded']:.1f}× ({s['parameters'] / 1e6:.0f} M parameters, "
+                    f"sequence {s['seq_length']}, {s['precision']})")
+    else:  # collectives
+        if "all_reduce" in s:
+            body = [f"  all_reduce {r['bytes']:>11,} B: {r['seconds'] * 1e6:9.1f} µs  algbw {r['algbw_GBps']:7.1f} GB/s"
+                    f"  busbw {r['busbw_GBps']:7.1f} GB/s" for r in s["all_reduce"]]
+        else:
+            body = [f"  {s['note']}"]
+            body += [f"  local copy {r['bytes']:>11,} B: {r['GBps_read_plus_write']:8.1f} GB/s (read + write)"
+                     for r in s["local_copy"][-3:]]
+        for name, p in s.get("alpha_beta_predictions", {}).items():
+            big = p["all_reduce"][-1]
+            body.append(f"  α–β model, {name}: all_reduce of {big['bytes']:,} B ≈ {big['seconds'] * 1e3:.2f} ms, "
+                        f"busbw {big['busbw_GBps']:.0f} GB/s")
+    return "\n".join([head, *body])
