@@ -140,15 +140,42 @@ def test_training_traffic_bytes():
     tp_total = by[("TP", "all_gather")]["bytes_per_rank"] + by[("TP", "reduce_scatter")]["bytes_per_rank"]
     # the same as 4 all-reduces per layer and micro-batch without sequence parallelism
     assert tp_total == pytest.approx(4 * 16 * 8 * 2 * 3 / 4 * act)
-    # with sequence parallelism each TP rank sends its 1/tp slice between stages
-    assert by[("PP", "send/recv")]["bytes_per_rank"] == pytest.approx(2 * 8 * act / 4)
-    no_sp = {r["parallelism"]: r for r in C.training_traffic(**cfg, sequence_parallel=False)}
-    assert no_sp["PP"]["bytes_per_rank"] == pytest.approx(2 * 8 * act)
+    # PP = 2: the first stage sends 8 activations (its 1/tp slice with sequence parallelism), the last 8 gradients
+    pp_rows = {r["stage"]: r for r in rows if r["parallelism"] == "PP"}
+    assert set(pp_rows) == {"first", "last"}
+    for stage in ("first", "last"):
+        assert pp_rows[stage]["ops_per_step"] == 8
+        assert pp_rows[stage]["bytes_per_rank"] == pytest.approx(8 * act / 4)
+        assert pp_rows[stage]["received_bytes"] == pytest.approx(8 * act / 4)
+    no_sp = {r["stage"]: r for r in C.training_traffic(**cfg, sequence_parallel=False) if r["parallelism"] == "PP"}
+    assert no_sp["first"]["bytes_per_rank"] == pytest.approx(8 * act)
     zero = C.training_traffic(**cfg, distributed_optimizer=True)
     assert sum(r["bytes_per_rank"] for r in zero if r["parallelism"].startswith("DP")) == \
         pytest.approx(by[("DP", "all_reduce")]["bytes_per_rank"])
     with pytest.raises(ValueError, match="layers .* must divide by pp"):
         C.training_traffic(**{**cfg, "pp": 3})
+    assert not [r for r in C.training_traffic(**{**cfg, "pp": 1}) if r["parallelism"] == "PP"]
+
+
+@pytest.mark.parametrize("pp", [2, 4, 8])
+def test_pipeline_traffic_per_stage_bytes(pp):
+    """First stage: activations out, gradients in; last: the opposite; interior: both ways."""
+    m = 6
+    cfg = dict(params=1e9, hidden=1024, layers=8 * pp, seq_len=1024, micro_batch=1, micro_batches=m,
+               dp=1, tp=1, pp=pp, act_bytes=2)
+    pp_rows = [r for r in C.training_traffic(**cfg) if r["parallelism"] == "PP"]
+    msg = 1024 * 1024 * 2
+    sent = {r["stage"]: r["bytes_per_rank"] for r in pp_rows}
+    got = {r["stage"]: r["received_bytes"] for r in pp_rows}
+    assert sent["first"] == got["first"] == m * msg
+    assert sent["last"] == got["last"] == m * msg
+    assert ("interior" in sent) == (pp > 2)
+    if pp > 2:
+        assert sent["interior"] == got["interior"] == 2 * m * msg
+    # every boundary between stages carries m activations and m gradients: the stages' sends add up to that
+    per_stage = [sent["first"]] + [sent.get("interior", 0)] * (pp - 2) + [sent["last"]]
+    assert sum(per_stage) == 2 * m * (pp - 1) * msg
+    assert C.pipeline_traffic(1, m, msg) == []
 
 
 # ----------------------------------------------------------------------------- NCCL variables
