@@ -12,7 +12,7 @@ import pytest
 
 from labsupport.distributed import collectives as C
 from labsupport.distributed import workers as W
-from labsupport.distributed.nccl_facts import NCCL_ENV_FACTS, SEED_001_NCCL_SCRIPT, STATUSES, fact_check_exports
+from labsupport.distributed.nccl_facts import NCCL_ENV_FACTS, GUIDE_NCCL_SCRIPT, STATUSES, fact_check_exports
 from labsupport.distributed.launch import WorkerError, WorkerTimeout, run_workers
 
 
@@ -180,8 +180,8 @@ def test_pipeline_traffic_per_stage_bytes(pp):
 
 # ----------------------------------------------------------------------------- NCCL variables
 
-def test_fact_check_covers_every_export_of_seed_001():
-    rows = fact_check_exports(SEED_001_NCCL_SCRIPT)
+def test_fact_check_covers_every_export_of_the_nccl_guide():
+    rows = fact_check_exports(GUIDE_NCCL_SCRIPT)
     assert len(rows) == 21  # 18 NCCL_* (every one in the table) + 3 FI_*
     assert all(r["status"] in STATUSES for r in rows)
     by = {r["variable"]: r for r in rows}
@@ -193,7 +193,7 @@ def test_fact_check_covers_every_export_of_seed_001():
         "NCCL_ALGO_ALL", "NCCL_ALGO_TREE", "NCCL_COMM_BLOCKING_WAIT", "NCCL_COMM_WAIT_TIMEOUT"}
     assert by["NCCL_MIN_NCHANNELS"]["status"] == "deprecated" and "NCCL_MIN_CTAS" in by["NCCL_MIN_NCHANNELS"]["fact"]
     assert by["FI_PROVIDER"]["status"] == "not NCCL's"
-    assert by["NCCL_ALGO"]["line"] == "4" and by["NCCL_ALGO"]["seed_says"].startswith("Ring")
+    assert by["NCCL_ALGO"]["line"] == "4" and by["NCCL_ALGO"]["guide_says"].startswith("Ring")
 
 
 def test_fact_check_reports_unknown_variables():
@@ -231,8 +231,8 @@ def test_results_come_back_in_rank_order(warm):
     assert out == [{"rank": r, "world_size": 3, "backend": "gloo"} for r in range(3)]
 
 
-def test_the_four_collectives_reproduce_seed_001(warm):
-    out = run_workers(W.seed_collectives, 4)
+def test_the_four_collectives_reproduce_the_nccl_guide(warm):
+    out = run_workers(W.guide_collectives, 4)
     assert [o["all_reduce"]["after"] for o in out] == [[22, 26, 30]] * 4
     assert [o["all_gather"]["after"] for o in out] == [list(range(1, 9))] * 4
     assert [o["reduce_scatter"]["after"] for o in out] == [[52, 56], [60, 64], [68, 72], [76, 80]]
@@ -241,20 +241,20 @@ def test_the_four_collectives_reproduce_seed_001(warm):
     assert [o["broadcast"]["before"] for o in out] == [[1, 2, 3, 4]] + [[0, 0, 0, 0]] * 3
 
 
-def test_seed_snippets_as_written_and_corrected(warm):
-    rs = run_workers(W.seed_reduce_scatter_snippet, 4)
+def test_guide_snippets_as_written_and_corrected(warm):
+    rs = run_workers(W.guide_reduce_scatter_snippet, 4)
     assert all(isinstance(r["as_written"], str) and "RuntimeError" in r["as_written"] for r in rs)
     assert all(r["unsplit"] == [52, 56, 60, 64, 68, 72, 76, 80] for r in rs)
     assert [r["corrected"] for r in rs] == [[52, 56], [60, 64], [68, 72], [76, 80]]
-    bc = run_workers(W.seed_broadcast_snippet, 3)
+    bc = run_workers(W.guide_broadcast_snippet, 3)
     assert bc[0]["as_written"] is not None and [b["as_written"] for b in bc[1:]] == [None, None]
     assert all(b["corrected"] == bc[0]["as_written"] for b in bc)
-    st = run_workers(W.seed_all_gather_stats_snippet, 4)
+    st = run_workers(W.guide_all_gather_stats_snippet, 4)
     s = st[0]
     assert s["corrected"] == s["truth"]
     assert abs(s["as_written"]["std_of_stds"] - s["truth"]["std"]) > 1.0
     assert abs(s["as_written"]["mean"] - s["truth"]["mean"]) > 1.0
-    ar = run_workers(W.seed_all_reduce_snippet, 2)
+    ar = run_workers(W.guide_all_reduce_snippet, 2)
     assert all(a["max_diff_vs_mean"] < 1e-12 for a in ar) and ar[0]["first3"] == ar[1]["first3"]
 
 

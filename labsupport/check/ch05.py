@@ -1,7 +1,7 @@
 """Exercise checks of chapter 5 (NCCL collectives): ``from labsupport.check import ch05 as check``.
 
 q1 the reduce-scatter phase of the ring · q2 busbw from a measured time · q3 which collective
-for DP, TP and ZeRO · q4 seed 001's "global std" snippet, corrected.
+for DP, TP and ZeRO · q4 the NCCL guide's "global std" snippet, corrected.
 Each check calls the learner's function on fresh random inputs and compares with
 ``labsupport.distributed.collectives``.
 """

@@ -234,17 +234,21 @@ def fit_alpha_beta(collective: str, nbytes: Sequence[float], seconds: Sequence[f
 
 
 def measure_all_reduce(world_size: int, sizes: Sequence[int], reps: int | Sequence[int] = 5, *,
-                       backend: str = "gloo", impl: str = "dist", timeout: float = 120.0) -> list[float]:
+                       backend: str = "gloo", impl: str = "dist", timeout: float = 120.0,
+                       warmup: int = 1, stat: str = "mean") -> list[float]:
     """Seconds per all-reduce for each size in ``sizes`` (bytes, float32 tensors), measured on a
-    fresh process group: the max over ranks of each rank's mean over ``reps`` calls (one number or
-    one per size; one warm-up call first) — the slowest rank, as nccl-tests reports with ``-a 3``
-    (its default averages over ranks).  impl: ``"dist"``, ``"ring"`` or
-    ``"naive"``."""
+    fresh process group: the max over ranks (the slowest rank, as nccl-tests reports with
+    ``-a 3``; its default averages over ranks) of each rank's time per call.
+
+    reps: timed calls per size (one number or one per size), after ``warmup`` untimed calls.
+    stat: ``"mean"`` (one timer around the reps, nccl-tests' way) or ``"median"`` of the calls
+    timed one by one — robust to the other processes of a shared CPU, what chapter 5 plots.
+    impl: ``"dist"``, ``"ring"`` or ``"naive"``."""
     from labsupport.distributed.launch import run_workers
     from labsupport.distributed.workers import time_all_reduce
 
     reps = reps if isinstance(reps, (int, float)) else list(reps)
-    per_rank = run_workers(time_all_reduce, world_size, (list(sizes), reps, 1, impl),
+    per_rank = run_workers(time_all_reduce, world_size, (list(sizes), reps, warmup, impl, "float32", stat),
                            backend=backend, timeout=timeout, echo=False)
     return [max(r[i] for r in per_rank) for i in range(len(sizes))]
 
