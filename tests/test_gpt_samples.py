@@ -249,3 +249,20 @@ def test_dataset_dense_mask_option_and_bounds(corpus):
         g[len(g)]
     with pytest.raises(ValueError, match="seq_length must be > 1"):
         GPTDataset(ds, 1, 10, 0, reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=False, eod_token=EOD)
+
+
+def test_token_reads_counts_the_text_each_sample_reads(corpus):
+    """token_reads = tokens of each document in the drawn samples / its length, from the stream."""
+    ds, docs = corpus
+    g = GPTDataset(ds, 32, 300, 1234, reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False,
+                   eod_token=EOD)
+    assert g.num_epochs > 1
+    for n in (0, 1, 17, len(g)):
+        want = np.zeros(len(docs))
+        owner = np.concatenate([np.full(len(docs[d]), d) for d in g.document_index])   # document of each stream token
+        for row in g.shuffle_index[:n]:
+            np.add.at(want, owner[row * 32: row * 32 + 33], 1)
+        lengths = np.array([len(d) for d in docs], dtype=float)
+        np.testing.assert_allclose(g.token_reads(n), want / lengths)
+    with pytest.raises(ValueError, match="num_samples must be in 0"):
+        g.token_reads(len(g) + 1)

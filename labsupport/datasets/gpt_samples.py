@@ -406,6 +406,36 @@ class GPTDataset:
             parts.append(np.full(want - have, self.pad_token, dtype=np.int64))
         return np.concatenate(parts, dtype=np.int64), doc[beg:end + 1].astype(np.int64)
 
+    def token_reads(self, num_samples: int | None = None) -> np.ndarray:
+        """How many times samples ``0 … num_samples−1`` (what a blend draws) read each document.
+
+        Returns float64, shape (number of sequences of the indexed dataset,): for document d the
+        tokens of d those samples contain, divided by d's length (0 for a document not exposed
+        or empty).  Several epochs repeat every document's *text*, in other sample windows:
+        Megatron shuffles the document order of each epoch, so the windows that cut the stream
+        differ from epoch to epoch (chapter 3's "epochs" column).  Consecutive samples share one
+        boundary token, which is read twice.
+
+        """
+        n = len(self) if num_samples is None else int(num_samples)
+        if not 0 <= n <= len(self):
+            raise ValueError(f"num_samples must be in 0…{len(self)} (the samples of this dataset), got {num_samples}")
+        lengths = np.asarray(self.dataset.sequence_lengths, dtype=np.int64)
+        read = np.zeros(lengths.size, dtype=np.int64)
+        doc = self.document_index
+        for row in self.shuffle_index[:n]:
+            beg, beg_off = (int(v) for v in self.sample_index[row])
+            end, end_off = (int(v) for v in self.sample_index[row + 1])
+            stop = end_off + self.extra
+            if beg == end:
+                read[doc[beg]] += stop - beg_off
+                continue
+            read[doc[beg]] += lengths[doc[beg]] - beg_off
+            for i in range(beg + 1, end):
+                read[doc[i]] += lengths[doc[i]]
+            read[doc[end]] += min(stop, lengths[doc[end]])
+        return np.divide(read, lengths, out=np.zeros(lengths.size), where=lengths > 0)
+
     def __getitem__(self, idx: int) -> dict[str, Any]:
         text, _ = self.text(idx)
         if self.extra:
