@@ -130,6 +130,33 @@ def build_sample_idx(sizes: np.ndarray, doc_idx: np.ndarray, seq_length: int, nu
     return out
 
 
+def sample_segments(sizes: np.ndarray, doc_idx: np.ndarray, sample_idx: np.ndarray, k: int,
+                    add_extra_token: int = 1) -> list[tuple[int, int, int]]:
+    """The pieces of the document stream that sample k reads: ``[(document, start, stop), …]``.
+
+    sizes: tokens per document; doc_idx: the document order (documents repeat once per epoch);
+    sample_idx: :func:`build_sample_idx`'s rows.  Row k is where sample k starts and row k+1
+    where it ends (the position of its last token, shared with sample k+1), so a sample reads
+    ``S + add_extra_token`` tokens; ``stop`` is exclusive.
+
+    >>> si = build_sample_idx(np.array([5, 2, 7], np.int32), np.array([0, 1, 2], np.int32), 4, 1, 14)
+    >>> sample_segments(np.array([5, 2, 7]), np.array([0, 1, 2]), si, 1)
+    [(0, 4, 5), (1, 0, 2), (2, 0, 2)]
+    """
+    k = int(k)
+    if not 0 <= k < len(sample_idx) - 1:
+        raise ValueError(f"sample {k} is out of range: sample_idx has {len(sample_idx)} rows = "
+                         f"{len(sample_idx) - 1} samples (the last row only marks where the last one ends)")
+    (beg, beg_off), (end, end_off) = (tuple(int(v) for v in sample_idx[k]), tuple(int(v) for v in sample_idx[k + 1]))
+    stop = end_off + int(add_extra_token)
+    if beg == end:
+        return [(int(doc_idx[beg]), beg_off, stop)]
+    out = [(int(doc_idx[beg]), beg_off, int(sizes[doc_idx[beg]]))]
+    out += [(int(doc_idx[i]), 0, int(sizes[doc_idx[i]])) for i in range(beg + 1, end)]
+    out.append((int(doc_idx[end]), 0, stop))
+    return out
+
+
 def num_epochs_for(num_samples: int | None, tokens_per_epoch: int, seq_length: int,
                    add_extra_token: int = 1) -> int:
     """Smallest E with ``E · tokens_per_epoch >= num_samples · S + extra`` (1 when num_samples is None)."""
