@@ -330,6 +330,10 @@ def test_measure_all_reduce_and_worker_argument_errors(warm):
     assert len(seconds) == 2 and all(s > 0 for s in seconds)
     with pytest.raises(WorkerError, match=r"^rank \d raised ValueError: impl must be one of"):
         C.measure_all_reduce(2, [1024], impl="tree")
+    medians = C.measure_all_reduce(2, [1024, 4096], reps=5, warmup=2, stat="median")
+    assert len(medians) == 2 and all(s > 0 for s in medians)
+    with pytest.raises(WorkerError, match="stat must be 'mean' or 'median'"):
+        C.measure_all_reduce(2, [1024], stat="mode")
     with pytest.raises(WorkerError, match="phase must be 'all' or 'reduce_scatter'"):
         run_workers(W.ring_trace, 2, (4, "int64", 0, "gather"))
 
