@@ -374,3 +374,19 @@ def test_nccl_without_gpu_says_so():
 def test_worker_output_is_echoed_in_rank_order(warm, capsys):
     run_workers(W.print_rank_lines, 3, (2,))
     assert capsys.readouterr().out.splitlines() == [f"[rank {r}] line {i} of rank {r}" for r in range(3) for i in range(2)]
+
+
+def test_ring_figure_draws_every_send_as_an_arrow_in_legible_type():
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib.patches import FancyArrowPatch
+
+    from labsupport.distributed import plots as P
+
+    n = 4
+    fig = P.plot_ring_steps(C.simulate_ring_allreduce([np.ones(n)] * n))
+    arrows = [p for ax in fig.axes for p in ax.patches if isinstance(p, FancyArrowPatch)]
+    assert len(arrows) == 2 * (n - 1) * n                     # n sends in each of the 2(n−1) steps
+    sizes = [t.get_fontsize() for ax in fig.axes if ax.get_visible()
+             for t in ax.texts + ax.get_xticklabels() + ax.get_yticklabels() + [ax.title]]
+    assert min(sizes) >= 8
