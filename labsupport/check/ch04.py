@@ -33,7 +33,7 @@ MUST_DO_OPTIONS: dict[str, str] = {
 #: Book exercise 3 (c): with which position embeddings must position ids also restart per example?
 POSITION_OPTIONS: dict[str, str] = {
     "learned_absolute": "learned absolute position embeddings (GPT-2, the chapter's TinyCausalLM)",
-    "rotary": "rotary position embeddings (RoPE: Llama and most models NeMo fine-tunes)",
+    "rotary": "rotary position embeddings (RoPE: Llama and its descendants)",
 }
 _WASTE = {"compute", "memory", "throughput"}
 _MUST_DO = {"block_mask", "boundary_loss"}
