@@ -390,8 +390,8 @@ def test_blend_report_fields_and_warnings():
     rep = bl.blend_report([0.5, 0.5], [100, 1000], 1000, names=["code", "web"], warn_epochs=4.0)
     code, web = rep.rows
     assert (code.drawn, web.drawn) == (500, 500)
-    assert code.epochs == 5.0 and code.unique == 100 and code.warning
-    assert web.epochs == 0.5 and web.unique == 500 and not web.warning
+    assert code.epochs == 5.0 and code.repeated == pytest.approx(0.8) and code.warning
+    assert web.epochs == 0.5 and web.repeated == 0.0 and not web.warning
     assert code.realised == 0.5 and code.target == 0.5
     assert len(rep.warnings) == 1 and "code: 5.0 epochs > 4" in rep.warnings[0]
     text = str(rep)

@@ -15,7 +15,7 @@ def stub(*args):
 
 GOOD_Q4 = {"a_padding_share": 1 - 300 / 4096, "a_wasted": ["compute", "memory", "throughput"],
            "b_examples_per_pack": 13, "b_speedup": 4096 / 300,
-           "c_must_do": ["block_mask", "reset_positions", "boundary_loss"],
+           "c_must_do": ["block_mask", "boundary_loss"], "c_reset_positions_for": ["learned_absolute"],
            "why": "Padding burns compute and memory on empty slots; packing fills them, but each example must "
                   "stay isolated in attention, positions and loss."}
 
@@ -83,14 +83,47 @@ def test_q3_positions_and_mask():
     for wrong in (inverted, restart_at_eod, causal_only):
         assert check.q3(wrong).status == "failed", wrong.__name__
     assert check.q3(stub).status == "not attempted"
+    # step 1 of 2: right positions and no mask yet → not passed, but told the positions are right
+    half = check.q3(lambda t, e: (reference(t, e)[0], None))
+    assert half.status == "failed" and "position_ids are right" in half.message
+    wrong_half = check.q3(lambda t, e: (restart_at_eod(t, e)[0], None))
+    assert wrong_half.status == "failed" and "position_ids" in wrong_half.message and "are right" not in wrong_half.message
 
 
 def test_q4_exercise_3():
     result = check.q4(lambda: dict(GOOD_Q4))
     assert result.passed and "why" in result.manual
     for key, bad in (("a_padding_share", 300 / 4096), ("a_wasted", ["compute", "examples"]),
-                     ("b_examples_per_pack", 1), ("b_speedup", 2.0), ("c_must_do", ["block_mask"]),
-                     ("c_must_do", ["block_mask", "reset_positions", "boundary_loss", "raise_lr"]),
+                     ("b_examples_per_pack", 1), ("b_examples_per_pack", 14), ("b_examples_per_pack", 13.65),
+                     ("b_speedup", 2.0), ("c_must_do", ["block_mask"]),
+                     ("c_must_do", ["block_mask", "boundary_loss", "raise_lr"]),
+                     ("c_must_do", ["block_mask", "reset_positions", "boundary_loss"]),
+                     ("c_reset_positions_for", ["learned_absolute", "rotary"]), ("c_reset_positions_for", []),
                      ("why", "")):
         assert check.q4(lambda: {**GOOD_Q4, key: bad}).status == "failed", key
     assert check.q4(stub).status == "not attempted"
+
+
+def test_q5_sample_documents():
+    from labsupport.datasets.gpt_samples import build_sample_idx, sample_segments
+
+    def reference(sizes, doc_idx, seq, k):
+        sizes, doc_idx = np.asarray(sizes, np.int32), np.asarray(doc_idx, np.int32)
+        si = build_sample_idx(sizes, doc_idx, seq, 1, int(sizes.sum()))   # epochs do not change the walk
+        return sample_segments(sizes, doc_idx, si, k)
+
+    def walk(sizes, doc_idx, seq, k, n_tokens=None):                      # a learner's loop
+        want = seq + 1 if n_tokens is None else n_tokens
+        pos, out, start = 0, [], k * seq
+        for d in doc_idx:
+            a, b = max(start - pos, 0), min(start + want - pos, sizes[d])
+            if a < b:
+                out.append((d, a, b))
+            pos += sizes[d]
+        return out
+
+    assert check.q5(walk).passed
+    assert check.q5(lambda *a: walk(*a[:4], n_tokens=a[2])).status == "failed"        # S tokens, not S + 1
+    assert check.q5(lambda s, d, q, k: walk(s, d, q, k + 1)).status == "failed"        # off by one sample
+    assert check.q5(stub).status == "not attempted"
+    assert reference([5, 2, 7], [0, 1, 2], 4, 1) == [(0, 4, 5), (1, 0, 2), (2, 0, 2)]

@@ -92,6 +92,12 @@ def test_q2_busbw():
     for wrong in (algbw, bytes_per_s, gib, all_reduce_factor_everywhere, hard_coded):
         assert check.q2(wrong).status == "failed"
     assert check.q2(stub).status == "not attempted"
+    # a wrong bus factor is named as the factor it is, not called algbw
+    message = check.q2(all_reduce_factor_everywhere).message
+    assert "2(n−1)/n (all_reduce's)" in message and "needs × " in message
+    assert "on one rank nothing crosses a link" in check.q2(algbw).message
+    only_n_gt_1 = lambda coll, s, t, n: 0.0 if n == 1 else algbw(coll, s, t, n)
+    assert "algbw × 1 (algbw itself)" in check.q2(only_n_gt_1).message
 
 
 GOOD_Q3 = {"dp_gradients": "all_reduce", "tp_row_parallel_output": "all_reduce", "tp_sp_enter": "all_gather",
@@ -138,3 +144,40 @@ def test_q4_global_std():
     for wrong in (std_of_stds, population, mean_of_means, lambda stats: (19.67, 10.32)):
         assert check.q4(wrong).status == "failed"
     assert check.q4(stub).status == "not attempted"
+
+
+def test_q1_checks_the_first_step_alone_when_asked():
+    def with_steps(buffers, steps=None):
+        n = len(buffers)
+        chunks = [[c.copy() for c in np.array_split(np.asarray(b), n)] for b in buffers]
+        for s in range(n - 1 if steps is None else steps):
+            sends = [(r, (r - s) % n, chunks[r][(r - s) % n].copy()) for r in range(n)]
+            for src, c, data in sends:
+                chunks[(src + 1) % n][c] += data
+        return chunks
+
+    def first_step_wrong(buffers, steps=None):   # sends chunk r+1 in every step
+        n = len(buffers)
+        chunks = [[c.copy() for c in np.array_split(np.asarray(b), n)] for b in buffers]
+        for s in range(n - 1 if steps is None else steps):
+            sends = [(r, (r + 1 - s) % n, chunks[r][(r + 1 - s) % n].copy()) for r in range(n)]
+            for src, c, data in sends:
+                chunks[(src + 1) % n][c] += data
+        return chunks
+
+    assert check.q1(with_steps).passed
+    result = check.q1(first_step_wrong)
+    assert result.status == "failed" and "after ONE step" in result.message
+
+
+def test_q5_comm_seconds_per_step():
+    def right(collective, nbytes, ops, group, busbw):
+        return ops * nbytes * C.bus_factor(collective, group) / (busbw * 1e9)
+
+    assert check.q5(right).passed
+    no_factor = check.q5(lambda c, s, o, n, b: o * s / (b * 1e9))
+    assert no_factor.status == "failed" and "bus factor" in no_factor.message
+    one_op = check.q5(lambda c, s, o, n, b: right(c, s, 1, n, b))
+    assert one_op.status == "failed" and "one operation" in one_op.message
+    assert check.q5(lambda c, s, o, n, b: right(c, s, o, n, b) * 1e9).status == "failed"
+    assert check.q5(stub).status == "not attempted"

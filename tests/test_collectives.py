@@ -12,7 +12,7 @@ import pytest
 
 from labsupport.distributed import collectives as C
 from labsupport.distributed import workers as W
-from labsupport.distributed.nccl_facts import NCCL_ENV_FACTS, SEED_001_NCCL_SCRIPT, STATUSES, fact_check_exports
+from labsupport.distributed.nccl_facts import NCCL_ENV_FACTS, GUIDE_NCCL_SCRIPT, STATUSES, fact_check_exports
 from labsupport.distributed.launch import WorkerError, WorkerTimeout, run_workers
 
 
@@ -140,21 +140,48 @@ def test_training_traffic_bytes():
     tp_total = by[("TP", "all_gather")]["bytes_per_rank"] + by[("TP", "reduce_scatter")]["bytes_per_rank"]
     # the same as 4 all-reduces per layer and micro-batch without sequence parallelism
     assert tp_total == pytest.approx(4 * 16 * 8 * 2 * 3 / 4 * act)
-    # with sequence parallelism each TP rank sends its 1/tp slice between stages
-    assert by[("PP", "send/recv")]["bytes_per_rank"] == pytest.approx(2 * 8 * act / 4)
-    no_sp = {r["parallelism"]: r for r in C.training_traffic(**cfg, sequence_parallel=False)}
-    assert no_sp["PP"]["bytes_per_rank"] == pytest.approx(2 * 8 * act)
+    # PP = 2: the first stage sends 8 activations (its 1/tp slice with sequence parallelism), the last 8 gradients
+    pp_rows = {r["stage"]: r for r in rows if r["parallelism"] == "PP"}
+    assert set(pp_rows) == {"first", "last"}
+    for stage in ("first", "last"):
+        assert pp_rows[stage]["ops_per_step"] == 8
+        assert pp_rows[stage]["bytes_per_rank"] == pytest.approx(8 * act / 4)
+        assert pp_rows[stage]["received_bytes"] == pytest.approx(8 * act / 4)
+    no_sp = {r["stage"]: r for r in C.training_traffic(**cfg, sequence_parallel=False) if r["parallelism"] == "PP"}
+    assert no_sp["first"]["bytes_per_rank"] == pytest.approx(8 * act)
     zero = C.training_traffic(**cfg, distributed_optimizer=True)
     assert sum(r["bytes_per_rank"] for r in zero if r["parallelism"].startswith("DP")) == \
         pytest.approx(by[("DP", "all_reduce")]["bytes_per_rank"])
     with pytest.raises(ValueError, match="layers .* must divide by pp"):
         C.training_traffic(**{**cfg, "pp": 3})
+    assert not [r for r in C.training_traffic(**{**cfg, "pp": 1}) if r["parallelism"] == "PP"]
+
+
+@pytest.mark.parametrize("pp", [2, 4, 8])
+def test_pipeline_traffic_per_stage_bytes(pp):
+    """First stage: activations out, gradients in; last: the opposite; interior: both ways."""
+    m = 6
+    cfg = dict(params=1e9, hidden=1024, layers=8 * pp, seq_len=1024, micro_batch=1, micro_batches=m,
+               dp=1, tp=1, pp=pp, act_bytes=2)
+    pp_rows = [r for r in C.training_traffic(**cfg) if r["parallelism"] == "PP"]
+    msg = 1024 * 1024 * 2
+    sent = {r["stage"]: r["bytes_per_rank"] for r in pp_rows}
+    got = {r["stage"]: r["received_bytes"] for r in pp_rows}
+    assert sent["first"] == got["first"] == m * msg
+    assert sent["last"] == got["last"] == m * msg
+    assert ("interior" in sent) == (pp > 2)
+    if pp > 2:
+        assert sent["interior"] == got["interior"] == 2 * m * msg
+    # every boundary between stages carries m activations and m gradients: the stages' sends add up to that
+    per_stage = [sent["first"]] + [sent.get("interior", 0)] * (pp - 2) + [sent["last"]]
+    assert sum(per_stage) == 2 * m * (pp - 1) * msg
+    assert C.pipeline_traffic(1, m, msg) == []
 
 
 # ----------------------------------------------------------------------------- NCCL variables
 
-def test_fact_check_covers_every_export_of_seed_001():
-    rows = fact_check_exports(SEED_001_NCCL_SCRIPT)
+def test_fact_check_covers_every_export_of_the_nccl_guide():
+    rows = fact_check_exports(GUIDE_NCCL_SCRIPT)
     assert len(rows) == 21  # 18 NCCL_* (every one in the table) + 3 FI_*
     assert all(r["status"] in STATUSES for r in rows)
     by = {r["variable"]: r for r in rows}
@@ -166,7 +193,7 @@ def test_fact_check_covers_every_export_of_seed_001():
         "NCCL_ALGO_ALL", "NCCL_ALGO_TREE", "NCCL_COMM_BLOCKING_WAIT", "NCCL_COMM_WAIT_TIMEOUT"}
     assert by["NCCL_MIN_NCHANNELS"]["status"] == "deprecated" and "NCCL_MIN_CTAS" in by["NCCL_MIN_NCHANNELS"]["fact"]
     assert by["FI_PROVIDER"]["status"] == "not NCCL's"
-    assert by["NCCL_ALGO"]["line"] == "4" and by["NCCL_ALGO"]["seed_says"].startswith("Ring")
+    assert by["NCCL_ALGO"]["line"] == "4" and by["NCCL_ALGO"]["guide_says"].startswith("Ring")
 
 
 def test_fact_check_reports_unknown_variables():
@@ -204,8 +231,8 @@ def test_results_come_back_in_rank_order(warm):
     assert out == [{"rank": r, "world_size": 3, "backend": "gloo"} for r in range(3)]
 
 
-def test_the_four_collectives_reproduce_seed_001(warm):
-    out = run_workers(W.seed_collectives, 4)
+def test_the_four_collectives_reproduce_the_nccl_guide(warm):
+    out = run_workers(W.guide_collectives, 4)
     assert [o["all_reduce"]["after"] for o in out] == [[22, 26, 30]] * 4
     assert [o["all_gather"]["after"] for o in out] == [list(range(1, 9))] * 4
     assert [o["reduce_scatter"]["after"] for o in out] == [[52, 56], [60, 64], [68, 72], [76, 80]]
@@ -214,20 +241,20 @@ def test_the_four_collectives_reproduce_seed_001(warm):
     assert [o["broadcast"]["before"] for o in out] == [[1, 2, 3, 4]] + [[0, 0, 0, 0]] * 3
 
 
-def test_seed_snippets_as_written_and_corrected(warm):
-    rs = run_workers(W.seed_reduce_scatter_snippet, 4)
+def test_guide_snippets_as_written_and_corrected(warm):
+    rs = run_workers(W.guide_reduce_scatter_snippet, 4)
     assert all(isinstance(r["as_written"], str) and "RuntimeError" in r["as_written"] for r in rs)
     assert all(r["unsplit"] == [52, 56, 60, 64, 68, 72, 76, 80] for r in rs)
     assert [r["corrected"] for r in rs] == [[52, 56], [60, 64], [68, 72], [76, 80]]
-    bc = run_workers(W.seed_broadcast_snippet, 3)
+    bc = run_workers(W.guide_broadcast_snippet, 3)
     assert bc[0]["as_written"] is not None and [b["as_written"] for b in bc[1:]] == [None, None]
     assert all(b["corrected"] == bc[0]["as_written"] for b in bc)
-    st = run_workers(W.seed_all_gather_stats_snippet, 4)
+    st = run_workers(W.guide_all_gather_stats_snippet, 4)
     s = st[0]
     assert s["corrected"] == s["truth"]
     assert abs(s["as_written"]["std_of_stds"] - s["truth"]["std"]) > 1.0
     assert abs(s["as_written"]["mean"] - s["truth"]["mean"]) > 1.0
-    ar = run_workers(W.seed_all_reduce_snippet, 2)
+    ar = run_workers(W.guide_all_reduce_snippet, 2)
     assert all(a["max_diff_vs_mean"] < 1e-12 for a in ar) and ar[0]["first3"] == ar[1]["first3"]
 
 
@@ -303,6 +330,10 @@ def test_measure_all_reduce_and_worker_argument_errors(warm):
     assert len(seconds) == 2 and all(s > 0 for s in seconds)
     with pytest.raises(WorkerError, match=r"^rank \d raised ValueError: impl must be one of"):
         C.measure_all_reduce(2, [1024], impl="tree")
+    medians = C.measure_all_reduce(2, [1024, 4096], reps=5, warmup=2, stat="median")
+    assert len(medians) == 2 and all(s > 0 for s in medians)
+    with pytest.raises(WorkerError, match="stat must be 'mean' or 'median'"):
+        C.measure_all_reduce(2, [1024], stat="mode")
     with pytest.raises(WorkerError, match="phase must be 'all' or 'reduce_scatter'"):
         run_workers(W.ring_trace, 2, (4, "int64", 0, "gather"))
 
@@ -343,3 +374,19 @@ def test_nccl_without_gpu_says_so():
 def test_worker_output_is_echoed_in_rank_order(warm, capsys):
     run_workers(W.print_rank_lines, 3, (2,))
     assert capsys.readouterr().out.splitlines() == [f"[rank {r}] line {i} of rank {r}" for r in range(3) for i in range(2)]
+
+
+def test_ring_figure_draws_every_send_as_an_arrow_in_legible_type():
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib.patches import FancyArrowPatch
+
+    from labsupport.distributed import plots as P
+
+    n = 4
+    fig = P.plot_ring_steps(C.simulate_ring_allreduce([np.ones(n)] * n))
+    arrows = [p for ax in fig.axes for p in ax.patches if isinstance(p, FancyArrowPatch)]
+    assert len(arrows) == 2 * (n - 1) * n                     # n sends in each of the 2(n−1) steps
+    sizes = [t.get_fontsize() for ax in fig.axes if ax.get_visible()
+             for t in ax.texts + ax.get_xticklabels() + ax.get_yticklabels() + [ax.title]]
+    assert min(sizes) >= 8

@@ -173,3 +173,44 @@ def test_equal_to_what_the_training_builder_returns(mc, tmp_path):
     with IndexedDataset(prefix) as ds:
         mine = GPTDataset(ds, 32, 80, 5, reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=True, eod_token=3, pad_token=0)
         _assert_same_samples(mine, train, "builder")
+
+
+def test_epochs_repeat_documents_not_sample_windows(mc, tmp_path):
+    """Chapter 3's "epochs": megatron-core's GPTDataset over several epochs holds every document
+    once per epoch, in a freshly shuffled order, so the sample windows of later epochs are new cuts
+    of the same text; labsupport's token_reads counts the text read, per document."""
+    rng = np.random.default_rng(7)
+    prefix = tmp_path / "corpus"
+    b = mc["indexed"].IndexedDatasetBuilder(f"{prefix}.bin", np.uint16)
+    for _ in range(30):
+        doc = np.append(rng.integers(1, 500, int(rng.integers(20, 90))), 0)
+        b.add_document(doc, [doc.size])
+    b.finalize(f"{prefix}.idx")
+    seq, seed = 32, 1234
+    ds_mc = mc["indexed"].IndexedDataset(str(prefix))
+    per_epoch = (int(ds_mc.sequence_lengths.sum()) - 1) // seq
+    num_samples = 4 * per_epoch                                 # four epochs, the last one full
+    cfg = _config(mc, str(prefix), tmp_path / "cache", seed, seq, (False, False, False), _Tokenizer(500, 0, -1))
+    theirs = mc["gpt"].GPTDataset(ds_mc, str(prefix), np.arange(len(ds_mc), dtype=np.int32),
+                                  num_samples, mc["Split"].train, cfg)
+    epochs = theirs.num_epochs if hasattr(theirs, "num_epochs") else None
+    # every document appears once per epoch in megatron's document index ...
+    counts = np.bincount(theirs.document_index, minlength=len(ds_mc))
+    assert counts.min() == counts.max() >= 4 and (epochs is None or counts.max() == epochs)
+    # ... each epoch in another order, so the windows cut from the stream are not repeated
+    n_docs = len(ds_mc)
+    orders = [theirs.document_index[e * n_docs:(e + 1) * n_docs].tolist() for e in range(counts.max())]
+    assert len({tuple(o) for o in orders}) > 1
+    windows = [theirs[k]["tokens"].numpy().tobytes() for k in range(num_samples)]
+    assert len(set(windows)) > 0.95 * num_samples           # nearly every drawn window is new ...
+    with IndexedDataset(prefix) as ds:
+        mine = GPTDataset(ds, seq, num_samples, seed, reset_position_ids=False, reset_attention_mask=False,
+                          eod_mask_loss=False, eod_token=0)
+        _assert_same_samples(mine, theirs, "four epochs")
+        reads = mine.token_reads(num_samples)
+    # ... while the text is read four times: per document, the tokens read / its length
+    assert reads.shape == (n_docs,)
+    assert np.all(reads >= 3.0) and np.all(reads <= 5.0)
+    assert abs(reads.mean() - 4.0) < 0.2
+    total = sum(int(ds_mc.sequence_lengths[d]) * r for d, r in enumerate(reads))
+    assert total == pytest.approx(num_samples * (seq + 1))    # S + 1 tokens per sample

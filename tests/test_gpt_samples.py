@@ -249,3 +249,46 @@ def test_dataset_dense_mask_option_and_bounds(corpus):
         g[len(g)]
     with pytest.raises(ValueError, match="seq_length must be > 1"):
         GPTDataset(ds, 1, 10, 0, reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=False, eod_token=EOD)
+
+
+def test_token_reads_counts_the_text_each_sample_reads(corpus):
+    """token_reads = tokens of each document in the drawn samples / its length, from the stream."""
+    ds, docs = corpus
+    g = GPTDataset(ds, 32, 300, 1234, reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False,
+                   eod_token=EOD)
+    assert g.num_epochs > 1
+    for n in (0, 1, 17, len(g)):
+        want = np.zeros(len(docs))
+        owner = np.concatenate([np.full(len(docs[d]), d) for d in g.document_index])   # document of each stream token
+        for row in g.shuffle_index[:n]:
+            np.add.at(want, owner[row * 32: row * 32 + 33], 1)
+        lengths = np.array([len(d) for d in docs], dtype=float)
+        np.testing.assert_allclose(g.token_reads(n), want / lengths)
+    with pytest.raises(ValueError, match="num_samples must be in 0"):
+        g.token_reads(len(g) + 1)
+
+
+def test_sample_segments_are_the_stream_slice():
+    """sample_segments (exercise 04 q5's reference) = stream tokens k·S … k·S + S, document by document."""
+    from labsupport.datasets.gpt_samples import build_sample_idx, sample_segments
+
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        sizes = rng.integers(1, 12, int(rng.integers(1, 8))).astype(np.int32)
+        epochs = int(rng.integers(1, 4))
+        doc_idx = rng.permutation(np.tile(np.arange(sizes.size, dtype=np.int32), epochs))
+        seq = int(rng.integers(2, 9))
+        tpe = int(sizes.sum())
+        if epochs * tpe - 1 < seq:
+            continue
+        si = build_sample_idx(sizes, doc_idx, seq, epochs, tpe)
+        owner = np.concatenate([np.full(sizes[d], d) for d in doc_idx])
+        offset = np.concatenate([np.arange(sizes[d]) for d in doc_idx])
+        for k in range(len(si) - 1):
+            segs = sample_segments(sizes, doc_idx, si, k)
+            lo = k * seq
+            got = [(d, t) for d, a, b in segs for t in range(a, b)]
+            want = list(zip(owner[lo:lo + seq + 1].tolist(), offset[lo:lo + seq + 1].tolist()))
+            assert got == want, (sizes.tolist(), doc_idx.tolist(), seq, k, segs)
+    with pytest.raises(ValueError, match="the last row only marks"):
+        sample_segments(np.array([5, 2, 7]), np.array([0, 1, 2]), np.array([[0, 0], [0, 4], [2, 1], [2, 5]]), 3)

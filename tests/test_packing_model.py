@@ -8,7 +8,7 @@ import torch
 
 from labsupport.datasets.gpt_samples import attention_mask_from_cu_seqlens
 from labsupport.models.tiny_lm import (
-    TinyCausalLM, causal_attention, dense_block_attention, leakage, pack_documents, run_packed,
+    TinyCausalLM, apply_rotary, causal_attention, dense_block_attention, leakage, pack_documents, run_packed,
     run_separately, sdpa_mask, varlen_attention,
 )
 
@@ -88,3 +88,35 @@ def test_mask_conventions():
     megatron = attention_mask_from_cu_seqlens(torch.tensor([0, 2, 3], dtype=torch.int32))
     assert megatron[0].tolist() == [[False, True, True], [False, False, True], [True, True, False]]
     assert torch.equal(sdpa_mask(megatron), ~megatron)
+
+
+def _rope_head(x, wq, wk, wv, positions, mask):
+    q, k, v = x @ wq, x @ wk, x @ wv
+    q, k = apply_rotary(q, positions), apply_rotary(k, positions)
+    scores = (q @ k.T) / q.shape[-1] ** 0.5
+    return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ v
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_with_rotary_embeddings_the_mask_alone_suffices(seed):
+    """Chapter 4 and exercise 04 q4: RoPE scores depend on relative positions only, so with the
+    boundary mask the position reset changes nothing; without the mask documents still leak."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(3, 30, (4,), generator=gen).tolist()
+    tokens, cu = pack_documents(_docs(gen, lengths))
+    emb = torch.randn(256, 32, generator=gen)
+    wq, wk, wv = (torch.randn(32, 16, generator=gen) / 32 ** 0.5 for _ in range(3))
+    x = emb[tokens]
+    t = tokens.numel()
+    block = attention_mask_from_cu_seqlens(cu)[0]
+    causal = torch.triu(torch.ones(t, t, dtype=torch.bool), 1)
+    plain, reset = torch.arange(t), torch.cat([torch.arange(n) for n in lengths])
+    bounds = cu.tolist()
+    alone = torch.cat([_rope_head(x[a:b], wq, wk, wv, torch.arange(b - a), causal[: b - a, : b - a])
+                       for a, b in zip(bounds[:-1], bounds[1:])])
+    torch.testing.assert_close(_rope_head(x, wq, wk, wv, reset, block), alone, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(_rope_head(x, wq, wk, wv, plain, block), alone, rtol=1e-4, atol=1e-4)
+    leaked = _rope_head(x, wq, wk, wv, reset, causal)
+    assert (leaked[bounds[1]:] - alone[bounds[1]:]).abs().max() > 1e-2
+    with pytest.raises(ValueError, match="must be even"):
+        apply_rotary(torch.zeros(3, 5), torch.arange(3))

@@ -1,5 +1,6 @@
 """Checks for chapter 3 (data blending): one step of Megatron's greedy blending rule, epochs per
-dataset, weights under an epoch cap, and book exercise 2 (the coding assistant's blend).
+dataset, weights under an epoch cap, book exercise 2 (the coding assistant's blend), and resuming
+a blend from its per-dataset counts (a transfer exercise).
 
 Every check draws fresh random inputs and compares the learner's function with the
 ``labsupport.datasets.blending`` reference: :func:`~labsupport.datasets.blending.greedy_step`,
@@ -112,7 +113,32 @@ def q1(greedy_step) -> str:
                f"{call} returned {short(got)}; expected a dataset index (int)")
         expect(int(got) == want, f"{call} returned {got}, expected {want} (errors {short([round(e, 4) for e in errs], 80)})")
         cases += 1
-    return f"{cases} random states, 60 of them with exact ties"
+    order_cases = _order_sensitive_states()
+    for w, counts, step in order_cases:
+        want = _greedy_step(w, counts, step)
+        got = greedy_step(list(w), list(counts), step)
+        expect(hasattr(got, "__index__") and int(got) == want,
+               f"greedy_step({w}, {counts}, {step}) returned {short(got)}, expected {want}: a state the blend really "
+               "reaches where two errors are equal up to rounding. Megatron computes weights[d] * x first and "
+               "then subtracts counts[d]; w − c/x or w·(x − c/w) round differently and pick another dataset")
+    return f"{cases} random states, 60 of them with exact ties, and {len(order_cases)} states where the order of the float operations decides"
+
+
+def _order_sensitive_states(limit: int = 12) -> list[tuple[list[float], list[int], int]]:
+    """Real blend states where ``w*x - c`` (Megatron's order) and the rearranged ``w - c/x`` pick
+    different datasets: the reference's own walk through two blends."""
+    alternative = lambda w, c, x: w - c / x                      # noqa: E731 - the same error divided by x
+    found = []
+    for w in ([0.1, 0.2, 0.7], [0.7, 0.2, 0.1]):
+        counts = [0] * len(w)
+        for step in range(3000):
+            d = _greedy_step(w, counts, step)
+            x = float(max(step, 1))
+            alt = [alternative(wd, c, x) for wd, c in zip(w, counts)]
+            if alt.index(max(alt)) != d and len(found) < limit:
+                found.append((list(w), list(counts), step))
+            counts[d] += 1
+    return found
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,10 +167,19 @@ def q2(epochs) -> str:
 
 # ---------------------------------------------------------------------------------------------
 @check(CHAPTER, "q3", hint="cap_d = max_epochs × dataset_tokens[d] / total_tokens. Normalise the weights; set "
-       "every dataset over its cap to exactly its cap and share the remaining weight among the others in "
-       "proportion to their weights; repeat until none is over. Raise ValueError when the caps of the "
-       "datasets with weight > 0 add up to less than 1.")
+       "every dataset over its cap to exactly its cap (it stays there) and share 1 − (sum of the caps set so far) "
+       "among the other datasets in proportion to their ORIGINAL weights; that can push another dataset over "
+       "its cap, so repeat until none is over. Raise ValueError when the caps of the datasets with weight > 0 "
+       "add up to less than 1.")
 def q3(cap_weights) -> str:
+    # the worked example of the exercise: capping dataset 0 pushes dataset 1 over its cap
+    cascade = ([0.5, 0.3, 0.2], [20, 35, 100], 100, 1)
+    want = _cap_weights(*cascade)
+    got = cap_weights(*[list(a) if isinstance(a, list) else a for a in cascade])
+    expect(hasattr(got, "__len__") and len(got) == 3 and all(abs(float(g) - v) <= 1e-9 for g, v in zip(got, want)),
+           f"cap_weights{cascade} returned {short(got)}, expected {[round(v, 4) for v in want]}: after capping "
+           "dataset 0 at 0.2, sharing the rest 0.3 : 0.2 gives dataset 1 0.48 > its cap 0.35 — cap it too and "
+           "share again")
     rng = random.Random()
     good = bad = 0
     while good < 50 or bad < 8:
@@ -216,3 +251,29 @@ def q4(exercise_2) -> tuple[str, dict[str, str]]:
                    f"{key}: a few sentences (10+ words) in your own words")
             manual[key] = text
     return "(a), (b) with the epoch count, (c) correct on 3 random scenarios", manual
+
+
+# ---------------------------------------------------------------------------------------------
+@check(CHAPTER, "q5", hint="the blend's whole state is its counts: the next sample number is sum(counts). From "
+       "there apply the greedy rule n times, adding 1 to the count of each dataset you pick.")
+def q5(resume_blend) -> str:
+    rng = random.Random()
+    cases = 0
+    for _ in range(40):
+        n = rng.randint(2, 6)
+        w = _weights(rng, n)
+        crash = rng.randint(0, 3000)
+        more = rng.randint(1, 200)
+        full, _ = reference_blending_indices(w, crash + more)
+        counts = [int((full[:crash] == d).sum()) for d in range(n)]
+        want = full[crash:].tolist()
+        call = f"resume_blend({short(w, 50)}, {counts}, {more})"
+        got = resume_blend(list(w), list(counts), more)
+        expect(hasattr(got, "__len__") and len(got) == more, f"{call} returned {short(got)}; expected {more} dataset indices")
+        got = [int(g) for g in got]
+        if got != want:
+            first = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
+            expect(False, f"{call}: choice {first} (blended sample {crash + first}) is {got[first]}, the uninterrupted "
+                   f"blend chose {want[first]} — which sample number does the blend continue from?")
+        cases += 1
+    return f"{cases} random crashes, each continued exactly"

@@ -1,12 +1,13 @@
 """Checks for chapter 4 (sequence packing and boundary masks): padding share, first-fit
-decreasing, position ids and block mask from EOD positions, book exercise 3."""
+decreasing, position ids and block mask from EOD positions, book exercise 3, and the document
+pieces a GPT sample reads (a transfer exercise: the chapter prints the sample index, not this)."""
 from __future__ import annotations
 
 import numpy as np
 
 from labsupport.datasets.bin_packing import first_fit_decreasing as _ffd
 from labsupport.datasets.bin_packing import padding_share as _padding_share
-from labsupport.datasets.gpt_samples import get_ltor_masks_and_position_ids
+from labsupport.datasets.gpt_samples import build_sample_idx, get_ltor_masks_and_position_ids, sample_segments
 from labsupport.check._core import check, expect, short
 from labsupport.check._core import summary as _summary
 
@@ -20,18 +21,23 @@ WASTE_OPTIONS: dict[str, str] = {
     "examples": "training examples, which are dropped",
     "quality": "the gradient of each example, which padding contaminates",
 }
-#: Book exercise 3 (c): what packing must come with (choose the keys).
+#: Book exercise 3 (c): what packing must come with, whatever the model (choose the keys).
 MUST_DO_OPTIONS: dict[str, str] = {
     "block_mask": "a block-diagonal causal attention mask (or cu_seqlens for a varlen kernel), "
                   "so no example attends to another",
-    "reset_positions": "position ids that restart at 0 for every example",
     "boundary_loss": "no loss on a label that belongs to another example or to padding",
     "shuffle_inside": "shuffle the tokens inside each pack",
     "raise_lr": "raise the learning rate in proportion to the examples per pack",
     "one_per_pack": "keep a single example per pack",
 }
+#: Book exercise 3 (c): with which position embeddings must position ids also restart per example?
+POSITION_OPTIONS: dict[str, str] = {
+    "learned_absolute": "learned absolute position embeddings (GPT-2, the chapter's TinyCausalLM)",
+    "rotary": "rotary position embeddings (RoPE: Llama and its descendants)",
+}
 _WASTE = {"compute", "memory", "throughput"}
-_MUST_DO = {"block_mask", "reset_positions", "boundary_loss"}
+_MUST_DO = {"block_mask", "boundary_loss"}
+_RESET_FOR = {"learned_absolute"}
 
 
 def summary() -> None:
@@ -102,6 +108,7 @@ def _as_array(value) -> np.ndarray:
        "diagonal and, for every EOD at i, for rows > i and columns <= i (Megatron's reset flags).")
 def q3(positions_and_mask) -> str:
     rng = np.random.default_rng()
+    mask_pending = False
     for _ in range(50):
         s = int(rng.integers(1, 40))
         eod = int(rng.integers(0, 5))
@@ -109,11 +116,15 @@ def q3(positions_and_mask) -> str:
         call = f"positions_and_mask({short(tokens.tolist(), 60)}, eod_token={eod})"
         out = positions_and_mask(tokens.copy(), eod)
         expect(isinstance(out, tuple) and len(out) == 2, f"{call} must return (position_ids, attention_mask)")
-        pos, mask = _as_array(out[0]), _as_array(out[1])
+        pos = _as_array(out[0])
         want_mask, _, want_pos = get_ltor_masks_and_position_ids(tokens, eod, True, True, False)
         want_mask, want_pos = want_mask.numpy()[0], want_pos.numpy()
         expect(pos.shape == (s,), f"{call}: position_ids has shape {pos.shape}, expected ({s},)")
         expect(np.array_equal(pos, want_pos), f"{call}: position_ids {pos.tolist()}, expected {want_pos.tolist()}")
+        if out[1] is None:                     # step 1 of 2: position ids first, the mask still to write
+            mask_pending = True
+            continue
+        mask = _as_array(out[1])
         expect(mask.shape in ((s, s), (1, s, s)), f"{call}: attention_mask has shape {mask.shape}, expected ({s}, {s})")
         mask = mask.reshape(s, s)
         expect(mask.dtype == bool, f"{call}: attention_mask must be boolean (True = masked), got {mask.dtype}")
@@ -121,15 +132,19 @@ def q3(positions_and_mask) -> str:
             expect(False, f"{call}: your mask is inverted — Megatron's convention is True = masked (may not attend)")
         bad = np.argwhere(mask != want_mask)
         expect(bad.size == 0, f"{call}: attention_mask differs at (query, key) = {tuple(bad[0]) if bad.size else ''}")
+    expect(not mask_pending, "step 1 done: position_ids are right on all 50 random sequences. Now return the "
+           "attention mask instead of None as the second value")
     return "50 random token sequences"
 
 
-@check(CHAPTER, "q4", hint="(a) ~300 of 4096 slots are real; (b) tokens per step grow by about 4096/300; "
-       "(c) packing is only safe with the boundary handled in attention, positions and loss (§6.2.6).")
+@check(CHAPTER, "q4", hint="(a) ~300 of 4096 slots are real; (b) how many whole 300-token examples fit 4096 "
+       "slots? tokens per step grow by about 4096/300; (c) what keeps an example's attention and loss inside it "
+       "with any model — and when do the positions matter (the chapter's rotary head)? (§6.2.6)")
 def q4(exercise_3) -> tuple[str, dict[str, str]]:
     answer = exercise_3()
     expect(isinstance(answer, dict), f"exercise_3() must return a dict, got {type(answer).__name__}")
-    for key in ("a_padding_share", "a_wasted", "b_examples_per_pack", "b_speedup", "c_must_do", "why"):
+    for key in ("a_padding_share", "a_wasted", "b_examples_per_pack", "b_speedup", "c_must_do",
+                "c_reset_positions_for", "why"):
         expect(key in answer, f"missing key {key!r}")
     share = _number(answer["a_padding_share"], "a_padding_share")
     expect(abs(share - (1 - 300 / 4096)) <= 0.01, f"(a) padding share {share:.3f}: for 300 real tokens in a row of "
@@ -139,13 +154,48 @@ def q4(exercise_3) -> tuple[str, dict[str, str]]:
     expect(wasted == _WASTE, "(a) some chosen items are not wasted, or something wasted is missing "
            "(is a padded example lost, or is its gradient wrong?)")
     per_pack = _number(answer["b_examples_per_pack"], "b_examples_per_pack")
-    expect(13 <= per_pack <= 14, f"(b) {per_pack:g} examples per pack: how many ~300-token examples fit 4096 tokens?")
+    expect(per_pack == 13, f"(b) {per_pack:g} examples per pack: how many *whole* 300-token examples fit 4096 "
+           "tokens? (an example is never cut to fill a pack)")
     speedup = _number(answer["b_speedup"], "b_speedup")
     expect(13.0 <= speedup <= 14.0, f"(b) speed-up {speedup:g}: real tokens per step, packed vs padded, is at most "
            "4096 / 300")
     must = set(answer["c_must_do"])
     expect(must <= set(MUST_DO_OPTIONS), f"(c) unknown keys {sorted(must - set(MUST_DO_OPTIONS))}")
-    expect(must == _MUST_DO, "(c) not the right set: what keeps each example's computation exactly as if it were alone?")
+    expect(must == _MUST_DO, "(c) not the right set: what keeps each example's attention and loss exactly as if it "
+           "were alone, with any position embedding?")
+    reset_for = set(answer["c_reset_positions_for"])
+    expect(reset_for <= set(POSITION_OPTIONS), f"(c) c_reset_positions_for: unknown keys "
+           f"{sorted(reset_for - set(POSITION_OPTIONS))}; use {sorted(POSITION_OPTIONS)}")
+    expect(reset_for == _RESET_FOR, "(c) c_reset_positions_for: with which position embedding does a document in "
+           "the middle of a pack compute something else unless its positions restart? (the chapter's four "
+           "TinyCausalLM runs and its rotary head)")
     why = answer.get("why", "")
     expect(isinstance(why, str) and len(why.split()) >= 5, "add a 'why' field: a few sentences for (a), (b) and (c)")
     return "(a), (b), (c) correct", {"why": why}
+
+
+@check(CHAPTER, "q5", hint="sample k reads stream tokens k·S … k·S + S (S + 1 tokens: it shares its last token with "
+       "sample k+1); walk doc_idx, subtracting each document's length, to find where that range starts and ends.")
+def q5(sample_documents) -> str:
+    rng = np.random.default_rng()
+    cases = 0
+    while cases < 60:
+        sizes = rng.integers(1, 12, int(rng.integers(1, 7))).astype(np.int32)
+        epochs = int(rng.integers(1, 4))
+        doc_idx = rng.permutation(np.tile(np.arange(sizes.size, dtype=np.int32), epochs))
+        seq = int(rng.integers(2, 9))
+        if epochs * int(sizes.sum()) - 1 < seq:
+            continue
+        si = build_sample_idx(sizes, doc_idx, seq, epochs, int(sizes.sum()))
+        k = int(rng.integers(0, len(si) - 1))
+        call = f"sample_documents({sizes.tolist()}, {doc_idx.tolist()}, {seq}, {k})"
+        got = sample_documents(sizes.tolist(), doc_idx.tolist(), seq, k)
+        want = sample_segments(sizes, doc_idx, si, k)
+        expect(isinstance(got, (list, tuple)), f"{call} must return a list of (document, start, stop), got {short(got)}")
+        got = [tuple(int(v) for v in piece) for piece in got]
+        n_tokens = sum(b - a for _, a, b in got)
+        expect(n_tokens == seq + 1 or got == want, f"{call} returned {got}: {n_tokens} tokens, but a sample reads "
+               f"S + 1 = {seq + 1} (its last token is also the first of the next sample)")
+        expect(got == want, f"{call} returned {got}, expected {want}")
+        cases += 1
+    return f"{cases} random streams with repeated documents (epochs)"

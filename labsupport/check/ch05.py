@@ -1,12 +1,14 @@
 """Exercise checks of chapter 5 (NCCL collectives): ``from labsupport.check import ch05 as check``.
 
 q1 the reduce-scatter phase of the ring · q2 busbw from a measured time · q3 which collective
-for DP, TP and ZeRO · q4 seed 001's "global std" snippet, corrected.
+for DP, TP and ZeRO · q4 the NCCL guide's "global std" snippet, corrected · q5 the time a TP
+group spends in its collectives per step, from the chapter's traffic table and a busbw (transfer).
 Each check calls the learner's function on fresh random inputs and compares with
 ``labsupport.distributed.collectives``.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Callable
 
 import numpy as np
@@ -49,15 +51,32 @@ _ANSWERS = {
 @check(CHAPTER, "q1", hint="split with np.array_split(buffer, n); n − 1 steps; in step s (from 0) rank r sends "
                            "chunk (r − s) mod n to rank (r + 1) mod n, which adds it to its own copy of that chunk")
 def q1(ring_reduce_scatter: Callable) -> str:
-    """``ring_reduce_scatter(buffers)`` → per-rank lists of n chunks after the n−1 reduce-scatter steps."""
+    """``ring_reduce_scatter(buffers, steps=None)`` → per-rank lists of n chunks after the n−1
+    reduce-scatter steps (or after ``steps`` of them, when the function takes that argument:
+    step 1 is checked first, on its own)."""
     rng = np.random.default_rng()
     cases = 0
+    if "steps" in _parameters(ring_reduce_scatter):
+        n, size = 4, 8
+        buffers = [rng.integers(-50, 50, size=size) for _ in range(n)]
+        sim = C.simulate_ring_allreduce([b.copy() for b in buffers])
+        got = ring_reduce_scatter([b.copy() for b in buffers], steps=1)
+        for r in range(n):
+            for c in range(n):
+                want = sim.states[1][r][sim.bounds[c]:sim.bounds[c + 1]]
+                have = np.asarray(got[r][c]) if isinstance(got, (list, tuple)) and len(got) == n else None
+                if have is None or have.shape != want.shape or not np.array_equal(have, want):
+                    sender = (r - 1) % n
+                    expect(False, f"after ONE step (steps=1) with n={n}, rank {r} chunk {c} is "
+                                  f"{short(None if have is None else have.tolist(), 60)}, expected {want.tolist()}: "
+                                  f"in step 0 rank {sender} sends its chunk {sender} to rank {r}, which adds it")
+        cases += 1
     for n in [2, 3, 4, 5, 8] + list(rng.integers(2, 9, size=10)):
         n = int(n)
         size = int(rng.choice([n, 2 * n, 3 * n + 1, int(rng.integers(n, 6 * n))]))
         buffers = [rng.integers(-50, 50, size=size) for _ in range(n)]
         copies = [b.copy() for b in buffers]
-        got = ring_reduce_scatter([b for b in buffers])
+        got = ring_reduce_scatter([b for b in buffers])     # steps left out: the whole phase
         sim = C.simulate_ring_allreduce(copies)
         expect(all(np.array_equal(b, c) for b, c in zip(buffers, copies)),
                "your function changed the input buffers; work on copies")
@@ -75,6 +94,13 @@ def q1(ring_reduce_scatter: Callable) -> str:
                                   f"expected {short(want.tolist(), 60)} = the sum of ranks {list(who)}' chunk {c}")
         cases += 1
     return f"{cases} random rings, every chunk of every rank as in the ring's schedule"
+
+
+def _parameters(fn: Callable) -> tuple[str, ...]:
+    try:
+        return tuple(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return ()
 
 
 @check(CHAPTER, "q2", hint="algbw = S / t / 1e9; busbw = algbw × 2(n−1)/n for all_reduce, (n−1)/n for all_gather "
@@ -97,8 +123,16 @@ def q2(busbw_from_time: Callable) -> str:
                 hint = " (that is B/s: divide by 1e9 for GB/s)"
             elif not ok and want and np.isclose(float(got), want * 2 ** 30 / 1e9, rtol=1e-6):
                 hint = " (that is GiB/s: nccl-tests uses decimal GB = 1e9 bytes)"
-            elif not ok and n > 1 and np.isclose(float(got), nbytes / seconds / 1e9, rtol=1e-9):
-                hint = " (that is algbw: multiply by the collective's bus factor)"
+            elif not ok and n == 1 and want == 0:
+                hint = f" (on one rank nothing crosses a link: the bus factor of {collective} is 0)"
+            elif not ok and n > 1 and float(got) > 0 and want > 0:
+                used = float(got) / (nbytes / seconds / 1e9)
+                factors = {"1 (algbw itself)": 1.0, "2(n−1)/n (all_reduce's)": 2 * (n - 1) / n,
+                           "(n−1)/n (all_gather's, reduce_scatter's)": (n - 1) / n}
+                named = [k for k, v in factors.items() if np.isclose(used, v, rtol=1e-6)]
+                if named:   # several names when the factors coincide (n = 2: 2(n−1)/n = 1)
+                    hint = (f" (that is algbw × {' = '.join(named)}; {collective} on {n} ranks needs "
+                            f"× {C.bus_factor(collective, n):.4g})")
             expect(ok, f"busbw_from_time({collective!r}, nbytes={nbytes:g}, seconds={seconds:.4g}, world_size={n}) "
                        f"= {float(got):.6g}, expected {want:.6g} GB/s{hint}")
             cases += 1
@@ -151,3 +185,36 @@ def q4(global_mean_std: Callable) -> str:
                f"{n} ranks with {[len(p) for p in parts]} samples: std {std:.6g}, expected {want_std:.6g}")
         cases += 1
     return f"{cases} random splits of data over ranks"
+
+
+@check(CHAPTER, "q5", hint="one collective of S bytes on a ring of n ranks takes t = S × factor / busbw (busbw in "
+                           "bytes/s: GB/s × 1e9; factor (n−1)/n for all_gather and reduce_scatter, 2(n−1)/n for "
+                           "all_reduce, 1 for broadcast); a step runs ops_per_step of them")
+def q5(comm_seconds_per_step: Callable) -> str:
+    """``comm_seconds_per_step(collective, message_bytes, ops_per_step, group, busbw_GBps)`` → seconds per
+    training step spent in that collective (bandwidth term only: busbw already includes the algorithm)."""
+    rng = np.random.default_rng()
+    cases = 0
+    for collective in ("all_gather", "reduce_scatter", "all_reduce", "broadcast"):
+        for _ in range(5):
+            group = int(rng.choice([2, 4, 8, int(rng.integers(3, 65))]))
+            message = float(rng.choice([33.6e6, 821.7e6, float(2 ** int(rng.integers(16, 31)))]))
+            ops = int(rng.choice([1, 8, 512, int(rng.integers(2, 2000))]))
+            busbw = float(rng.choice([25.0, 300.0, 450.0, float(rng.uniform(1, 900))]))
+            want = ops * message * C.bus_factor(collective, group) / (busbw * 1e9)
+            call = f"comm_seconds_per_step({collective!r}, {message:g}, {ops}, {group}, {busbw:g})"
+            got = comm_seconds_per_step(collective, message, ops, group, busbw)
+            expect(isinstance(got, (int, float, np.floating)) and np.isfinite(float(got)),
+                   f"{call} returned {short(got)}; expected a number of seconds")
+            got = float(got)
+            hint = ""
+            if not np.isclose(got, want, rtol=1e-9):
+                if np.isclose(got, want / C.bus_factor(collective, group), rtol=1e-9):
+                    hint = " (you used S / busbw: busbw counts the bytes on the bus, multiply S by the bus factor)"
+                elif np.isclose(got * ops, want, rtol=1e-9):
+                    hint = f" (that is one operation; a step runs {ops})"
+                elif np.isclose(got, want * 1e9, rtol=1e-6) or np.isclose(got, want / 1e9, rtol=1e-6):
+                    hint = " (units: busbw is in GB/s = 1e9 bytes per second)"
+            expect(np.isclose(got, want, rtol=1e-9), f"{call} = {got:.6g} s, expected {want:.6g} s{hint}")
+            cases += 1
+    return f"{cases} random collectives, group sizes and links"

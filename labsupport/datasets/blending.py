@@ -19,8 +19,9 @@ Public names (the chapter's contract):
 * :func:`samples_per_dataset` — Megatron's per-dataset sample requests with its 0.5 % surplus.
 * :class:`BlendedDataset` — ``len``/``ds[i]`` over GPT sample datasets (chapter 4) or plain
   indexed datasets (chapter 2); refuses over-draws and mixed tokenizers up front.
-* :func:`blend_report` / :class:`BlendReport` — target vs realised share, samples drawn, unique
-  samples and epochs per dataset, with a warning above an epoch threshold the caller sets.
+* :func:`blend_report` / :class:`BlendReport` — target vs realised share, samples drawn, epochs
+  per dataset (how many times its text is read) and the share of the drawn text that repeats,
+  with a warning above an epoch threshold the caller sets.
 * :func:`expected_epochs`, :func:`cap_weights`, :func:`exact_duplicates` — the arithmetic of
   the chapter's exercises and its dedup note.
 
@@ -934,16 +935,23 @@ class BlendedDataset:
 # =============================================================================================
 @dataclass(frozen=True)
 class BlendRow:
-    """One dataset's line of a :class:`BlendReport` (samples are blended samples)."""
+    """One dataset's line of a :class:`BlendReport` (samples are blended samples).
+
+    Over several epochs Megatron's GPTDataset shuffles the documents of each epoch anew, so the
+    sample *windows* differ from epoch to epoch (almost no sample repeats exactly); what repeats
+    is the text — every document is read about ``epochs`` times
+    (:meth:`~labsupport.datasets.gpt_samples.GPTDataset.token_reads` counts it per document).
+    """
 
     name: str
     target: float          #: normalised weight (target share of the blend)
     realised: float        #: drawn / blend size
     drawn: int             #: samples the blend takes from this dataset
-    available: int         #: distinct samples in one epoch of the dataset
-    unique: int            #: distinct samples among those drawn: min(drawn, available)
-    epochs: float          #: drawn / available — how many times each sample is seen
+    available: int         #: samples in one epoch of the dataset (one pass over its text)
+    repeated: float        #: share of the drawn samples' text that the run reads again: 1 − 1/epochs (0 below one epoch)
+    epochs: float          #: drawn / available — how many times each document (each token) is read
     warning: bool          #: epochs above the report's threshold
+
 
 
 @dataclass
@@ -958,12 +966,12 @@ class BlendReport:
 
     def __str__(self) -> str:
         head = (f"{'dataset':<10} {'target':>7} {'realised':>9} {'drawn':>9} {'per epoch':>10} "
-                f"{'unique':>8} {'epochs':>7}")
+                f"{'epochs':>7} {'repeated':>9}")
         lines = [f"blend of {self.size:,} samples", head, "-" * len(head)]
         for r in self.rows:
             flag = "  ⚠" if r.warning else ""
             lines.append(f"{r.name:<10} {r.target:7.3f} {r.realised:9.4f} {r.drawn:9,d} {r.available:10,d} "
-                         f"{r.unique:8,d} {r.epochs:7.2f}{flag}")
+                         f"{r.epochs:7.2f} {r.repeated:9.0%}{flag}")
         lines.extend(self.warnings)
         return "\n".join(lines)
 
@@ -971,8 +979,11 @@ class BlendReport:
         return {"size": self.size, "warn_epochs": self.warn_epochs, "max_deviation": self.max_deviation,
                 "rows": [r.__dict__ for r in self.rows], "warnings": list(self.warnings)}
 
-    def plot_epochs(self, ax=None, title: str | None = None):
-        """Bar chart of epochs per dataset with the warning threshold; returns the axes."""
+    def plot_epochs(self, ax=None, title: str | None = None, ymax: float | None = None):
+        """Bar chart of epochs per dataset with the warning threshold; returns the axes.
+
+        ymax: the top of the y axis — pass the same value to panels that are compared side by
+        side (default: fits this report and its threshold)."""
         import matplotlib.pyplot as plt
 
         if ax is None:
@@ -980,18 +991,21 @@ class BlendReport:
         colors = ["tab:red" if r.warning else "tab:blue" for r in self.rows]
         ax.bar([r.name for r in self.rows], [r.epochs for r in self.rows], color=colors)
         ax.axhline(self.warn_epochs, color="tab:red", ls="--", lw=1, label=f"warning above {self.warn_epochs:g} epochs")
+        top = ymax if ymax is not None else 1.18 * max([r.epochs for r in self.rows] + [self.warn_epochs])
         for k, r in enumerate(self.rows):
-            ax.annotate(f"{r.epochs:.2f}", (k, r.epochs), ha="center", va="bottom", fontsize=8)
-        ax.set_ylabel("epochs (times each sample is seen)")
-        ax.set_title(title or f"epochs per dataset, blend of {self.size:,} samples")
-        ax.legend(loc="upper left", fontsize=8)
+            ax.annotate(f"{r.epochs:.2f}", (k, r.epochs), xytext=(0, 2), textcoords="offset points",
+                        ha="center", va="bottom", fontsize=9)
+        ax.set_ylim(0, top)
+        ax.set_ylabel("epochs (times each document is read)", fontsize=9)
+        ax.set_title(title or f"epochs per dataset, blend of {self.size:,} samples", fontsize=10)
+        ax.legend(loc="upper left", fontsize=8, frameon=True)
         return ax
 
 
 def blend_report(weights: Sequence[float], samples_per_epoch: Sequence[int], size: int, *,
                  names: Sequence[str] | None = None, warn_epochs: float = 4.0,
                  dataset_index: np.ndarray | None = None) -> BlendReport:
-    """Per dataset: target share, realised share, samples drawn, unique samples, epochs.
+    """Per dataset: target share, realised share, samples drawn, epochs, repeated share.
 
     Args:
         weights: the blend weights (normalised here).
@@ -1024,11 +1038,11 @@ def blend_report(weights: Sequence[float], samples_per_epoch: Sequence[int], siz
         epochs = drawn[d] / avail[d]
         over = epochs > warn_epochs
         rows.append(BlendRow(names[d], w[d], drawn[d] / size if size else 0.0, int(drawn[d]), avail[d],
-                             int(min(drawn[d], avail[d])), float(epochs), bool(over)))
+                             float(max(0.0, 1.0 - 1.0 / epochs)) if epochs > 0 else 0.0, float(epochs), bool(over)))
         if over:
-            warns.append(f"⚠ {names[d]}: {epochs:.1f} epochs > {warn_epochs:g} — each sample is seen "
-                         f"{epochs:.1f} times: memorisation risk (book §6.2.9). Lower its weight, add data, "
-                         "or accept it knowingly.")
+            warns.append(f"⚠ {names[d]}: {epochs:.1f} epochs > {warn_epochs:g} — each of its documents is read "
+                         f"about {epochs:.1f} times (in new sample windows each epoch, the same text): "
+                         "memorisation risk (book §6.2.9). Lower its weight, add data, or accept it knowingly.")
     return BlendReport(rows, size, float(warn_epochs), _max_deviation(di, w), warns)
 
 

@@ -130,6 +130,33 @@ def build_sample_idx(sizes: np.ndarray, doc_idx: np.ndarray, seq_length: int, nu
     return out
 
 
+def sample_segments(sizes: np.ndarray, doc_idx: np.ndarray, sample_idx: np.ndarray, k: int,
+                    add_extra_token: int = 1) -> list[tuple[int, int, int]]:
+    """The pieces of the document stream that sample k reads: ``[(document, start, stop), …]``.
+
+    sizes: tokens per document; doc_idx: the document order (documents repeat once per epoch);
+    sample_idx: :func:`build_sample_idx`'s rows.  Row k is where sample k starts and row k+1
+    where it ends (the position of its last token, shared with sample k+1), so a sample reads
+    ``S + add_extra_token`` tokens; ``stop`` is exclusive.
+
+    >>> si = build_sample_idx(np.array([5, 2, 7], np.int32), np.array([0, 1, 2], np.int32), 4, 1, 14)
+    >>> sample_segments(np.array([5, 2, 7]), np.array([0, 1, 2]), si, 1)
+    [(0, 4, 5), (1, 0, 2), (2, 0, 2)]
+    """
+    k = int(k)
+    if not 0 <= k < len(sample_idx) - 1:
+        raise ValueError(f"sample {k} is out of range: sample_idx has {len(sample_idx)} rows = "
+                         f"{len(sample_idx) - 1} samples (the last row only marks where the last one ends)")
+    (beg, beg_off), (end, end_off) = (tuple(int(v) for v in sample_idx[k]), tuple(int(v) for v in sample_idx[k + 1]))
+    stop = end_off + int(add_extra_token)
+    if beg == end:
+        return [(int(doc_idx[beg]), beg_off, stop)]
+    out = [(int(doc_idx[beg]), beg_off, int(sizes[doc_idx[beg]]))]
+    out += [(int(doc_idx[i]), 0, int(sizes[doc_idx[i]])) for i in range(beg + 1, end)]
+    out.append((int(doc_idx[end]), 0, stop))
+    return out
+
+
 def num_epochs_for(num_samples: int | None, tokens_per_epoch: int, seq_length: int,
                    add_extra_token: int = 1) -> int:
     """Smallest E with ``E · tokens_per_epoch >= num_samples · S + extra`` (1 when num_samples is None)."""
@@ -405,6 +432,36 @@ class GPTDataset:
         if have < want:  # the last partial sample of a validation split
             parts.append(np.full(want - have, self.pad_token, dtype=np.int64))
         return np.concatenate(parts, dtype=np.int64), doc[beg:end + 1].astype(np.int64)
+
+    def token_reads(self, num_samples: int | None = None) -> np.ndarray:
+        """How many times samples ``0 … num_samples−1`` (what a blend draws) read each document.
+
+        Returns float64, shape (number of sequences of the indexed dataset,): for document d the
+        tokens of d those samples contain, divided by d's length (0 for a document not exposed
+        or empty).  Several epochs repeat every document's *text*, in other sample windows:
+        Megatron shuffles the document order of each epoch, so the windows that cut the stream
+        differ from epoch to epoch (chapter 3's "epochs" column).  Consecutive samples share one
+        boundary token, which is read twice.
+
+        """
+        n = len(self) if num_samples is None else int(num_samples)
+        if not 0 <= n <= len(self):
+            raise ValueError(f"num_samples must be in 0…{len(self)} (the samples of this dataset), got {num_samples}")
+        lengths = np.asarray(self.dataset.sequence_lengths, dtype=np.int64)
+        read = np.zeros(lengths.size, dtype=np.int64)
+        doc = self.document_index
+        for row in self.shuffle_index[:n]:
+            beg, beg_off = (int(v) for v in self.sample_index[row])
+            end, end_off = (int(v) for v in self.sample_index[row + 1])
+            stop = end_off + self.extra
+            if beg == end:
+                read[doc[beg]] += stop - beg_off
+                continue
+            read[doc[beg]] += lengths[doc[beg]] - beg_off
+            for i in range(beg + 1, end):
+                read[doc[i]] += lengths[doc[i]]
+            read[doc[end]] += min(stop, lengths[doc[end]])
+        return np.divide(read, lengths, out=np.zeros(lengths.size), where=lengths > 0)
 
     def __getitem__(self, idx: int) -> dict[str, Any]:
         text, _ = self.text(idx)

@@ -1,6 +1,6 @@
 """Sequence packing with boundary masks — chapter 4 (시퀀스 패킹·경계 마스킹, book §6.2.6).
 
-SFT packing: seed 001's ``{"input", "output"}`` jsonl → :func:`read_sft_jsonl` →
+SFT packing: the NeMo-on-Kubernetes guide's ``{"input", "output"}`` jsonl → :func:`read_sft_jsonl` →
 :func:`tokenize_sft` (loss mask on the answer only) → :func:`pack_sft` (which examples share a
 pack is decided by :mod:`labsupport.datasets.bin_packing`) → :class:`PackedSFT` in NeMo's shape,
 saved without pickle.  Pre-training samples and their boundary masks are in
@@ -75,7 +75,7 @@ def _validate(obj: Any, where: str) -> tuple[str, str]:
 
 
 def read_sft_jsonl(path: PathLike) -> list[SFTRecord]:
-    """Read seed 001's SFT format: one ``{"input": prompt, "output": answer}`` object per line.
+    """Read the SFT format of the NeMo-on-Kubernetes guide: one ``{"input": prompt, "output": answer}`` object per line.
 
     Refuses, naming file, line and field: invalid JSON, a non-object, a missing or non-string
     field, an empty (or whitespace-only) ``input``/``output``, and blank lines.

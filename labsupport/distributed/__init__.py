@@ -6,5 +6,5 @@
 | ``launch`` | ``run_workers``: a real ``torch.distributed`` group started from a notebook cell |
 | ``workers`` | functions that run inside the ranks (the book's collectives, the ring from send/recv, timing loops) |
 | ``plots`` | chapter 5's figures |
-| ``nccl_facts`` | seed 001's NCCL environment variables, fact-checked |
+| ``nccl_facts`` | the NCCL guide's environment variables (the NeMo-on-Kubernetes guide's NCCL deep dive), fact-checked |
 """

@@ -21,7 +21,7 @@ import numpy as np
 __all__ = [
     "RingSimulation", "ring_schedule", "simulate_ring_allreduce", "ring_bytes_per_rank",
     "COLLECTIVES", "bus_factor", "algo_bandwidth", "bus_bandwidth", "alpha_beta_time", "fit_alpha_beta",
-    "measure_all_reduce", "training_traffic",
+    "measure_all_reduce", "training_traffic", "pipeline_traffic",
 ]
 
 #: Collectives as torch.distributed spells them, with nccl-tests' busbw factor as a function of n.
@@ -234,17 +234,21 @@ def fit_alpha_beta(collective: str, nbytes: Sequence[float], seconds: Sequence[f
 
 
 def measure_all_reduce(world_size: int, sizes: Sequence[int], reps: int | Sequence[int] = 5, *,
-                       backend: str = "gloo", impl: str = "dist", timeout: float = 120.0) -> list[float]:
+                       backend: str = "gloo", impl: str = "dist", timeout: float = 120.0,
+                       warmup: int = 1, stat: str = "mean") -> list[float]:
     """Seconds per all-reduce for each size in ``sizes`` (bytes, float32 tensors), measured on a
-    fresh process group: the max over ranks of each rank's mean over ``reps`` calls (one number or
-    one per size; one warm-up call first) — the slowest rank, as nccl-tests reports with ``-a 3``
-    (its default averages over ranks).  impl: ``"dist"``, ``"ring"`` or
-    ``"naive"``."""
+    fresh process group: the max over ranks (the slowest rank, as nccl-tests reports with
+    ``-a 3``; its default averages over ranks) of each rank's time per call.
+
+    reps: timed calls per size (one number or one per size), after ``warmup`` untimed calls.
+    stat: ``"mean"`` (one timer around the reps, nccl-tests' way) or ``"median"`` of the calls
+    timed one by one — robust to the other processes of a shared CPU, what chapter 5 plots.
+    impl: ``"dist"``, ``"ring"`` or ``"naive"``."""
     from labsupport.distributed.launch import run_workers
     from labsupport.distributed.workers import time_all_reduce
 
     reps = reps if isinstance(reps, (int, float)) else list(reps)
-    per_rank = run_workers(time_all_reduce, world_size, (list(sizes), reps, 1, impl),
+    per_rank = run_workers(time_all_reduce, world_size, (list(sizes), reps, warmup, impl, "float32", stat),
                            backend=backend, timeout=timeout, echo=False)
     return [max(r[i] for r in per_rank) for i in range(len(sizes))]
 
@@ -269,9 +273,28 @@ def training_traffic(*, params: float, hidden: int, layers: int, seq_len: int, m
       reduce-scatters of the activation ``micro_batch × seq_len × hidden``, backward the same, as
       Korthikanti et al. (2022) count them (without sequence parallelism: 4 all-reduces, the same
       bytes).  An implementation that re-gathers inputs in the backward pass sends more.
-    * PP: per micro-batch, the activation sent forward and its gradient sent backward; with
-      sequence parallelism each TP rank sends only its 1/tp slice of the sequence (Megatron-Core's
-      ``get_tensor_shapes`` in ``pipeline_parallel/schedules.py``), without it the whole activation.
+    * PP: per micro-batch, activations go forward and their gradients come back, stage to stage
+      (send/recv).  What a rank *sends* depends on its stage (megatron-core 0.16.1,
+      ``pipeline_parallel/p2p_communication.py``: ``send_forward`` does nothing on the last stage,
+      ``send_backward`` nothing on the first, ``recv_forward``/``recv_backward`` likewise):
+
+      ====================  ==========================  ==========================
+      stage                 sends per micro-batch       receives per micro-batch
+      ====================  ==========================  ==========================
+      first (rank 0)        its output activation       the gradient of that output
+      interior              activation + input gradient activation + output gradient
+      last (rank pp−1)      the gradient of its input   the activation of its input
+      ====================  ==========================  ==========================
+
+      so first and last stages send ``micro_batches`` messages per step, interior stages twice as
+      many (one PP row per stage kind; ``stage`` says which).  With sequence parallelism each TP
+      rank sends only its 1/tp slice of the sequence (``get_tensor_shapes``), without it the
+      whole activation.
+
+    Every row has ``stage``: ``"all"`` for DP and TP, ``"first"``, ``"interior"`` or ``"last"``
+    for PP (``"interior"`` only when pp > 2), and ``received_bytes``, what that rank receives.
+    Example — pp=2, 8 micro-batches of 4.2 MB: the first stage sends 8 × 4.2 MB of activations
+    and receives as much gradient; the last stage the opposite; nobody sends 16 messages.
     """
     for name, v in (("dp", dp), ("tp", tp), ("pp", pp), ("layers", layers), ("micro_batches", micro_batches)):
         if not isinstance(v, (int, np.integer)) or v < 1:
@@ -282,18 +305,39 @@ def training_traffic(*, params: float, hidden: int, layers: int, seq_len: int, m
     grads = params / (tp * pp) * grad_bytes
     if distributed_optimizer:
         for coll in ("reduce_scatter", "all_gather"):
-            rows.append({"parallelism": "DP (ZeRO)", "collective": coll, "group": dp, "message_bytes": grads,
-                         "ops_per_step": 1, "bytes_per_rank": (dp - 1) / dp * grads})
+            rows.append(_row("DP (ZeRO)", coll, dp, grads, 1, (dp - 1) / dp * grads))
     else:
-        rows.append({"parallelism": "DP", "collective": "all_reduce", "group": dp, "message_bytes": grads,
-                     "ops_per_step": 1, "bytes_per_rank": 2 * (dp - 1) / dp * grads})
+        rows.append(_row("DP", "all_reduce", dp, grads, 1, 2 * (dp - 1) / dp * grads))
     act = micro_batch * seq_len * hidden * act_bytes
     tp_ops = 4 * (layers // pp) * micro_batches
     for coll in ("all_gather", "reduce_scatter"):
-        rows.append({"parallelism": "TP", "collective": coll, "group": tp, "message_bytes": act,
-                     "ops_per_step": tp_ops, "bytes_per_rank": tp_ops * (tp - 1) / tp * act})
-    if pp > 1:
-        pp_msg = act / tp if sequence_parallel else act
-        rows.append({"parallelism": "PP", "collective": "send/recv", "group": 2, "message_bytes": pp_msg,
-                     "ops_per_step": 2 * micro_batches, "bytes_per_rank": 2 * micro_batches * pp_msg})
+        rows.append(_row("TP", coll, tp, act, tp_ops, tp_ops * (tp - 1) / tp * act))
+    rows.extend(pipeline_traffic(pp, micro_batches, act / tp if sequence_parallel else act))
+    return rows
+
+
+def _row(parallelism: str, collective: str, group: int, message: float, ops: int, sent: float,
+         stage: str = "all", received: float | None = None) -> dict:
+    return {"parallelism": parallelism, "collective": collective, "group": group, "message_bytes": message,
+            "ops_per_step": ops, "bytes_per_rank": sent, "stage": stage,
+            "received_bytes": sent if received is None else received}
+
+
+def pipeline_traffic(pp: int, micro_batches: int, message_bytes: float) -> list[dict]:
+    """The PP rows of :func:`training_traffic`: one per stage kind (first, interior, last).
+
+    pp: pipeline stages; micro_batches: per step; message_bytes: one activation (= one gradient)
+    crossing one stage boundary, per rank.  ``ops_per_step`` counts the sends of one rank of
+    that stage.  Empty when pp == 1 (nothing crosses a boundary).
+
+    >>> [(r["stage"], r["ops_per_step"]) for r in pipeline_traffic(3, 8, 1.0)]
+    [('first', 8), ('interior', 16), ('last', 8)]
+    """
+    if pp == 1:
+        return []
+    m, msg = micro_batches, message_bytes
+    rows = [_row("PP", "send/recv", 2, msg, m, m * msg, "first")]
+    if pp > 2:
+        rows.append(_row("PP", "send/recv", 2, msg, 2 * m, 2 * m * msg, "interior"))
+    rows.append(_row("PP", "send/recv", 2, msg, m, m * msg, "last"))
     return rows

@@ -246,6 +246,36 @@ def run_workers(fn: Callable, world_size: int, args: Sequence[Any] = (), kwargs:
     rank raises or dies (naming it) and :class:`WorkerTimeout` when ranks are still running at the
     deadline; in every case all workers are stopped before the call returns.
     """
+    env = _check_arguments(fn, world_size, backend, timeout, env)
+    folder = Path(tempfile.mkdtemp(prefix="labsupport-pg-"))
+    procs: list = []
+    readers: dict = {}
+    try:
+        pg_timeout = timeout + max(5.0, 0.5 * timeout)
+        _start_ranks(procs, readers, fn, tuple(args), dict(kwargs or {}), world_size, backend, folder,
+                     pg_timeout, env)
+        results, errors, pending = _collect(procs, readers, time.monotonic() + timeout)
+        if errors:
+            _raise_first_error(errors, procs, folder)
+        if pending:
+            _raise_timeout(sorted(pending), procs, folder, timeout)
+        for p in procs:
+            p.join(5.0)
+        if echo:
+            _echo_output(folder, world_size)
+        return [results[r] for r in range(world_size)]
+    finally:
+        _stop(procs)
+        for conn in readers.values():
+            conn.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# -- the phases of run_workers: check, start, collect, report a failure, echo
+
+def _check_arguments(fn: Callable, world_size: int, backend: str, timeout: float,
+                     env: Mapping[str, str] | None) -> dict[str, str]:
+    """Refuse bad arguments before any process starts; return ``env`` as a dict of strings."""
     _check_fn(fn)
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
         raise ValueError(f"run_workers: world_size must be an int ≥ 1, got {world_size!r}")
@@ -253,110 +283,125 @@ def run_workers(fn: Callable, world_size: int, args: Sequence[Any] = (), kwargs:
         raise ValueError(f"run_workers: backend must be one of {BACKENDS}, got {backend!r}")
     if not timeout or timeout <= 0:
         raise ValueError(f"run_workers: timeout must be a positive number of seconds, got {timeout!r}")
-    kwargs = dict(kwargs or {})
     env = {str(k): str(v) for k, v in (env or {}).items()}
     if backend == "nccl":
         _check_nccl(world_size, env)
+    return env
 
+
+def _start_ranks(procs: list, readers: dict, fn: Callable, args: tuple, kwargs: dict, world_size: int,
+                 backend: str, folder: Path, pg_timeout: float, env: dict) -> None:
+    """Start one process per rank; fill ``procs`` (index = rank) and ``readers`` (rank → the pipe
+    its result comes back on) as they start, so the caller can stop them whatever happens."""
     ctx = _context()
-    folder = Path(tempfile.mkdtemp(prefix="labsupport-pg-"))
-    pg_timeout = timeout + max(5.0, 0.5 * timeout)
-    procs: list = []
-    readers: dict = {}
-    try:
-        for rank in range(world_size):
-            reader, writer = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_bootstrap, name=f"labsupport-rank{rank}", daemon=True,
-                            args=(fn, tuple(args), kwargs, rank, world_size, backend, str(folder / "store"),
-                                  pg_timeout, env, writer, str(folder)))
-            p.start()
-            writer.close()
-            procs.append(p)
-            readers[rank] = reader
-        deadline = time.monotonic() + timeout
-        results: dict[int, Any] = {}
-        errors: list[tuple] = []
-        pending = set(range(world_size))
-        first_error_at = None
-        while pending:
-            now = time.monotonic()
-            if first_error_at is not None and now - first_error_at > _ERROR_GRACE_S:
-                break
-            if now >= deadline:
-                break
-            waiting = [readers[r] for r in pending] + [procs[r].sentinel for r in pending]
-            ready = _wait_any(waiting, timeout=min(deadline - now, 0.5))
-            for rank in sorted(pending):
-                conn, proc = readers[rank], procs[rank]
-                message = None
-                if conn in ready or (proc.sentinel in ready and conn.poll()):
-                    try:
-                        message = pickle.loads(conn.recv_bytes())
-                    except EOFError:
-                        message = None
-                    except Exception as exc:  # noqa: BLE001 - an unpicklable result, say
-                        message = ("error", rank, type(exc).__name__,
-                                   f"its result could not be unpickled in the parent: {exc}",
-                                   "run_workers", "", True, time.monotonic())
-                elif proc.sentinel not in ready:
-                    continue
-                if message is None:  # exited without a word
-                    proc.join(0.1)
-                    errors.append(("died", rank, proc.exitcode, time.monotonic()))
-                elif message[0] == "ok":
-                    results[rank] = message[2]
-                else:
-                    errors.append(message)
-                pending.discard(rank)
-                if errors and first_error_at is None:
-                    first_error_at = time.monotonic()
+    for rank in range(world_size):
+        reader, writer = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_bootstrap, name=f"labsupport-rank{rank}", daemon=True,
+                        args=(fn, args, kwargs, rank, world_size, backend, str(folder / "store"),
+                              pg_timeout, env, writer, str(folder)))
+        p.start()
+        writer.close()
+        procs.append(p)
+        readers[rank] = reader
 
-        pids = [p.pid for p in procs]
-        stderr = {}
-        if errors:
-            _stop(procs)
-            stderr = {r: _read(folder / f"stderr.{r}") for r in range(world_size)}
-            # a rank that died without a word is the likeliest cause (its peers then fail on a closed
-            # connection, possibly before its death is noticed here); otherwise the earliest report
-            first = min(errors, key=lambda e: (e[0] != "died", e[-1]))
-            others = world_size - 1
-            stopped = {0: "it was stopped", 1: "the other rank was stopped"}.get(others, f"the other {others} ranks were stopped")
-            if first[0] == "died":
-                _, rank, code, _ = first
-                started = (folder / f"stdout.{rank}").exists()
-                hint = "" if started else (" (it never reached fn: the worker could not start, e.g. fn's module "
-                                           "failed to import; its traceback went to this process's stderr)")
-                raise WorkerError(f"rank {rank} {_describe_exit(code)} before returning a result{hint}; {stopped}",
-                                  rank, "", stderr, pids)
-            _, rank, ename, text, where, tb, started, _ = first
-            phase = "" if started else " while joining the process group"
-            raise WorkerError(f"rank {rank} raised {ename}{phase}: {text} ({where}); {stopped}",
-                              rank, tb, stderr, pids)
-        if pending:
-            late = sorted(pending)
-            stacks = _dump_stacks(procs, late, folder)
-            _stop(procs)
-            stderr = {r: _read(folder / f"stderr.{r}") for r in range(world_size)}
-            lines = [f"  rank {r}: " + (_summarise_stack(stacks[r]) if r in stacks else
-                                        "no stack available" if (folder / f"stdout.{r}").exists() else
-                                        "had not started yet (is the machine overloaded?)") for r in late]
-            raise WorkerTimeout(
-                f"{len(late)} of {world_size} ranks did not finish within {timeout:g} s "
-                f"(rank{'s' if len(late) > 1 else ''} {', '.join(map(str, late))}); all workers were stopped. "
-                "Where each one was:\n" + "\n".join(lines), late, stacks, stderr, pids)
-        for p in procs:
-            p.join(5.0)
-        if echo:
-            for rank in range(world_size):
-                text = _read(folder / f"stdout.{rank}")
-                for line in text.splitlines():
-                    print(f"[rank {rank}] {line}")
-        return [results[r] for r in range(world_size)]
-    finally:
-        _stop(procs)
-        for conn in readers.values():
-            conn.close()
-        shutil.rmtree(folder, ignore_errors=True)
+
+def _receive(rank: int, conn, proc, ready: list) -> tuple | None:
+    """The message rank ``rank`` sent, ``("died", …)`` if it exited without one, or None while it
+    is still running."""
+    message = None
+    if conn in ready or (proc.sentinel in ready and conn.poll()):
+        try:
+            message = pickle.loads(conn.recv_bytes())
+        except EOFError:
+            message = None
+        except Exception as exc:  # noqa: BLE001 - an unpicklable result, say
+            message = ("error", rank, type(exc).__name__,
+                       f"its result could not be unpickled in the parent: {exc}",
+                       "run_workers", "", True, time.monotonic())
+    elif proc.sentinel not in ready:
+        return None
+    if message is None:  # exited without a word
+        proc.join(0.1)
+        return ("died", rank, proc.exitcode, time.monotonic())
+    return message
+
+
+def _collect(procs: list, readers: dict, deadline: float) -> tuple[dict[int, Any], list[tuple], set[int]]:
+    """Wait for every rank's report until ``deadline`` (or shortly after a first error).
+
+    Returns (results by rank, error reports, ranks still pending)."""
+    results: dict[int, Any] = {}
+    errors: list[tuple] = []
+    pending = set(range(len(procs)))
+    first_error_at = None
+    while pending:
+        now = time.monotonic()
+        if first_error_at is not None and now - first_error_at > _ERROR_GRACE_S:
+            break
+        if now >= deadline:
+            break
+        waiting = [readers[r] for r in pending] + [procs[r].sentinel for r in pending]
+        ready = _wait_any(waiting, timeout=min(deadline - now, 0.5))
+        for rank in sorted(pending):
+            message = _receive(rank, readers[rank], procs[rank], ready)
+            if message is None:
+                continue
+            if message[0] == "ok":
+                results[rank] = message[2]
+            else:
+                errors.append(message)
+            pending.discard(rank)
+            if errors and first_error_at is None:
+                first_error_at = time.monotonic()
+    return results, errors, pending
+
+
+def _stderr_of(folder: Path, world_size: int) -> dict[int, str]:
+    return {r: _read(folder / f"stderr.{r}") for r in range(world_size)}
+
+
+def _raise_first_error(errors: list[tuple], procs: list, folder: Path) -> None:
+    """Stop every rank and raise :class:`WorkerError` for the likeliest culprit."""
+    world_size, pids = len(procs), [p.pid for p in procs]
+    _stop(procs)
+    stderr = _stderr_of(folder, world_size)
+    # a rank that died without a word is the likeliest cause (its peers then fail on a closed
+    # connection, possibly before its death is noticed here); otherwise the earliest report
+    first = min(errors, key=lambda e: (e[0] != "died", e[-1]))
+    others = world_size - 1
+    stopped = {0: "it was stopped", 1: "the other rank was stopped"}.get(others, f"the other {others} ranks were stopped")
+    if first[0] == "died":
+        _, rank, code, _ = first
+        started = (folder / f"stdout.{rank}").exists()
+        hint = "" if started else (" (it never reached fn: the worker could not start, e.g. fn's module "
+                                   "failed to import; its traceback went to this process's stderr)")
+        raise WorkerError(f"rank {rank} {_describe_exit(code)} before returning a result{hint}; {stopped}",
+                          rank, "", stderr, pids)
+    _, rank, ename, text, where, tb, started, _ = first
+    phase = "" if started else " while joining the process group"
+    raise WorkerError(f"rank {rank} raised {ename}{phase}: {text} ({where}); {stopped}", rank, tb, stderr, pids)
+
+
+def _raise_timeout(late: list[int], procs: list, folder: Path, timeout: float) -> None:
+    """Ask the late ranks where they are, stop every rank and raise :class:`WorkerTimeout`."""
+    world_size, pids = len(procs), [p.pid for p in procs]
+    stacks = _dump_stacks(procs, late, folder)
+    _stop(procs)
+    stderr = _stderr_of(folder, world_size)
+    lines = [f"  rank {r}: " + (_summarise_stack(stacks[r]) if r in stacks else
+                                "no stack available" if (folder / f"stdout.{r}").exists() else
+                                "had not started yet (is the machine overloaded?)") for r in late]
+    raise WorkerTimeout(
+        f"{len(late)} of {world_size} ranks did not finish within {timeout:g} s "
+        f"(rank{'s' if len(late) > 1 else ''} {', '.join(map(str, late))}); all workers were stopped. "
+        "Where each one was:\n" + "\n".join(lines), late, stacks, stderr, pids)
+
+
+def _echo_output(folder: Path, world_size: int) -> None:
+    """Print what each rank printed, prefixed ``[rank r]``, in rank order."""
+    for rank in range(world_size):
+        for line in _read(folder / f"stdout.{rank}").splitlines():
+            print(f"[rank {rank}] {line}")
 
 
 def _dump_stacks(procs: list, ranks: Sequence[int], folder: Path) -> dict[int, str]:

@@ -1,6 +1,9 @@
-"""Seed 001's NCCL environment-variable list, fact-checked (chapter 5).
+"""The NCCL guide's environment-variable list, fact-checked (chapter 5).
 
-``SEED_001_NCCL_SCRIPT`` is the book's "NCCL 환경 변수 완벽 가이드" export block, verbatim.
+"The NCCL guide" is the NCCL deep dive ("NCCL 심층 분석") of the book's companion guide to NeMo on
+Kubernetes.
+
+``GUIDE_NCCL_SCRIPT`` is the book's "NCCL 환경 변수 완벽 가이드" export block, verbatim.
 ``fact_check_exports(script)`` parses any such block and returns one row per variable with its
 status (exists / deprecated / obsolete / does not exist / PyTorch's / not NCCL's) and the fact,
 checked against NCCL 2.30's documentation and source and PyTorch's ProcessGroupNCCL
@@ -13,9 +16,9 @@ import os
 import re
 from typing import Mapping
 
-__all__ = ["SEED_001_NCCL_SCRIPT", "NCCL_ENV_FACTS", "fact_check_exports", "nccl_environment", "STATUSES"]
+__all__ = ["GUIDE_NCCL_SCRIPT", "NCCL_ENV_FACTS", "fact_check_exports", "nccl_environment", "STATUSES"]
 
-SEED_001_NCCL_SCRIPT = """\
+GUIDE_NCCL_SCRIPT = """\
 # NCCL 환경 변수 완벽 가이드
 
 # 1. 알고리즘 선택
@@ -83,7 +86,7 @@ NCCL_ENV_FACTS: dict[str, tuple[str, str]] = {
     "NCCL_ASYNC_ERROR_HANDLING": ("PyTorch's", "read by PyTorch, not NCCL; now TORCH_NCCL_ASYNC_ERROR_HANDLING "
                                   "(the old name is a deprecated alias)"),
     "NCCL_P2P_DISABLE": ("exists, debug only", "1 disables peer-to-peer (NVLink/PCIe) transfers"),
-    "NCCL_P2P_LEVEL": ("exists, debug only", "levels LOC, NVL, PIX, PXB, PHB, SYS (the seed names only LOC and SYS)"),
+    "NCCL_P2P_LEVEL": ("exists, debug only", "levels LOC, NVL, PIX, PXB, PHB, SYS (the guide names only LOC and SYS)"),
     "NCCL_COMM_WAIT_TIMEOUT": ("does not exist", "timeouts are PyTorch's: init_process_group(timeout=...)"),
 }
 
@@ -93,7 +96,7 @@ _EXPORT = re.compile(r"^\s*export\s+([A-Za-z_][A-Za-z0-9_]*)=(\S*)\s*(?:#\s*(.*)
 def fact_check_exports(script: str, facts: Mapping[str, tuple[str, str]] | None = None) -> list[dict[str, str]]:
     """One row per ``export NAME=value  # comment`` line of ``script``, in order.
 
-    Row keys: ``line`` (1-based), ``variable``, ``value``, ``seed_says`` (the comment),
+    Row keys: ``line`` (1-based), ``variable``, ``value``, ``guide_says`` (the comment),
     ``status`` (one of :data:`STATUSES`) and ``fact``.  Variables outside the table: ``FI_*``
     are libfabric's (AWS EFA, read by the aws-ofi-nccl plugin), others are reported as unchecked.
     """
@@ -110,7 +113,7 @@ def fact_check_exports(script: str, facts: Mapping[str, tuple[str, str]] | None 
             status, fact = "not NCCL's", "libfabric (AWS EFA provider), read through the aws-ofi-nccl plugin; not checked here"
         else:
             status, fact = "unchecked", "not in this fact table"
-        rows.append({"line": str(lineno), "variable": name, "value": value, "seed_says": comment,
+        rows.append({"line": str(lineno), "variable": name, "value": value, "guide_says": comment,
                      "status": status, "fact": fact})
     return rows
 

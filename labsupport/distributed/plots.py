@@ -39,7 +39,7 @@ def plot_before_after(results: Sequence[Mapping[str, Mapping[str, Sequence[float
                       collectives: Sequence[str] | None = None):
     """One row per collective, before | after, one line of boxes per rank.
 
-    results: what ``run_workers(seed_collectives, n)`` returned (index = rank)."""
+    results: what ``run_workers(guide_collectives, n)`` returned (index = rank)."""
     import matplotlib.pyplot as plt
 
     collectives = list(collectives or results[0].keys())
@@ -56,53 +56,89 @@ def plot_before_after(results: Sequence[Mapping[str, Mapping[str, Sequence[float
 
 
 def plot_ring_steps(sim: RingSimulation):
-    """One panel per step of the ring: rows = ranks, columns = chunks, colour = how many ranks'
-    data the chunk holds (1 … n); arrows of the step are listed under each panel."""
+    """The ring's steps, one panel each: rows = ranks, columns = chunks, the number (and colour)
+    in a cell = how many ranks' data that chunk holds (n = fully reduced).  The arrows are the
+    step's sends: rank r passes one chunk to rank r+1 (the arrow from the last rank wraps round
+    to rank 0); orange arrows are added by the receiver (reduce-scatter phase), green ones copied
+    (all-gather phase).  First row: the input and the reduce-scatter steps; second row: the
+    all-gather steps."""
     import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyArrowPatch
 
     n, steps = sim.n, len(sim.contributors)
-    fig, axes = plt.subplots(1, steps, figsize=(1.55 * steps + 0.6, 0.42 * n + 1.3), squeeze=False,
-                             layout="constrained")
+    cols = n  # input + (n−1) reduce-scatter steps on the first row; (n−1) all-gather steps below
+    nrows = 2 if n > 1 else 1
+    fig, axes = plt.subplots(nrows, cols, figsize=(2.5 * cols + 0.4, 2.45 * nrows * max(1.0, n / 4) + 0.5),
+                             squeeze=False, layout="constrained")
+    for ax in axes.flat:
+        ax.set_visible(False)
     for t in range(steps):
-        ax = axes[0, t]
+        ax = axes[0, t] if t < n else axes[1, t - n + 1]
+        ax.set_visible(True)
         counts = np.array([[len(sim.contributors[t][r][c]) for c in range(n)] for r in range(n)])
-        ax.imshow(counts, cmap="Blues", vmin=0, vmax=n, aspect="equal")
+        ax.imshow(counts, cmap="Blues", vmin=0, vmax=n + 1, aspect="equal")
         for r in range(n):
             for c in range(n):
                 full = counts[r, c] == n
-                ax.text(c, r, str(counts[r, c]), ha="center", va="center", fontsize=7,
+                ax.text(c, r, str(counts[r, c]), ha="center", va="center", fontsize=10,
                         color="white" if full else "black", fontweight="bold" if full else "normal")
-        ax.set_xticks(range(n), [f"c{c}" for c in range(n)], fontsize=6)
-        ax.set_yticks(range(n), [f"r{r}" for r in range(n)] if t == 0 else [""] * n, fontsize=6)
+        if t > 0:
+            reducing = t <= n - 1
+            for src, dst, c in sim.sends[t - 1]:
+                wrap = dst < src
+                arrow = FancyArrowPatch((c + 0.3, src + (-0.25 if wrap else 0.25)),
+                                        (c + 0.3, dst + (0.25 if wrap else -0.25)),
+                                        connectionstyle=f"arc3,rad={-0.5 if wrap else 0.0}",
+                                        arrowstyle="-|>", mutation_scale=11, lw=1.4,
+                                        color="tab:orange" if reducing else "tab:green")
+                ax.add_patch(arrow)
+        ax.set_xticks(range(n), [f"chunk {c}" if n <= 4 else f"c{c}" for c in range(n)], fontsize=8)
+        ax.set_yticks(range(n), [f"rank {r}" for r in range(n)], fontsize=9)
+        ax.set_xlim(-0.5, n - 0.5)
+        ax.set_ylim(n - 0.5, -0.5)
         ax.grid(False)
-        label = "input" if t == 0 else f"step {t}\n{sim.phase(t)}"
-        ax.set_title(label, fontsize=7)
-    fig.suptitle(f"ring all-reduce on {n} ranks: how many ranks' data each chunk holds "
-                 f"(n = {n} means fully reduced)", fontsize=9)
+        title = "input" if t == 0 else f"step {t}: {'add' if t <= n - 1 else 'copy'} ({sim.phase(t)})"
+        ax.set_title(title, fontsize=9)
+    fig.suptitle(f"ring all-reduce on {n} ranks — number = how many ranks' data the chunk holds ({n} = fully reduced)\n"
+                 "arrows = the step's sends, rank r → rank r+1 (orange: added to the receiver's chunk, green: copied)",
+                 fontsize=10)
     return fig
 
 
 def plot_allreduce_sweep(nbytes: Sequence[float], seconds: Sequence[float], world_size: int,
                          alpha: float | None = None, beta: float | None = None, label: str = "gloo (measured)"):
-    """Left: time vs size (log–log) with the α–β fit; right: busbw vs size."""
+    """Left: time vs size (log–log) with the α–β fit and its latency floor 2(n−1)·α (the plateau
+    of small messages); right: busbw vs size with the fitted link bandwidth 1/β."""
     import matplotlib.pyplot as plt
 
     s = np.asarray(nbytes, dtype=float)
     t = np.asarray(seconds, dtype=float)
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9.0, 3.4))
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10.0, 3.8), layout="constrained")
     a1.loglog(s, t * 1e6, "o-", label=label)
-    if alpha is not None and beta is not None:
+    fitted = alpha is not None and beta is not None
+    if fitted:
         grid = np.geomspace(s.min(), s.max(), 50)
         model = [alpha_beta_time("all_reduce", g, world_size, alpha, beta) * 1e6 for g in grid]
-        a1.loglog(grid, model, "--", label=f"α–β fit: α={alpha * 1e6:.0f} µs, 1/β={1 / beta / 1e9:.2f} GB/s"
-                  if beta > 0 else "α–β fit")
-    a1.set_xlabel("message size S (bytes)")
-    a1.set_ylabel("time per all-reduce (µs)")
-    a1.legend(fontsize=7)
+        a1.loglog(grid, model, "--", color="0.3",
+                  label=f"α–β fit: α={alpha * 1e6:.0f} µs, 1/β={1 / beta / 1e9:.2f} GB/s" if beta > 0 else "α–β fit")
+        floor = 2 * (world_size - 1) * alpha * 1e6
+        if floor > 0:
+            a1.axhline(floor, color="tab:red", ls=":", lw=1.2,
+                       label=f"latency floor 2(n−1)·α = {floor:.0f} µs")
+        if beta > 0 and alpha > 0:
+            knee = world_size * alpha / beta
+            a1.axvline(knee, color="0.6", ls=":", lw=1)
+            a1.text(knee, 0.5, "latency-bound ← ", transform=a1.get_xaxis_transform(), ha="right", fontsize=9)
+            a1.text(knee, 0.5, " → bandwidth-bound", transform=a1.get_xaxis_transform(), ha="left", fontsize=9)
+    a1.set_xlabel("message size S (bytes)", fontsize=10)
+    a1.set_ylabel("time per all-reduce (µs)", fontsize=10)
+    a1.legend(fontsize=8, loc="upper left")
     busbw = [bus_bandwidth("all_reduce", x, y, world_size) for x, y in zip(s, t)]
-    a2.semilogx(s, busbw, "o-")
-    a2.set_xlabel("message size S (bytes)")
-    a2.set_ylabel("busbw (GB/s)")
-    a2.set_title("small S: latency-bound · large S: bandwidth-bound", fontsize=8)
-    fig.tight_layout()
+    a2.semilogx(s, busbw, "o-", label=label)
+    if fitted and beta > 0:
+        a2.axhline(1 / beta / 1e9, color="0.3", ls="--", lw=1, label=f"fitted link 1/β = {1 / beta / 1e9:.2f} GB/s")
+        a2.legend(fontsize=8, loc="upper left")
+    a2.set_xlabel("message size S (bytes)", fontsize=10)
+    a2.set_ylabel("busbw (GB/s)", fontsize=10)
+    a2.set_title("small S: latency-bound · large S: bandwidth-bound", fontsize=10)
     return fig

@@ -4,13 +4,14 @@
 Everything here assumes ``torch.distributed`` is initialised (run_workers does it).  Results are
 returned with ``.tolist()`` so they print the same on CPU (gloo) and CUDA (NCCL).
 
-Contents: the book's four collectives with seed 001's numbers; seed 001's code snippets as
+Contents: the book's four collectives with the NCCL guide's numbers; the NCCL guide's code snippets as
 written and corrected; the ring all-reduce from send/recv (chunked, bandwidth-optimal) and the
 naive ring that passes the whole tensor; timing loops for the cost model; two deliberately
 broken workers (one raises, one hangs) for the failure demos.
 """
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any, Sequence
 
@@ -18,9 +19,9 @@ import torch
 import torch.distributed as dist
 
 __all__ = [
-    "whoami", "fail_on_rank", "hang_on_rank", "seed_collectives",
-    "seed_all_reduce_snippet", "seed_all_gather_stats_snippet", "seed_reduce_scatter_snippet",
-    "seed_broadcast_snippet", "ring_all_reduce", "naive_ring_all_reduce", "ring_vs_all_reduce",
+    "whoami", "fail_on_rank", "hang_on_rank", "guide_collectives",
+    "guide_all_reduce_snippet", "guide_all_gather_stats_snippet", "guide_reduce_scatter_snippet",
+    "guide_broadcast_snippet", "ring_all_reduce", "naive_ring_all_reduce", "ring_vs_all_reduce",
     "ring_trace", "exit_on_rank", "print_rank_lines",
     "time_all_reduce", "rank_device",
 ]
@@ -68,8 +69,8 @@ def hang_on_rank(bad_rank: int, seconds: float = 3600.0) -> list[float]:
 
 # ----------------------------------------------------------------------------- the four collectives
 
-def seed_collectives() -> dict[str, dict[str, list]]:
-    """AllReduce, AllGather, ReduceScatter and Broadcast on seed 001's example data.
+def guide_collectives() -> dict[str, dict[str, list]]:
+    """AllReduce, AllGather, ReduceScatter and Broadcast on the NCCL guide's example data.
 
     With world size 4 the data are exactly the book's: AllReduce of ``[1,2,3] + 3·rank`` gives
     ``[22, 26, 30]``; AllGather of ``[2r+1, 2r+2]`` gives ``[1..8]``; ReduceScatter of
@@ -102,16 +103,16 @@ def seed_collectives() -> dict[str, dict[str, list]]:
     return out
 
 
-# ----------------------------------------------------------------------------- seed 001's snippets
+# ----------------------------------------------------------------------------- the NCCL guide's snippets
 
-def seed_all_reduce_snippet(numel: int = 1024, seed: int = 0) -> dict[str, Any]:
-    """Seed 001's gradient averaging (``all_reduce(SUM)`` then ``/= world_size``) on this rank's
+def guide_all_reduce_snippet(numel: int = 1024, seed: int = 0) -> dict[str, Any]:
+    """the NCCL guide's gradient averaging (``all_reduce(SUM)`` then ``/= world_size``) on this rank's
     device, checked against the mean of every rank's gradients and against ``ReduceOp.AVG``."""
     rank, world_size, dev = dist.get_rank(), dist.get_world_size(), rank_device()
     gen = torch.Generator().manual_seed(seed * 1000 + rank)
-    gradients = torch.randn(numel, generator=gen, dtype=torch.float64).to(dev)   # seed: torch.randn(1024, device=f"cuda:{rank}")
+    gradients = torch.randn(numel, generator=gen, dtype=torch.float64).to(dev)   # guide: torch.randn(1024, device=f"cuda:{rank}")
     local = gradients.clone()
-    dist.all_reduce(gradients, op=dist.ReduceOp.SUM)                            # as in seed 001
+    dist.all_reduce(gradients, op=dist.ReduceOp.SUM)                            # as in the NCCL guide
     gradients /= world_size
     everyone = [torch.empty_like(local) for _ in range(world_size)]
     dist.all_gather(everyone, local)
@@ -133,8 +134,8 @@ def _batch(rank: int, seed: int) -> torch.Tensor:
     return 10.0 * rank + (1.0 + rank) * torch.randn(size, generator=gen, dtype=torch.float64)
 
 
-def seed_all_gather_stats_snippet(seed: int = 0) -> dict[str, Any]:
-    """Seed 001's "global statistics with AllGather" snippet as written, and the correct version.
+def guide_all_gather_stats_snippet(seed: int = 0) -> dict[str, Any]:
+    """the NCCL guide's "global statistics with AllGather" snippet as written, and the correct version.
 
     As written, ``compute_batch_stats`` returns ``[mean, std]`` per rank, and the global numbers are
     ``stack(all).mean(0)`` / ``stack(all).std(0)``: a mean of means (wrong when batches differ in
@@ -178,8 +179,8 @@ def seed_all_gather_stats_snippet(seed: int = 0) -> dict[str, Any]:
     }
 
 
-def seed_reduce_scatter_snippet(per_rank: int = 2) -> dict[str, Any]:
-    """Seed 001's ``dist.reduce_scatter(out, [local_output] * world_size)``, then two repairs.
+def guide_reduce_scatter_snippet(per_rank: int = 2) -> dict[str, Any]:
+    """the NCCL guide's ``dist.reduce_scatter(out, [local_output] * world_size)``, then two repairs.
 
     ``local_output`` has ``per_rank × world_size`` elements (rank r: ``8r+1 .. 8r+8`` for 4 ranks).
     as_written: the output of size ``per_rank`` against a list of whole tensors → an error.
@@ -209,8 +210,8 @@ def seed_reduce_scatter_snippet(per_rank: int = 2) -> dict[str, Any]:
     return out
 
 
-def seed_broadcast_snippet() -> dict[str, Any]:
-    """Seed 001's ``broadcast_object_list([model_state], src=0)`` then ``load_state_dict(model_state)``.
+def guide_broadcast_snippet() -> dict[str, Any]:
+    """the NCCL guide's ``broadcast_object_list([model_state], src=0)`` then ``load_state_dict(model_state)``.
 
     The broadcast fills the *list* that was passed; the name ``model_state`` still refers to
     ``None`` on every rank but 0.  Corrected: keep the list and read element 0.
@@ -351,33 +352,47 @@ def exit_on_rank(bad_rank: int, code: int = 3) -> int:
 # ----------------------------------------------------------------------------- timing
 
 def time_all_reduce(sizes: Sequence[int], reps: int | Sequence[int] = 5, warmup: int = 1, impl: str = "dist",
-                    dtype: str = "float32") -> list[float]:
-    """Average seconds per all-reduce of each size in ``sizes`` (bytes), measured on this rank.
+                    dtype: str = "float32", stat: str = "mean") -> list[float]:
+    """Seconds per all-reduce of each size in ``sizes`` (bytes), measured on this rank.
 
-    reps: timed calls per size (one number, or one per size).  impl: ``"dist"``
-    (``dist.all_reduce``), ``"ring"`` or ``"naive"`` (the rings above).  A barrier precedes each
-    size; the caller takes the max over ranks (nccl-tests' ``-a 3``; its default is the average).
+    reps: timed calls per size (one number, or one per size).  warmup: untimed calls before them
+    (the first calls of a size pay for buffers and connections).  impl: ``"dist"``
+    (``dist.all_reduce``), ``"ring"`` or ``"naive"`` (the rings above).  stat: ``"mean"`` — one
+    timer around the ``reps`` calls, as nccl-tests does — or ``"median"`` — each call timed
+    alone, the median kept, so a call delayed by another process on a shared CPU does not move
+    the result.  A barrier precedes each size; the caller takes the max over ranks (nccl-tests'
+    ``-a 3``; its default is the average).
     """
     fns = {"dist": lambda t: dist.all_reduce(t), "ring": ring_all_reduce, "naive": naive_ring_all_reduce}
     if impl not in fns:
         raise ValueError(f"impl must be one of {sorted(fns)}, got {impl!r}")
+    if stat not in ("mean", "median"):
+        raise ValueError(f"stat must be 'mean' or 'median', got {stat!r}")
     fn, dev = fns[impl], rank_device()
     element = torch.empty((), dtype=getattr(torch, dtype)).element_size()
     per_size = [int(reps)] * len(sizes) if isinstance(reps, (int, float)) else [int(r) for r in reps]
     if len(per_size) != len(sizes) or min(per_size, default=1) < 1:
         raise ValueError(f"reps must be ≥ 1, one number or one per size; got {reps!r} for {len(sizes)} sizes")
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     seconds = []
     for nbytes, reps in zip(sizes, per_size):
         t = torch.ones(max(1, int(nbytes) // element), dtype=getattr(torch, dtype), device=dev)
         for _ in range(warmup):
             fn(t)
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
+        sync()
         dist.barrier()
-        start = time.perf_counter()
+        if stat == "mean":
+            start = time.perf_counter()
+            for _ in range(reps):
+                fn(t)
+            sync()
+            seconds.append((time.perf_counter() - start) / reps)
+            continue
+        calls = []
         for _ in range(reps):
+            start = time.perf_counter()
             fn(t)
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        seconds.append((time.perf_counter() - start) / reps)
+            sync()
+            calls.append(time.perf_counter() - start)
+        seconds.append(float(statistics.median(calls)))
     return seconds

@@ -6,6 +6,9 @@ to *test* that claim rather than draw it:
 
 * :func:`causal_attention` — one attention head with an explicit mask, returning its weights
   (for heatmaps) and output;
+* :func:`apply_rotary` — rotary position embeddings (RoPE) of queries or keys: with them a score
+  depends only on the *distance* between two positions, so the position reset changes nothing
+  once the boundary mask keeps every query inside its own document;
 * :class:`TinyCausalLM` — 2 layers, learned absolute position embeddings (so position ids
   matter), PyTorch ``scaled_dot_product_attention`` with a dense mask on CPU;
 * :func:`run_separately` / :func:`run_packed` — the same documents one by one, and packed with
@@ -31,7 +34,7 @@ from torch.nn import functional as F
 from labsupport.datasets.gpt_samples import (attention_mask_from_cu_seqlens, position_ids_from_cu_seqlens,
                           segment_ids_from_cu_seqlens)
 
-__all__ = ["sdpa_mask", "causal_attention", "TinyCausalLM", "pack_documents", "run_separately",
+__all__ = ["sdpa_mask", "causal_attention", "apply_rotary", "TinyCausalLM", "pack_documents", "run_separately",
            "run_packed", "leakage", "varlen_attention", "dense_block_attention"]
 
 
@@ -56,6 +59,32 @@ def causal_attention(x: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor, wv: to
     scores = scores.masked_fill(masked.reshape(t, t), float("-inf"))
     weights = torch.softmax(scores, dim=-1)
     return weights @ v, weights
+
+
+def apply_rotary(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """Rotary position embedding (Su et al., RoFormer) of ``x`` at ``positions``.
+
+    x: (T, d) queries or keys, d even; positions: (T,) integer position ids.  Pairs of features
+    (i, i + d/2) are rotated by the angle ``position × base^(−2i/d)`` (the "rotate half" layout
+    of Megatron-Core and Hugging Face Llama).  A rotation by angle a·θ of q and b·θ of k leaves
+    q·k depending on a − b only: shift every position of a document by the same offset and its
+    scores do not change.
+
+    >>> q = torch.randn(4, 8); k = torch.randn(4, 8); p = torch.arange(4)
+    >>> s0 = apply_rotary(q, p) @ apply_rotary(k, p).T
+    >>> torch.allclose(s0, apply_rotary(q, p + 100) @ apply_rotary(k, p + 100).T, atol=1e-4)
+    True
+    """
+    t, d = x.shape
+    if d % 2:
+        raise ValueError(f"apply_rotary: the feature size must be even, got x of shape {tuple(x.shape)}")
+    if positions.shape != (t,):
+        raise ValueError(f"apply_rotary: positions must have shape ({t},), got {tuple(positions.shape)}")
+    inv_freq = base ** (-torch.arange(0, d // 2, dtype=torch.float64) * 2 / d)
+    angle = positions.to(torch.float64)[:, None] * inv_freq[None, :]           # (T, d/2)
+    cos, sin = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
+    x1, x2 = x[:, : d // 2], x[:, d // 2:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=1)
 
 
 class _Block(nn.Module):

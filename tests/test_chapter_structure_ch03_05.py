@@ -1,0 +1,69 @@
+"""Chapters 3–5 as a learner and papermill read them (issue #13): every parameter of the
+parameters cell is found by ``papermill.inspect_notebook`` with its full value; each chapter
+ends with a recap and a "Next:" line before the Checkpoint, which stays the last cell; the
+speed comparisons with Megatron sit in a final "Under the hood" section (chapters 3–4)."""
+from __future__ import annotations
+
+import ast
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = ["03_blending", "04_packing_and_masks", "05_nccl_collectives"]
+
+
+def _cells(name):
+    return json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text(encoding="utf-8"))["cells"]
+
+
+def _parameters_source(name):
+    cells = [c for c in _cells(name) if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(cells) == 1, f"{name}: expected exactly one cell tagged 'parameters', found {len(cells)}"
+    return "".join(cells[0]["source"])
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_papermill_finds_every_parameter_with_its_value(name):
+    papermill = pytest.importorskip("papermill")
+    source = _parameters_source(name)
+    assigned = {}
+    for node in ast.parse(source).body:
+        assert isinstance(node, ast.Assign) and len(node.targets) == 1, \
+            f"{name}: the parameters cell may only hold 'name = value' lines, found {ast.dump(node)[:60]}"
+        assigned[node.targets[0].id] = ast.get_source_segment(source, node.value)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        found = papermill.inspect_notebook(str(ROOT / "notebooks" / f"{name}.ipynb"))
+    unparsed = [str(w.message) for w in caught if "Unable to parse" in str(w.message)]
+    assert not unparsed, f"{name}: papermill cannot parse {unparsed}"
+    assert set(found) == set(assigned), f"{name}: papermill found {sorted(found)}, the cell assigns {sorted(assigned)}"
+    for key, value in assigned.items():
+        assert found[key]["default"].strip() == value.strip(), \
+            f"{name}: papermill reads {key} = {found[key]['default']!r}, the cell says {value!r}"
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_recap_and_next_come_just_before_the_checkpoint(name):
+    cells = _cells(name)
+    last = "".join(cells[-1]["source"])
+    assert cells[-1]["cell_type"] == "markdown" and last.startswith("## Checkpoint"), f"{name}: Checkpoint is not last"
+    assert "Next" not in last, f"{name}: the Next line belongs before the Checkpoint"
+    before = "".join(cells[-2]["source"])
+    assert "## Recap" in before and "**Next:**" in before, f"{name}: no recap with a Next line before the Checkpoint"
+    assert "Try this" in "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+
+
+@pytest.mark.parametrize("name", ["03_blending", "04_packing_and_masks"])
+def test_speed_comparisons_are_in_the_final_under_the_hood_section(name):
+    cells = _cells(name)
+    headings = [i for i, c in enumerate(cells) if c["cell_type"] == "markdown" and "".join(c["source"]).startswith("## ")]
+    under = [i for i in headings if "".join(cells[i]["source"]).startswith("## Under the hood")]
+    assert len(under) == 1, f"{name}: expected one '## Under the hood' section"
+    later = [i for i in headings if i > under[0]]
+    assert [("".join(cells[i]["source"]).splitlines()[0]) for i in later] == ["## Recap", "## Checkpoint (중간 점검) — §6.2.7"]
+    for i, c in enumerate(cells):
+        if c["cell_type"] == "code" and "benchmarks" in "".join(c["source"]):
+            assert i > under[0], f"{name}: cell {i} quotes a benchmark before the Under the hood section"
