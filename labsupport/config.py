@@ -3,7 +3,9 @@
 NeMo declares model, data and trainer in YAML and overrides keys from the command line
 (Hydra's ``key.sub=value`` dotlist). ``load_config`` does the same; ``describe_config`` says
 what each key controls and which chapter shows it; ``parallel_layout`` derives the
-data-parallel size and refuses layouts that cannot work, naming the field.
+data-parallel size and refuses layouts that cannot work, naming the field. A layout that works
+but is slow — tensor parallelism wider than one node — is allowed, as in Megatron-Core;
+``labsupport.workbook.orientation.check_layout`` warns about it with the cost in seconds.
 """
 from __future__ import annotations
 
@@ -90,14 +92,29 @@ class ParallelLayout:
     tensor_parallel: int
     pipeline_parallel: int
     data_parallel: int
+    gpus_per_node: int = 0
+
+    @property
+    def tp_nodes(self) -> int:
+        """Nodes one tensor-parallel group spans (1 = it stays on one node's NVLink)."""
+        if self.gpus_per_node < 1:
+            return 1
+        return -(-self.tensor_parallel // self.gpus_per_node)
+
+    @property
+    def tp_spans_nodes(self) -> bool:
+        """True when TP > GPUs per node: legal, but TP's per-layer traffic crosses the network."""
+        return self.tp_nodes > 1
 
 
 def parallel_layout(cfg: DictConfig) -> ParallelLayout:
     """Derive the data-parallel size from trainer.devices × trainer.num_nodes / (TP × PP).
 
-    Raises ConfigError naming the field when a size is not a positive integer, when TP
-    exceeds the GPUs of one node (TP traffic must stay on NVLink), or when the world size
-    is not divisible by TP × PP.
+    Megatron-Core's rule (``parallel_state.initialize_model_parallel``): the world size must be
+    divisible by TP × PP (× CP, not used here); DP = world / (TP × PP). Raises ConfigError naming
+    the field when a size is not a positive integer or the world size is not divisible.
+    TP larger than ``trainer.devices`` is legal — the layout says so in ``tp_spans_nodes`` —
+    but slow; :func:`labsupport.workbook.orientation.check_layout` warns with the cost.
     """
     def positive(key: str) -> int:
         value = OmegaConf.select(cfg, key)
@@ -109,10 +126,7 @@ def parallel_layout(cfg: DictConfig) -> ParallelLayout:
     tp = positive("model.tensor_model_parallel_size")
     pp = positive("model.pipeline_model_parallel_size")
     world = devices * nodes
-    if tp > devices:
-        raise ConfigError(f"model.tensor_model_parallel_size={tp} exceeds trainer.devices={devices}: "
-                          "tensor parallelism must stay inside one node")
     if world % (tp * pp):
         raise ConfigError(f"trainer.devices × trainer.num_nodes = {world} GPUs is not divisible by "
                           f"model.tensor_model_parallel_size × model.pipeline_model_parallel_size = {tp}×{pp}")
-    return ParallelLayout(world, tp, pp, world // (tp * pp))
+    return ParallelLayout(world, tp, pp, world // (tp * pp), gpus_per_node=devices)

@@ -66,12 +66,46 @@ def test_config_bad_overrides_name_the_key(overrides, field):
 
 @pytest.mark.parametrize("overrides, field", [
     (["model.tensor_model_parallel_size=3"], "not divisible"),
-    (["model.tensor_model_parallel_size=16"], "exceeds trainer.devices"),
     (["trainer.devices=0"], "trainer.devices must be a positive integer"),
 ])
 def test_impossible_layouts_name_the_field(overrides, field):
     with pytest.raises(cfglib.ConfigError, match=field):
         cfglib.parallel_layout(cfglib.load_config("gpt_pretrain", overrides))
+
+
+def test_tp_across_nodes_is_legal_and_warns_with_its_cost():
+    cfg = cfglib.load_config("gpt_pretrain", ["model.tensor_model_parallel_size=16"])
+    layout = cfglib.parallel_layout(cfg)                  # Megatron's rule: 32 % (16 × 2) == 0
+    assert (layout.data_parallel, layout.tp_nodes, layout.tp_spans_nodes) == (1, 2, True)
+    with pytest.warns(orientation.TensorParallelAcrossNodesWarning) as record:
+        assert orientation.check_layout(cfg) == layout
+    message = str(record[0].message)
+    cost = orientation.tp_step_cost(cfg, layout)
+    assert cost.internode_s > 3 * cost.nvlink_s and cost.internode_s > cost.compute_s
+    for part in ("model.tensor_model_parallel_size=16", "trainer.devices=8", "2 nodes",
+                 f"{cost.internode_s:.2f} s", f"{cost.nvlink_s:.2f} s", "450 GB/s", "50 GB/s"):
+        assert part in message, (part, message)
+
+
+def test_tp_inside_a_node_does_not_warn(recwarn):
+    layout = orientation.check_layout(cfglib.load_config("gpt_pretrain"))
+    assert not layout.tp_spans_nodes and layout.tp_nodes == 1
+    assert not [w for w in recwarn if issubclass(w.category, orientation.TensorParallelAcrossNodesWarning)]
+
+
+def test_tp_cost_uses_chapter_5s_traffic_table():
+    from labsupport.distributed import collectives as C
+    cfg = cfglib.load_config("gpt_pretrain")
+    layout = cfglib.parallel_layout(cfg)
+    cost = orientation.tp_step_cost(cfg, layout)
+    h, L = cfg.model.hidden_size, cfg.model.num_layers
+    rows = C.training_traffic(params=12 * L * h * h + 32000 * h, hidden=h, layers=L, seq_len=cfg.data.seq_length,
+                              micro_batch=1, micro_batches=8, dp=2, tp=8, pp=2)
+    assert cost.tp_bytes_per_rank == sum(r["bytes_per_rank"] for r in rows if r["parallelism"] == "TP")
+    # bandwidth part alone: bytes / link speed; the rest is the α term (2 collectives × ops × (n-1) steps)
+    alpha_part = 2 * 4 * (L // 2) * 8 * 7 * orientation.LINK_ALPHA_S
+    assert cost.nvlink_s == pytest.approx(cost.tp_bytes_per_rank / 450e9 + alpha_part)
+    assert cost.internode_s == pytest.approx(cost.tp_bytes_per_rank / 50e9 + alpha_part)
 
 
 def test_missing_config_file():

@@ -1,7 +1,9 @@
-"""The NeMo map of chapter 0: the data-path diagram every chapter fills in, and the memory
-arithmetic that checks seed 001's GPU table (chapter 0)."""
+"""The NeMo map of chapter 0: the data-path diagram every chapter fills in, the parallel layout
+of the book's config (and what tensor parallelism across nodes costs), and the memory arithmetic
+that checks the GPU table of the NeMo-on-Kubernetes guide (source 001) (chapter 0)."""
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 #: (stage label, detail, chapter) in data-path order.
@@ -86,3 +88,84 @@ SEED_001_GPU_TABLE: tuple[GpuTableRow, ...] = (
     GpuTableRow("70B", 70e9, "8x A100 80GB", 640),
     GpuTableRow("405B", 405e9, "32x H100 80GB", 2560),
 )
+
+
+# ----------------------------------------------------------------------------- TP across nodes
+
+#: Link bandwidth one GPU sends at, decimal GB/s per direction. NVLink 4 of an H100 SXM: 900 GB/s
+#: in both directions together (H100 datasheet) → 450 each way. Between nodes: one 400 Gb/s
+#: InfiniBand NDR adapter per GPU (the DGX H100 layout) → 50 GB/s.
+NVLINK_GBPS = 450.0
+INTERNODE_GBPS = 50.0
+#: Per-message latency of the α–β model (chapter 5): about 10 µs on either link.
+LINK_ALPHA_S = 10e-6
+
+
+class TensorParallelAcrossNodesWarning(UserWarning):
+    """The config's TP group spans nodes: legal in Megatron-Core, but TP traffic leaves NVLink."""
+
+
+@dataclass(frozen=True)
+class TpCost:
+    """Seconds per training step that one rank spends in tensor-parallel collectives."""
+
+    tp_bytes_per_rank: float      # bytes sent per rank per step (chapter 5's traffic table)
+    nvlink_s: float               # the same collectives on NVLink inside one node
+    internode_s: float            # on the inter-node network (the slowest link of the ring)
+    compute_s: float              # the step's matrix maths on that rank, for scale
+
+    @property
+    def slowdown(self) -> float:
+        return self.internode_s / self.nvlink_s
+
+
+def tp_step_cost(cfg, layout, *, micro_batch: int = 1, micro_batches: int = 8, mfu: float = 0.4,
+                 peak_tflops: float = 989.0, vocab: int = 32000) -> TpCost:
+    """TP's cost per step for ``cfg``'s model (hidden_size, num_layers, data.seq_length) on ``layout``.
+
+    Bytes come from chapter 5's :func:`~labsupport.distributed.collectives.training_traffic` (with
+    sequence parallelism: per layer and micro-batch 4 all-gathers + 4 reduce-scatters of the
+    activation), times from its α–β model :func:`~labsupport.distributed.collectives.alpha_beta_time`
+    at :data:`NVLINK_GBPS` and :data:`INTERNODE_GBPS`. ``compute_s`` = 6·N·tokens / (TP·PP) FLOPs at
+    ``mfu`` × ``peak_tflops`` (H100 SXM bf16 dense: 989 TFLOPS) — the time TP traffic competes with.
+    N = 12·layers·hidden² + vocab·hidden (blocks + embedding), as in chapter 5.
+    """
+    from labsupport.distributed import collectives as C
+
+    h, layers, seq = int(cfg.model.hidden_size), int(cfg.model.num_layers), int(cfg.data.seq_length)
+    tp, pp, dp = layout.tensor_parallel, layout.pipeline_parallel, layout.data_parallel
+    params = 12 * layers * h * h + vocab * h
+    rows = C.training_traffic(params=params, hidden=h, layers=layers, seq_len=seq, micro_batch=micro_batch,
+                              micro_batches=micro_batches, dp=dp, tp=tp, pp=pp)
+    tp_rows = [r for r in rows if r["parallelism"] == "TP"]
+
+    def seconds(gbps: float) -> float:
+        return sum(r["ops_per_step"] * C.alpha_beta_time(r["collective"], r["message_bytes"], tp,
+                                                          LINK_ALPHA_S, 1 / (gbps * 1e9)) for r in tp_rows)
+
+    tokens = micro_batch * micro_batches * seq                    # one DP replica's tokens per step
+    compute = 6 * params * tokens / (tp * pp) / (mfu * peak_tflops * 1e12)
+    return TpCost(sum(r["bytes_per_rank"] for r in tp_rows), seconds(NVLINK_GBPS), seconds(INTERNODE_GBPS), compute)
+
+
+def check_layout(cfg):
+    """:func:`labsupport.config.parallel_layout` plus a warning when TP spans nodes.
+
+    Megatron-Core accepts TP wider than a node (it only needs world % (TP × PP) == 0), so this
+    is a :class:`TensorParallelAcrossNodesWarning`, not an error; the message gives the cost from
+    :func:`tp_step_cost`. Returns the ``ParallelLayout``.
+    """
+    from labsupport.config import parallel_layout
+
+    layout = parallel_layout(cfg)
+    if layout.tp_spans_nodes:
+        cost = tp_step_cost(cfg, layout)
+        warnings.warn(TensorParallelAcrossNodesWarning(
+            f"model.tensor_model_parallel_size={layout.tensor_parallel} > trainer.devices={layout.gpus_per_node}: "
+            f"each TP group spans {layout.tp_nodes} nodes. Legal (Megatron-Core only needs the world size "
+            f"to divide by TP × PP), but TP sends {cost.tp_bytes_per_rank / 1e9:.1f} GB per GPU per step inside "
+            f"every layer: {cost.nvlink_s:.2f} s on NVLink ({NVLINK_GBPS:.0f} GB/s) vs {cost.internode_s:.2f} s "
+            f"over the network ({INTERNODE_GBPS:.0f} GB/s), {cost.slowdown:.0f}× slower, against "
+            f"{cost.compute_s:.2f} s of compute. Keep TP ≤ trainer.devices; use PP or DP across nodes."),
+            stacklevel=2)
+    return layout

@@ -1,0 +1,48 @@
+"""labsupport.check.ch00 q1: TP across nodes is legal (a warning), an indivisible layout is not."""
+from __future__ import annotations
+
+import warnings
+
+from labsupport.check import ch00 as check
+
+
+def correct(devices, num_nodes, tp, pp):
+    world = devices * num_nodes
+    if world % (tp * pp):
+        raise ValueError("not divisible")
+    if tp > devices:
+        warnings.warn("TP across nodes")
+    return world // (tp * pp)
+
+
+def refuses_tp_across_nodes(devices, num_nodes, tp, pp):      # the old, wrong rule
+    if tp > devices:
+        raise ValueError("tp must stay in one node")
+    return correct(devices, num_nodes, tp, pp)
+
+
+def never_warns(devices, num_nodes, tp, pp):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return correct(devices, num_nodes, tp, pp)
+
+
+def always_warns(devices, num_nodes, tp, pp):
+    warnings.warn("always")
+    return correct(devices, num_nodes, tp, pp)
+
+
+def stub(*args):
+    raise NotImplementedError("exercise")
+
+
+def test_q1(capsys):
+    assert check.q1(correct).passed
+    result = check.q1(refuses_tp_across_nodes)
+    assert not result.passed and "slow, not impossible" in result.message
+    result = check.q1(never_warns)
+    assert not result.passed and "expected one warnings.warn" in result.message
+    result = check.q1(always_warns)
+    assert not result.passed and "inside one node" in result.message
+    assert check.q1(lambda d, n, t, p: (d * n) // (t * p)).status == "failed"   # never raises
+    assert check.q1(stub).status == "not attempted"
