@@ -108,6 +108,26 @@ def test_tp_cost_uses_chapter_5s_traffic_table():
     assert cost.internode_s == pytest.approx(cost.tp_bytes_per_rank / 50e9 + alpha_part)
 
 
+def test_megatron_rank_order():
+    # tp-cp-ep-dp-pp: TP fastest, then DP, then PP
+    assert orientation.megatron_coords(13, tp=8, pp=2, dp=2) == (5, 0, 1)
+    assert orientation.megatron_coords(16, tp=8, pp=2, dp=2) == (0, 1, 0)
+    coords = {orientation.megatron_coords(r, 4, 2, 3) for r in range(24)}
+    assert len(coords) == 24                                  # every GPU gets its own (tp, pp, dp)
+    with pytest.raises(ValueError, match="rank must be in"):
+        orientation.megatron_coords(24, 4, 2, 3)
+
+
+def test_megatron_rank_order_matches_megatron_core(megatron):
+    from megatron.core.parallel_state import RankGenerator
+    gen = RankGenerator(tp=4, ep=1, dp=3, pp=2, cp=1, order="tp-cp-ep-dp-pp")
+    for name, axis in (("tp", 0), ("pp", 1), ("dp", 2)):
+        for group in gen.get_ranks(name):
+            others = {tuple(v for i, v in enumerate(orientation.megatron_coords(r, 4, 2, 3)) if i != axis)
+                      for r in group}
+            assert len(others) == 1, (name, group)            # a group varies only its own axis
+
+
 def test_missing_config_file():
     with pytest.raises(FileNotFoundError, match="nope.yaml"):
         cfglib.load_config("nope")
@@ -117,7 +137,7 @@ def test_memory_arithmetic_contradicts_seed_001_for_full_finetuning():
     assert orientation.training_memory_gb(8e9, "bf16_weights") == pytest.approx(16.0)
     assert orientation.training_memory_gb(8e9, "full_adam") == pytest.approx(128.0)
     assert orientation.training_memory_gb(8e9, "lora") < 80
-    for row in orientation.SEED_001_GPU_TABLE:
+    for row in orientation.K8S_GUIDE_GPU_TABLE:
         assert orientation.training_memory_gb(row.n_params, "full_adam") > row.gpu_memory_gb
     with pytest.raises(ValueError):
         orientation.training_memory_gb(8e9, "sgd")

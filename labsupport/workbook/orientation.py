@@ -73,7 +73,7 @@ def training_memory_gb(n_params: float, method: str) -> float:
 
 @dataclass(frozen=True)
 class GpuTableRow:
-    """One row of seed 001's 'GPU node requirements' table."""
+    """One row of the 'GPU node requirements' table of the NeMo-on-Kubernetes guide (source 001)."""
 
     model: str
     n_params: float
@@ -81,13 +81,66 @@ class GpuTableRow:
     gpu_memory_gb: float
 
 
-#: Seed 001's table as printed there (model size, minimum GPUs, their total memory).
-SEED_001_GPU_TABLE: tuple[GpuTableRow, ...] = (
+#: The Kubernetes guide's table as printed there (model size, minimum GPUs, their total memory).
+K8S_GUIDE_GPU_TABLE: tuple[GpuTableRow, ...] = (
     GpuTableRow("8B", 8e9, "1x A100 80GB", 80),
     GpuTableRow("13B", 13e9, "2x A100 80GB", 160),
     GpuTableRow("70B", 70e9, "8x A100 80GB", 640),
     GpuTableRow("405B", 405e9, "32x H100 80GB", 2560),
 )
+
+
+# ----------------------------------------------------------------------------- the GPU grid
+
+def megatron_coords(rank: int, tp: int, pp: int, dp: int) -> tuple[int, int, int]:
+    """(tp_rank, pp_rank, dp_rank) of global ``rank`` in Megatron-Core's default rank order.
+
+    ``parallel_state.initialize_model_parallel(order="tp-cp-ep-dp-pp")``: TP varies fastest, then
+    DP, then PP (CP = EP = 1 here), so rank = tp_rank + tp·(dp_rank + dp·pp_rank). With TP ≤ GPUs
+    per node each TP group is consecutive ranks — one node's NVLink. Example (TP 8, PP 2, DP 2):
+    rank 13 → (5, 0, 1); rank 16 → (0, 1, 0).
+    """
+    world = tp * pp * dp
+    if not 0 <= rank < world:
+        raise ValueError(f"rank must be in [0, {world}) for tp={tp} × pp={pp} × dp={dp}, got {rank}")
+    return rank % tp, rank // (tp * dp), (rank // tp) % dp
+
+
+def draw_parallel_grid(layout, ax=None):
+    """Every GPU of ``layout`` as a box, one row per node: colour = pipeline stage, hatch = DP replica,
+    label = (tp, pp, dp) rank; outlines mark the TP groups. Returns the Axes (the caller calls plt.show())."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    per_node = max(layout.gpus_per_node, 1)
+    nodes = -(-layout.world_size // per_node)
+    tp, pp, dp = layout.tensor_parallel, layout.pipeline_parallel, layout.data_parallel
+    if ax is None:
+        _, ax = plt.subplots(figsize=(min(1.3 * per_node + 1.8, 14), 0.95 * nodes + 1.0))
+    stage_colours = plt.get_cmap("tab10")
+    for rank in range(layout.world_size):
+        t, p, d = megatron_coords(rank, tp, pp, dp)
+        node, slot = divmod(rank, per_node)
+        x, y = slot * 1.2, -node
+        ax.add_patch(Rectangle((x, y), 1.0, 0.8, facecolor=stage_colours(p % 10), alpha=0.35 + 0.45 * (d % 2),
+                               edgecolor="#333333", linewidth=0.6))
+        ax.text(x + 0.5, y + 0.52, f"GPU {rank}", ha="center", va="center", fontsize=8, weight="bold")
+        ax.text(x + 0.5, y + 0.22, f"tp{t} pp{p} dp{d}", ha="center", va="center", fontsize=7.5)
+    for group in range(layout.world_size // tp):                 # outline each TP group
+        first = group * tp
+        for start in range(first, first + tp, per_node):          # a group may wrap onto the next node
+            node, slot = divmod(start, per_node)
+            width = min(first + tp, (node + 1) * per_node) - start
+            ax.add_patch(Rectangle((slot * 1.2 - 0.07, -node - 0.07), width * 1.2 - 0.06, 0.94, fill=False,
+                                   edgecolor="crimson" if layout.tp_spans_nodes else "black", linewidth=1.6))
+    for node in range(nodes):
+        ax.text(-0.25, -node + 0.4, f"node {node}", ha="right", va="center", fontsize=9)
+    ax.set_xlim(-1.5, per_node * 1.2)
+    ax.set_ylim(-nodes + 0.6, 1.25)
+    ax.axis("off")
+    ax.set_title(f"{layout.world_size} GPUs = TP {tp} × PP {pp} × DP {dp}: boxes = TP groups, "
+                 "colour = pipeline stage, shade = DP replica", fontsize=10)
+    return ax
 
 
 # ----------------------------------------------------------------------------- TP across nodes
