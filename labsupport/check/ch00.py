@@ -1,4 +1,5 @@
-"""Checks for chapter 0 (orientation): parallel layout, memory arithmetic, book exercise 5."""
+"""Checks for chapter 0 (orientation): parallel layout (q1), memory arithmetic (q2), book exercise 5 (q3),
+and q4, a transfer: the data-parallel group of a GPU in Megatron's rank order."""
 from __future__ import annotations
 
 import warnings
@@ -7,7 +8,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from labsupport.config import ConfigError, parallel_layout
-from labsupport.workbook.orientation import training_memory_gb
+from labsupport.workbook.orientation import megatron_coords, training_memory_gb
 from labsupport.check._core import check, expect, short
 from labsupport.check._core import summary as _summary
 
@@ -104,4 +105,32 @@ def q3(exercise_5) -> tuple[str, dict[str, str]]:
     expect(answer["c"] == "nemo", "(c) speech recognition + LLM: which framework ships speech collections?")
     why = answer.get("why", "")
     expect(isinstance(why, str) and len(why.split()) >= 5, "add a 'why' field: a few sentences giving your reasons")
-    return "scenario choices correct", {"why": why}
+    return ("scenario choices correct. Compare your reasons with this model answer: " + MODEL_ANSWER_Q3,
+            {"why": why})
+
+
+#: Shown once q3 passes, to compare the free-text reasons with.
+MODEL_ANSWER_Q3 = (
+    "(a) NeMo: 1024 GPUs need TP/PP/DP that scale and Megatron's data path (indexed datasets, blending, packing). "
+    "(b) HF (PEFT) or either: one node and LoRA need no model parallelism, and the HF ecosystem is simpler; NeMo "
+    "also supports LoRA. (c) NeMo: it ships speech (ASR/TTS) and multimodal collections beside the LLM ones.")
+
+
+@check(CHAPTER, "q4", hint="Megatron's order tp-cp-ep-dp-pp: rank = tp_rank + TP·(dp_rank + DP·pp_rank). The "
+       "DP group of a rank keeps its tp_rank and pp_rank and runs dp_rank over 0..DP-1.")
+def q4(data_parallel_group) -> str:
+    """Checked: for 40 random layouts and ranks, the sorted list of global ranks that all-reduce gradients with
+    ``rank`` (same tp_rank and pp_rank, every dp_rank), including ``rank`` itself."""
+    rng = np.random.default_rng()
+    for _ in range(40):
+        tp, pp, dp = (int(rng.choice(v)) for v in ([1, 2, 4, 8], [1, 2, 3, 4], [1, 2, 3, 4, 8]))
+        rank = int(rng.integers(0, tp * pp * dp))
+        t, p, _ = megatron_coords(rank, tp, pp, dp)
+        want = sorted(t + tp * (d + dp * p) for d in range(dp))
+        call = f"data_parallel_group(rank={rank}, tp={tp}, pp={pp}, dp={dp})"
+        got = data_parallel_group(rank, tp, pp, dp)
+        expect(isinstance(got, (list, tuple)) and all(isinstance(x, (int, np.integer)) for x in got),
+               f"{call} returned {short(got)}; expected a list of ints")
+        expect(sorted(got) == want, f"{call} returned {sorted(got)}, expected {want} (GPU {rank} is "
+               f"tp_rank {t}, pp_rank {p})")
+    return "40 random layouts and ranks"
