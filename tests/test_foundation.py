@@ -190,13 +190,14 @@ def test_grade_cli_writes_a_gradebook(tmp_path, capsys):
     student.mkdir()
     sub = student / "00_orientation.ipynb"
     nb = nbformat.read(REPO_ROOT / "solutions" / "00_orientation.ipynb", as_version=4)
-    for cell in nb.cells:  # alice solved q2 only: q1 and q3 keep the exercise stubs
+    for cell in nb.cells:  # alice solved q2 and q4: q1 and q3 keep the exercise stubs
         if cell.cell_type == "code" and ("def data_parallel_size" in cell.source or "def exercise_5" in cell.source):
             cell.source = cell.source.split("### BEGIN SOLUTION")[0] + "    raise NotImplementedError\n"
     nbformat.write(nb, sub)
     out = tmp_path / "grades.csv"
     assert grade.main([str(sub), "--out", str(out)]) == 0
     rows = list(csv.DictReader(out.open(encoding="utf-8")))
-    assert {r["question"]: r["status"] for r in rows} == {"q1": "not attempted", "q2": "passed", "q3": "not attempted"}
+    assert {r["question"]: r["status"] for r in rows} == {"q1": "not attempted", "q2": "passed", "q3": "not attempted",
+                                                          "q4": "passed"}
     assert all(r["notebook"] == str(sub) for r in rows)
-    assert "1/3" in capsys.readouterr().out
+    assert "2/4" in capsys.readouterr().out
