@@ -527,6 +527,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse has printed the usage error
         return int(exc.code or 0)
+    sys.stdout.flush()  # what the caller printed comes before the progress bar (stderr)
     try:
         res = preprocess(args.input, args.output_prefix, args.tokenizer_model,
                          json_keys=args.json_keys, append_eod=args.append_eod,
