@@ -21,8 +21,8 @@ from labsupport.paths import CONFIG_DIR
 KEY_NOTES: dict[str, tuple[str, str]] = {
     "model.hidden_size": ("width of every transformer layer (d_model)", "book §6.3"),
     "model.num_layers": ("number of transformer layers", "book §6.3"),
-    "model.tensor_model_parallel_size": ("GPUs that split each layer's matrices (TP); all-reduce / all-gather inside a layer", "ch05 collectives"),
-    "model.pipeline_model_parallel_size": ("GPUs that hold consecutive groups of layers (PP); send/recv between stages", "ch05 collectives"),
+    "model.tensor_model_parallel_size": ("GPUs that split each layer's matrices (TP); all-gather / reduce-scatter inside every layer", "ch00 grid, ch05 collectives"),
+    "model.pipeline_model_parallel_size": ("GPUs that hold consecutive groups of layers (PP); send/recv between stages", "ch00 grid, ch05 collectives"),
     "model.precision": ("number format of the compute: bf16 halves memory and traffic vs fp32", "book §1.14"),
     "data.data_prefix": ("weights and .bin/.idx prefixes to blend", "ch02 indexing, ch03 blending"),
     "data.seq_length": ("tokens per training sample; packing fills it", "ch04 packing"),
@@ -31,6 +31,16 @@ KEY_NOTES: dict[str, tuple[str, str]] = {
     "trainer.devices": ("GPUs per node", "ch00 environment check"),
     "trainer.num_nodes": ("machines; devices × num_nodes GPUs in all", "ch05 collectives"),
     "trainer.max_steps": ("optimizer steps to run; with the batch size it fixes the samples drawn", "ch03 blending"),
+}
+
+#: Where a real NeMo 1.x config (``megatron_gpt_config.yaml``) keeps the keys that the book's conceptual
+#: config puts elsewhere; the other keys have the same path in both.
+NEMO1_KEYS: dict[str, str] = {
+    "model.precision": "trainer.precision",
+    "data.data_prefix": "model.data.data_prefix",
+    "data.seq_length": "model.encoder_seq_length (model.data.seq_length follows it)",
+    "data.tokenizer.type": "model.tokenizer.library",
+    "data.tokenizer.model": "model.tokenizer.model",
 }
 
 
@@ -76,10 +86,13 @@ def flat_items(cfg: DictConfig, prefix: str = "") -> list[tuple[str, object]]:
 
 
 def describe_config(cfg: DictConfig) -> list[tuple[str, object, str, str]]:
-    """Rows (key, value, what it controls, chapter) for every leaf of ``cfg``."""
+    """Rows (key, value, what it controls, chapter) for every leaf of ``cfg``; where NeMo 1.x keeps
+    the key under another path, ``what`` ends with it (see :data:`NEMO1_KEYS`)."""
     rows = []
     for key, value in flat_items(cfg):
         what, where = KEY_NOTES.get(key, ("(not explained in this workbook)", ""))
+        if key in NEMO1_KEYS:
+            what += f" — NeMo 1.x: {NEMO1_KEYS[key]}"
         rows.append((key, value, what, where))
     return rows
 

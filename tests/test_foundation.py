@@ -53,6 +53,10 @@ def test_config_overrides_and_layout():
     assert (layout.world_size, layout.data_parallel) == (64, 4)
     keys = [row[0] for row in cfglib.describe_config(cfglib.load_config())]
     assert "data.data_prefix" in keys and "model.tensor_model_parallel_size" in keys
+    notes = {row[0]: row[2] for row in cfglib.describe_config(cfglib.load_config())}
+    assert notes["data.data_prefix"].endswith("NeMo 1.x: model.data.data_prefix")
+    assert notes["model.precision"].endswith("NeMo 1.x: trainer.precision")
+    assert "NeMo 1.x" not in notes["trainer.devices"]          # same path in both
 
 
 @pytest.mark.parametrize("overrides, field", [
