@@ -189,9 +189,9 @@ def q3(diagnose_tokenizer_mismatch) -> str:
             expect(isinstance(got, dict), f"{name}: returned {type(got).__name__}, expected a dict")
             missing = [k for k in _Q3_KEYS if k not in got]
             expect(not missing, f"{name}: missing key(s) {missing}")
-            for key in _Q3_KEYS:
-                g, w = got[key], want[key]
-                expect(_q3_equal(key, g, w), f"{name}: {key} = {short(g, 90)}, expected {short(w, 90)}")
+            wrong = [f"{key} = {short(got[key], 90)}, expected {short(want[key], 90)}"
+                     for key in _Q3_KEYS if not _q3_equal(key, got[key], want[key])]
+            expect(not wrong, f"{name}: " + "; ".join(wrong))       # every wrong field at once
     return f"{len(scenarios)} freshly trained tokenizer pairs"
 
 

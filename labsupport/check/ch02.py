@@ -129,6 +129,37 @@ def q1(parse_idx) -> str:
     return "12 random .idx files (4 dtypes, empty and multi-sequence documents) and a bad magic"
 
 
+def q1_header(parse_idx) -> bool:
+    """Step 1 of q1, not graded: only the four header fields (version, dtype code, N, D) of 3 random
+    ``.idx`` files, so the header can be right before the three arrays are written. Prints one line."""
+    from labsupport.check._core import CheckFailed
+
+    rng = np.random.default_rng()
+    tmp = Path(tempfile.mkdtemp(prefix="ch02_q1h_"))
+    try:
+        for case in range(3):
+            prefix = _random_dataset(rng, tmp, f"h{case}")
+            with IndexedDataset(prefix) as ds:
+                want = {"version": 1, "dtype_code": ds.header.dtype_code, "num_sequences": len(ds),
+                        "num_document_indices": len(ds.document_indices)}
+            got = parse_idx(Path(get_idx_path(prefix)).read_bytes())
+            expect(isinstance(got, dict), f"parse_idx(...) returned {type(got).__name__}; expected a dict")
+            wrong = [f"{k} = {short(got.get(k))}, expected {v}" for k, v in want.items() if not _same_int(got.get(k), v)]
+            expect(not wrong, "; ".join(wrong))
+        print("✅ step 1 of q1: the header fields are right — now the three arrays, then check.q1")
+        return True
+    except CheckFailed as exc:
+        print(f"❌ step 1 of q1: {exc}\n   hint: struct.unpack('<QBQQ', raw[9:34]) after the 9-byte magic")
+    except Exception as exc:  # noqa: BLE001 - the learner's code
+        if isinstance(exc, NotImplementedError):
+            print("⬜ step 1 of q1: not attempted — the stub still raises NotImplementedError")
+        else:
+            print(f"❌ step 1 of q1: parse_idx raised {type(exc).__name__}: {short(str(exc))}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return False
+
+
 @check(CHAPTER, "q2", hint="document k starts at sequence d[k]; every sequence before it takes "
        "length × itemsize bytes, so the offset is sum(sequence_lengths[:d[k]]) * itemsize.")
 def q2(document_byte_offset) -> str:
