@@ -133,9 +133,16 @@ def draw_parallel_grid(layout, ax=None):
             width = min(first + tp, (node + 1) * per_node) - start
             ax.add_patch(Rectangle((slot * 1.2 - 0.07, -node - 0.07), width * 1.2 - 0.06, 0.94, fill=False,
                                    edgecolor="crimson" if layout.tp_spans_nodes else "black", linewidth=1.6))
+        first_node, last_node = first // per_node, (first + tp - 1) // per_node
+        if last_node > first_node:                                # bracket the nodes one TP group spans
+            x = per_node * 1.2 + 0.05
+            ax.plot([x, x + 0.15, x + 0.15, x], [-first_node + 0.85, -first_node + 0.85, -last_node - 0.05,
+                                                 -last_node - 0.05], color="crimson", lw=1.6)
+            ax.text(x + 0.25, (-first_node - last_node + 0.8) / 2, f"TP group {group}:\n{last_node - first_node + 1} nodes",
+                    ha="left", va="center", fontsize=8, color="crimson")
     for node in range(nodes):
         ax.text(-0.25, -node + 0.4, f"node {node}", ha="right", va="center", fontsize=9)
-    ax.set_xlim(-1.5, per_node * 1.2)
+    ax.set_xlim(-1.5, per_node * 1.2 + (1.6 if layout.tp_spans_nodes else 0))
     ax.set_ylim(-nodes + 0.6, 1.25)
     ax.axis("off")
     ax.set_title(f"{layout.world_size} GPUs = TP {tp} × PP {pp} × DP {dp}: boxes = TP groups, "
