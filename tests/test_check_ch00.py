@@ -42,8 +42,8 @@ def test_q1(capsys):
     assert not result.passed and "slow, not impossible" in result.message
     result = check.q1(never_warns)
     assert not result.passed and "expected one warnings.warn" in result.message
-    result = check.q1(always_warns)
-    assert not result.passed and "inside one node" in result.message
+    result = check.q1(always_warns)         # caught at its first layout, inside a node or across nodes
+    assert not result.passed and ("inside one node" in result.message or "got 2" in result.message), result.message
     assert check.q1(lambda d, n, t, p: (d * n) // (t * p)).status == "failed"   # never raises
     assert check.q1(stub).status == "not attempted"
 
