@@ -154,7 +154,8 @@ def draw_parallel_grid(layout, ax=None):
 
 #: Link bandwidth one GPU sends at, decimal GB/s per direction. NVLink 4 of an H100 SXM: 900 GB/s
 #: in both directions together (H100 datasheet) → 450 each way. Between nodes: one 400 Gb/s
-#: InfiniBand NDR adapter per GPU (the DGX H100 layout) → 50 GB/s.
+#: InfiniBand NDR ConnectX-7 port per GPU (DGX H100 User Guide, "Network Modules": eight ports,
+#: each tied to one GPU) → 50 GB/s.
 NVLINK_GBPS = 450.0
 INTERNODE_GBPS = 50.0
 #: Per-message latency of the α–β model (chapter 5): about 10 µs on either link.
