@@ -3,7 +3,9 @@
 NeMo declares model, data and trainer in YAML and overrides keys from the command line
 (Hydra's ``key.sub=value`` dotlist). ``load_config`` does the same; ``describe_config`` says
 what each key controls and which chapter shows it; ``parallel_layout`` derives the
-data-parallel size and refuses layouts that cannot work, naming the field.
+data-parallel size and refuses layouts that cannot work, naming the field. A layout that works
+but is slow — tensor parallelism wider than one node — is allowed, as in Megatron-Core;
+``labsupport.workbook.orientation.check_layout`` warns about it with the cost in seconds.
 """
 from __future__ import annotations
 
@@ -19,8 +21,8 @@ from labsupport.paths import CONFIG_DIR
 KEY_NOTES: dict[str, tuple[str, str]] = {
     "model.hidden_size": ("width of every transformer layer (d_model)", "book §6.3"),
     "model.num_layers": ("number of transformer layers", "book §6.3"),
-    "model.tensor_model_parallel_size": ("GPUs that split each layer's matrices (TP); all-reduce / all-gather inside a layer", "ch05 collectives"),
-    "model.pipeline_model_parallel_size": ("GPUs that hold consecutive groups of layers (PP); send/recv between stages", "ch05 collectives"),
+    "model.tensor_model_parallel_size": ("GPUs that split each layer's matrices (TP); all-gather / reduce-scatter inside every layer", "ch00 grid, ch05 collectives"),
+    "model.pipeline_model_parallel_size": ("GPUs that hold consecutive groups of layers (PP); send/recv between stages", "ch00 grid, ch05 collectives"),
     "model.precision": ("number format of the compute: bf16 halves memory and traffic vs fp32", "book §1.14"),
     "data.data_prefix": ("weights and .bin/.idx prefixes to blend", "ch02 indexing, ch03 blending"),
     "data.seq_length": ("tokens per training sample; packing fills it", "ch04 packing"),
@@ -29,6 +31,16 @@ KEY_NOTES: dict[str, tuple[str, str]] = {
     "trainer.devices": ("GPUs per node", "ch00 environment check"),
     "trainer.num_nodes": ("machines; devices × num_nodes GPUs in all", "ch05 collectives"),
     "trainer.max_steps": ("optimizer steps to run; with the batch size it fixes the samples drawn", "ch03 blending"),
+}
+
+#: Where a real NeMo 1.x config (``megatron_gpt_config.yaml``) keeps the keys that the book's conceptual
+#: config puts elsewhere; the other keys have the same path in both.
+NEMO1_KEYS: dict[str, str] = {
+    "model.precision": "trainer.precision",
+    "data.data_prefix": "model.data.data_prefix",
+    "data.seq_length": "model.encoder_seq_length (model.data.seq_length follows it)",
+    "data.tokenizer.type": "model.tokenizer.library",
+    "data.tokenizer.model": "model.tokenizer.model",
 }
 
 
@@ -74,10 +86,13 @@ def flat_items(cfg: DictConfig, prefix: str = "") -> list[tuple[str, object]]:
 
 
 def describe_config(cfg: DictConfig) -> list[tuple[str, object, str, str]]:
-    """Rows (key, value, what it controls, chapter) for every leaf of ``cfg``."""
+    """Rows (key, value, what it controls, chapter) for every leaf of ``cfg``; where NeMo 1.x keeps
+    the key under another path, ``what`` ends with it (see :data:`NEMO1_KEYS`)."""
     rows = []
     for key, value in flat_items(cfg):
         what, where = KEY_NOTES.get(key, ("(not explained in this workbook)", ""))
+        if key in NEMO1_KEYS:
+            what += f" — NeMo 1.x: {NEMO1_KEYS[key]}"
         rows.append((key, value, what, where))
     return rows
 
@@ -90,14 +105,29 @@ class ParallelLayout:
     tensor_parallel: int
     pipeline_parallel: int
     data_parallel: int
+    gpus_per_node: int = 0
+
+    @property
+    def tp_nodes(self) -> int:
+        """Nodes one tensor-parallel group spans (1 = it stays on one node's NVLink)."""
+        if self.gpus_per_node < 1:
+            return 1
+        return -(-self.tensor_parallel // self.gpus_per_node)
+
+    @property
+    def tp_spans_nodes(self) -> bool:
+        """True when TP > GPUs per node: legal, but TP's per-layer traffic crosses the network."""
+        return self.tp_nodes > 1
 
 
 def parallel_layout(cfg: DictConfig) -> ParallelLayout:
     """Derive the data-parallel size from trainer.devices × trainer.num_nodes / (TP × PP).
 
-    Raises ConfigError naming the field when a size is not a positive integer, when TP
-    exceeds the GPUs of one node (TP traffic must stay on NVLink), or when the world size
-    is not divisible by TP × PP.
+    Megatron-Core's rule (``parallel_state.initialize_model_parallel``): the world size must be
+    divisible by TP × PP (× CP, not used here); DP = world / (TP × PP). Raises ConfigError naming
+    the field when a size is not a positive integer or the world size is not divisible.
+    TP larger than ``trainer.devices`` is legal — the layout says so in ``tp_spans_nodes`` —
+    but slow; :func:`labsupport.workbook.orientation.check_layout` warns with the cost.
     """
     def positive(key: str) -> int:
         value = OmegaConf.select(cfg, key)
@@ -109,10 +139,7 @@ def parallel_layout(cfg: DictConfig) -> ParallelLayout:
     tp = positive("model.tensor_model_parallel_size")
     pp = positive("model.pipeline_model_parallel_size")
     world = devices * nodes
-    if tp > devices:
-        raise ConfigError(f"model.tensor_model_parallel_size={tp} exceeds trainer.devices={devices}: "
-                          "tensor parallelism must stay inside one node")
     if world % (tp * pp):
         raise ConfigError(f"trainer.devices × trainer.num_nodes = {world} GPUs is not divisible by "
                           f"model.tensor_model_parallel_size × model.pipeline_model_parallel_size = {tp}×{pp}")
-    return ParallelLayout(world, tp, pp, world // (tp * pp))
+    return ParallelLayout(world, tp, pp, world // (tp * pp), gpus_per_node=devices)

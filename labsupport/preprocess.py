@@ -1,6 +1,12 @@
 """Entry point: ``python -m labsupport.preprocess`` (the command stays short; the code is
-:mod:`labsupport.datasets.preprocess`)."""
-from labsupport.datasets.preprocess import main
+:mod:`labsupport.datasets.preprocess`, whose ``main`` documents the exit status)."""
+import sys
+
+try:
+    from labsupport.datasets.preprocess import main
+except KeyboardInterrupt:  # Ctrl-C while importing: one line, as main() does
+    print("preprocess: interrupted (Ctrl-C)", file=sys.stderr)
+    raise SystemExit(130) from None
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -100,3 +100,51 @@ def test_options_shown_to_learners_contain_the_answers():
 @pytest.mark.parametrize("name", ["q1", "q2", "q3", "q4"])
 def test_checks_carry_a_hint(name):
     assert getattr(check, name).hint
+
+
+def test_q5_transfer(capsys):
+    from labsupport.datasets.bpe import ByteBPE
+
+    def reference(text, merges):
+        return ByteBPE(merges=list(merges)).encode(text)
+
+    def sequential(text, merges):                       # merges in order, each over the whole sequence
+        ids = list(text.encode("utf-8"))
+        for k, pair in enumerate(merges):
+            out, i = [], 0
+            while i < len(ids):
+                if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+                    out.append(256 + k)
+                    i += 2
+                else:
+                    out.append(ids[i])
+                    i += 1
+            ids = out
+        return ids
+
+    assert check.q5(reference).passed and check.q5(sequential).passed
+    assert sequential("hi! hi", [(104, 105), (256, 33)]) == [257, 32, 256]
+
+    def reversed_order(text, merges):                   # the latest merge first: wrong
+        return sequential(text, []) if not merges else _apply_reversed(text, merges, sequential)
+
+    result = check.q5(reversed_order)
+    assert not result.passed and "expected" in result.message
+    assert not check.q5(lambda text, merges: list(text.encode("utf-8"))).passed     # ignores the merges
+    assert check.q5(stub).status == "not attempted"
+
+
+def _apply_reversed(text, merges, sequential):
+    ids = list(text.encode("utf-8"))
+    for k in reversed(range(len(merges))):
+        ids = [x for x in ids]
+        out, i = [], 0
+        while i < len(ids):
+            if i + 1 < len(ids) and (ids[i], ids[i + 1]) == merges[k]:
+                out.append(256 + k)
+                i += 2
+            else:
+                out.append(ids[i])
+                i += 1
+        ids = out
+    return ids

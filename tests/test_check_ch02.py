@@ -78,3 +78,73 @@ def test_q3(capsys):
     assert not check.q3(lambda: {**GOOD, "explanation": "mmap"}).passed
     assert not check.q3(lambda: {**GOOD, "problems": {**GOOD["problems"], "vocab": "fp32"}}).passed
     assert check.q3(stub).status == "not attempted"
+
+
+def document_tokens(raw_idx, raw_bin, k):
+    idx = parse_idx(raw_idx)
+    codes = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.float32, 8: np.uint16}
+    dtype = np.dtype(codes[idx["dtype_code"]])
+    first, last = int(idx["document_indices"][k]), int(idx["document_indices"][k + 1])
+    parts = [np.frombuffer(raw_bin, dtype, int(idx["sequence_lengths"][s]), int(idx["sequence_pointers"][s]))
+             for s in range(first, last)]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+
+def test_q4_transfer(capsys):
+    result = check.q4(document_tokens)
+    assert result.passed and "multi-sequence and empty" in result.message
+
+    def first_sequence_only(raw_idx, raw_bin, k):             # ignores the second sequence of a document
+        idx = parse_idx(raw_idx)
+        s = int(idx["document_indices"][k])
+        codes = {1: np.uint8, 4: np.int32, 5: np.int64, 8: np.uint16}
+        if s == int(idx["document_indices"][k + 1]):
+            return np.zeros(0, np.int64)
+        return np.frombuffer(raw_bin, codes[idx["dtype_code"]], int(idx["sequence_lengths"][s]),
+                             int(idx["sequence_pointers"][s]))
+
+    def always_uint16(raw_idx, raw_bin, k):                     # ignores the dtype code
+        idx = parse_idx(raw_idx)
+        first, last = int(idx["document_indices"][k]), int(idx["document_indices"][k + 1])
+        parts = [np.frombuffer(raw_bin, np.uint16, int(idx["sequence_lengths"][s]), int(idx["sequence_pointers"][s]))
+                 for s in range(first, last)]
+        return np.concatenate(parts) if parts else np.zeros(0, np.uint16)
+
+    for wrong in (first_sequence_only, always_uint16):
+        failed = False
+        for _ in range(5):                                      # random datasets: a miss needs a few tries
+            if not check.q4(wrong).passed:
+                failed = True
+                break
+        assert failed, wrong.__name__
+    assert not check.q4(lambda raw_idx, raw_bin, k: [1, 2]).passed
+    assert check.q4(stub).status == "not attempted"
+
+
+def test_q3_shows_a_model_answer_once_passed(capsys):
+    result = check.q3(lambda: GOOD)
+    assert result.passed and "model answer" in result.message and check.MODEL_ANSWER_Q3 in result.message
+    assert "model answer" not in check.q3(lambda: {"problems": {}, "explanation": ""}).message
+
+
+def test_q1_header_is_an_ungraded_first_step(capsys):
+    from labsupport.check._core import results
+
+    before = len(results("ch02"))
+
+    def header_only(raw):
+        version, code, n, d = struct.unpack("<QBQQ", raw[9:34])
+        return {"version": version, "dtype_code": code, "num_sequences": n, "num_document_indices": d}
+
+    assert check.q1_header(header_only) is True
+    assert "step 1 of q1: the header fields are right" in capsys.readouterr().out
+    assert not check.q1(header_only).passed                          # the arrays are still missing
+
+    def two_fields_wrong(raw):
+        return {**header_only(raw), "version": 0, "dtype_code": 200}
+
+    assert check.q1_header(two_fields_wrong) is False
+    out = capsys.readouterr().out
+    assert "version = " in out and "dtype_code = " in out                # both wrong fields named
+    assert check.q1_header(stub) is False and "not attempted" in capsys.readouterr().out
+    assert len(results("ch02")) == before + 1                           # only the q1 call was recorded

@@ -53,6 +53,10 @@ def test_config_overrides_and_layout():
     assert (layout.world_size, layout.data_parallel) == (64, 4)
     keys = [row[0] for row in cfglib.describe_config(cfglib.load_config())]
     assert "data.data_prefix" in keys and "model.tensor_model_parallel_size" in keys
+    notes = {row[0]: row[2] for row in cfglib.describe_config(cfglib.load_config())}
+    assert notes["data.data_prefix"].endswith("NeMo 1.x: model.data.data_prefix")
+    assert notes["model.precision"].endswith("NeMo 1.x: trainer.precision")
+    assert "NeMo 1.x" not in notes["trainer.devices"]          # same path in both
 
 
 @pytest.mark.parametrize("overrides, field", [
@@ -66,12 +70,66 @@ def test_config_bad_overrides_name_the_key(overrides, field):
 
 @pytest.mark.parametrize("overrides, field", [
     (["model.tensor_model_parallel_size=3"], "not divisible"),
-    (["model.tensor_model_parallel_size=16"], "exceeds trainer.devices"),
     (["trainer.devices=0"], "trainer.devices must be a positive integer"),
 ])
 def test_impossible_layouts_name_the_field(overrides, field):
     with pytest.raises(cfglib.ConfigError, match=field):
         cfglib.parallel_layout(cfglib.load_config("gpt_pretrain", overrides))
+
+
+def test_tp_across_nodes_is_legal_and_warns_with_its_cost():
+    cfg = cfglib.load_config("gpt_pretrain", ["model.tensor_model_parallel_size=16"])
+    layout = cfglib.parallel_layout(cfg)                  # Megatron's rule: 32 % (16 × 2) == 0
+    assert (layout.data_parallel, layout.tp_nodes, layout.tp_spans_nodes) == (1, 2, True)
+    with pytest.warns(orientation.TensorParallelAcrossNodesWarning) as record:
+        assert orientation.check_layout(cfg) == layout
+    message = str(record[0].message)
+    cost = orientation.tp_step_cost(cfg, layout)
+    assert cost.internode_s > 3 * cost.nvlink_s and cost.internode_s > cost.compute_s
+    for part in ("model.tensor_model_parallel_size=16", "trainer.devices=8", "2 nodes",
+                 f"{cost.internode_s:.2f} s", f"{cost.nvlink_s:.2f} s", "450 GB/s", "50 GB/s"):
+        assert part in message, (part, message)
+
+
+def test_tp_inside_a_node_does_not_warn(recwarn):
+    layout = orientation.check_layout(cfglib.load_config("gpt_pretrain"))
+    assert not layout.tp_spans_nodes and layout.tp_nodes == 1
+    assert not [w for w in recwarn if issubclass(w.category, orientation.TensorParallelAcrossNodesWarning)]
+
+
+def test_tp_cost_uses_chapter_5s_traffic_table():
+    from labsupport.distributed import collectives as C
+    cfg = cfglib.load_config("gpt_pretrain")
+    layout = cfglib.parallel_layout(cfg)
+    cost = orientation.tp_step_cost(cfg, layout)
+    h, L = cfg.model.hidden_size, cfg.model.num_layers
+    rows = C.training_traffic(params=12 * L * h * h + 32000 * h, hidden=h, layers=L, seq_len=cfg.data.seq_length,
+                              micro_batch=1, micro_batches=8, dp=2, tp=8, pp=2)
+    assert cost.tp_bytes_per_rank == sum(r["bytes_per_rank"] for r in rows if r["parallelism"] == "TP")
+    # bandwidth part alone: bytes / link speed; the rest is the α term (2 collectives × ops × (n-1) steps)
+    alpha_part = 2 * 4 * (L // 2) * 8 * 7 * orientation.LINK_ALPHA_S
+    assert cost.nvlink_s == pytest.approx(cost.tp_bytes_per_rank / 450e9 + alpha_part)
+    assert cost.internode_s == pytest.approx(cost.tp_bytes_per_rank / 50e9 + alpha_part)
+
+
+def test_megatron_rank_order():
+    # tp-cp-ep-dp-pp: TP fastest, then DP, then PP
+    assert orientation.megatron_coords(13, tp=8, pp=2, dp=2) == (5, 0, 1)
+    assert orientation.megatron_coords(16, tp=8, pp=2, dp=2) == (0, 1, 0)
+    coords = {orientation.megatron_coords(r, 4, 2, 3) for r in range(24)}
+    assert len(coords) == 24                                  # every GPU gets its own (tp, pp, dp)
+    with pytest.raises(ValueError, match="rank must be in"):
+        orientation.megatron_coords(24, 4, 2, 3)
+
+
+def test_megatron_rank_order_matches_megatron_core(megatron):
+    from megatron.core.parallel_state import RankGenerator
+    gen = RankGenerator(tp=4, ep=1, dp=3, pp=2, cp=1, order="tp-cp-ep-dp-pp")
+    for name, axis in (("tp", 0), ("pp", 1), ("dp", 2)):
+        for group in gen.get_ranks(name):
+            others = {tuple(v for i, v in enumerate(orientation.megatron_coords(r, 4, 2, 3)) if i != axis)
+                      for r in group}
+            assert len(others) == 1, (name, group)            # a group varies only its own axis
 
 
 def test_missing_config_file():
@@ -83,7 +141,7 @@ def test_memory_arithmetic_contradicts_seed_001_for_full_finetuning():
     assert orientation.training_memory_gb(8e9, "bf16_weights") == pytest.approx(16.0)
     assert orientation.training_memory_gb(8e9, "full_adam") == pytest.approx(128.0)
     assert orientation.training_memory_gb(8e9, "lora") < 80
-    for row in orientation.SEED_001_GPU_TABLE:
+    for row in orientation.K8S_GUIDE_GPU_TABLE:
         assert orientation.training_memory_gb(row.n_params, "full_adam") > row.gpu_memory_gb
     with pytest.raises(ValueError):
         orientation.training_memory_gb(8e9, "sgd")
@@ -136,13 +194,14 @@ def test_grade_cli_writes_a_gradebook(tmp_path, capsys):
     student.mkdir()
     sub = student / "00_orientation.ipynb"
     nb = nbformat.read(REPO_ROOT / "solutions" / "00_orientation.ipynb", as_version=4)
-    for cell in nb.cells:  # alice solved q2 only: q1 and q3 keep the exercise stubs
+    for cell in nb.cells:  # alice solved q2 and q4: q1 and q3 keep the exercise stubs
         if cell.cell_type == "code" and ("def data_parallel_size" in cell.source or "def exercise_5" in cell.source):
             cell.source = cell.source.split("### BEGIN SOLUTION")[0] + "    raise NotImplementedError\n"
     nbformat.write(nb, sub)
     out = tmp_path / "grades.csv"
     assert grade.main([str(sub), "--out", str(out)]) == 0
     rows = list(csv.DictReader(out.open(encoding="utf-8")))
-    assert {r["question"]: r["status"] for r in rows} == {"q1": "not attempted", "q2": "passed", "q3": "not attempted"}
+    assert {r["question"]: r["status"] for r in rows} == {"q1": "not attempted", "q2": "passed", "q3": "not attempted",
+                                                          "q4": "passed"}
     assert all(r["notebook"] == str(sub) for r in rows)
-    assert "1/3" in capsys.readouterr().out
+    assert "2/4" in capsys.readouterr().out

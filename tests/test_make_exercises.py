@@ -40,7 +40,8 @@ def test_outputs_cleared_and_banner_added():
     ex = make_exercise(nb, "01_demo.ipynb")
     code = [c for c in ex.cells if c.cell_type == "code"]
     assert code[0].outputs == [] and code[0].execution_count is None
-    assert "solutions/01_demo.ipynb" in ex.cells[1].source
+    assert "Exercise notebook" in ex.cells[1].source
+    assert "solutions" not in ex.cells[1].source.lower(), "the banner must not point at the answers"
     assert ex.cells[0].source == "# Chapter 1 — Demo: exercises"
     assert nb.cells[1].execution_count == 3, "the solution notebook itself is not modified"
 
@@ -49,3 +50,40 @@ def test_notebook_without_regions_is_refused():
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
     with pytest.raises(SolutionMarkupError, match="no '### BEGIN SOLUTION'"):
         make_exercise(nb, "02_x.ipynb")
+
+
+# ----------------------------------------------------------------------------- the commands (issue #13 item 14)
+
+def test_make_exercises_bad_markup_is_one_line_exit_1(tmp_path, capsys):
+    from labsupport.workbook import make_exercises as mx
+
+    sol, ex = tmp_path / "solutions", tmp_path / "exercises"
+    sol.mkdir()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("def f():\n    ### BEGIN SOLUTION\n    return 1\n")])
+    nbformat.write(nb, sol / "01_demo.ipynb")
+    status = mx.main(["--solutions", str(sol), "--exercises", str(ex)])
+    err = capsys.readouterr().err
+    assert status == 1 and len(err.strip().splitlines()) == 1 and "01_demo.ipynb" in err and "END SOLUTION" in err, err
+    status = mx.main(["--solutions", str(tmp_path / "none"), "--exercises", str(ex)])
+    err = capsys.readouterr().err
+    assert status == 1 and "no solutions notebooks" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(SystemExit) as exc:
+        mx.main(["--bogus"])
+    assert exc.value.code == 2
+
+
+def test_runall_refuses_an_unknown_parameter_and_a_missing_chapter(tmp_path, capsys):
+    from labsupport.workbook import runall
+
+    status = runall.main(["--out", str(tmp_path), "-p", "no_such_knob", "3", "00"])
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.strip().splitlines()) == 1, err
+    assert "00_orientation.ipynb has no parameter 'no_such_knob'" in err and "overrides" in err
+    assert not list(tmp_path.iterdir()), "nothing ran"
+    status = runall.main(["--out", str(tmp_path), "99"])
+    err = capsys.readouterr().err
+    assert status == 2 and "no chapter '99'" in err and len(err.strip().splitlines()) == 1
+    (tmp_path / "file").write_text("x")
+    status = runall.main(["--out", str(tmp_path / "file" / "out"), "00"])
+    err = capsys.readouterr().err
+    assert status == 1 and len(err.strip().splitlines()) == 1 and "file" in err and "Traceback" not in err, err

@@ -66,7 +66,9 @@ def test_cli_writes_exact_ids_with_eod(tmp_path, tok, tok_path, capsys):
     assert ds.dtype == np.uint16
     assert "6 documents (1 empty), dtype uint16" in out
     assert f"text: {sum(map(len, expected)):,} tokens" in out
-    assert "MB/s" not in out and "MB/s" in err          # timings only on stderr
+    # results on stdout, in order; the throughput line (timings) last, nothing but progress on stderr
+    assert out.splitlines()[-1].startswith(out.splitlines()[-1].split(" s, ")[0]) and "MB/s" in out.splitlines()[-1]
+    assert "MB/s" not in err
 
 
 def test_without_append_eod_no_bos_no_eos(tmp_path, tok, tok_path, capsys):
@@ -179,10 +181,11 @@ def test_no_word_cache_flag_and_stderr_note(tmp_path, tok, tok_path, capsys):
     src = write_jsonl(tmp_path / "a.jsonl", [{"text": t} for t in TEXTS * 3])
     base = ["--input", src, "--tokenizer-model", tok_path, "--append-eod"]
     code, out_cached, err = run(base + ["--output-prefix", tmp_path / "c"], capsys)
-    assert code == 0 and "word cache:" in err and "words seen before" in err
+    assert code == 0 and "word cache:" in out_cached and "words seen before" in out_cached
     code, out_plain, err = run(base + ["--output-prefix", tmp_path / "p", "--no-word-cache"], capsys)
-    assert code == 0 and "no word cache: turned off" in err
-    assert out_cached.replace("/c_", "/p_") == out_plain
+    assert code == 0 and "no word cache: turned off" in out_plain
+    without_timing = lambda text: text.splitlines()[:-1]                # noqa: E731 - the last line has timings
+    assert without_timing(out_cached.replace("/c_", "/p_")) == without_timing(out_plain)
     assert _outputs(str(tmp_path / "c_text_document")) == _outputs(str(tmp_path / "p_text_document"))
 
 
@@ -197,9 +200,9 @@ def test_tokenizer_without_exact_word_cache_is_encoded_as_before(tmp_path, capsy
     assert res.word_cache["used"] is False and "not a BPE model" in res.word_cache["reason"]
     expected = [tok.encode(t) + [tok.eod] if tok.encode(t) else [] for t in TEXTS]
     assert docs_of(res.prefixes["text"]) == expected
-    code, _, err = run(["--input", src, "--tokenizer-model", model, "--output-prefix", tmp_path / "x"],
+    code, out, _ = run(["--input", src, "--tokenizer-model", model, "--output-prefix", tmp_path / "x"],
                        capsys)
-    assert code == 0 and "no word cache: not a BPE model" in err
+    assert code == 0 and "no word cache: not a BPE model" in out
 
 
 BAD_ROWS = [
@@ -404,3 +407,100 @@ def test_config_blend_resolves_to_the_workbook_prefixes():
     assert all(IndexedDataset.exists(p) for p in resolved[1::2])
     other = [1.0, "/somewhere/else_text_document", 2.0, "/data/web"]
     assert resolve_workbook_blend(other) == other          # only <shipped domain>_text_document is rewritten
+
+
+# ----------------------------------------------------------------------------- bad input (issue #13 item 14)
+
+def test_json_key_that_no_line_has_fails_naming_the_keys_found(tmp_path, tok_path, capsys):
+    src = write_jsonl(tmp_path / "a.jsonl", [{"body": "x", "id": i} for i in range(5)])
+    code, out, err = run(["--input", src, "--tokenizer-model", tok_path, "--json-keys", "text",
+                          "--output-prefix", tmp_path / "o"], capsys)
+    last = err.strip().splitlines()[-1]
+    assert code == 1 and out == ""
+    assert last.startswith("preprocess: error: no usable line: all 5 lines were skipped")
+    assert "--json-keys text" in last and "['body', 'id']" in last, last
+    assert not list(tmp_path.glob("o_*")), "an empty dataset was written"
+
+
+def test_unwritable_output_folder_is_one_line(tmp_path, tok_path, capsys):
+    src = write_jsonl(tmp_path / "a.jsonl", [{"text": "hello"}])
+    code, out, err = run(["--input", src, "--tokenizer-model", tok_path,       # a missing folder is created
+                          "--output-prefix", tmp_path / "no" / "such" / "dir" / "web"], capsys)
+    assert code == 0 and (tmp_path / "no" / "such" / "dir" / "web_text_document.idx").is_file()
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.access(locked, os.W_OK):           # root ignores permissions
+            pytest.skip("running as root: every folder is writable")
+        code, out, err = run(["--input", src, "--tokenizer-model", tok_path, "--output-prefix", locked / "web"], capsys)
+        assert code == 1 and len(err.strip().splitlines()) == 1 and "cannot be written" in err, err
+    finally:
+        locked.chmod(0o700)
+
+
+def test_a_file_as_output_folder_is_one_line(tmp_path, tok_path, capsys):
+    src = write_jsonl(tmp_path / "a.jsonl", [{"text": "hello"}])
+    (tmp_path / "afile").write_text("x")
+    code, out, err = run(["--input", src, "--tokenizer-model", tok_path,
+                          "--output-prefix", tmp_path / "afile" / "web"], capsys)
+    assert code == 1 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "--output-prefix" in err and "afile" in err and "Traceback" not in err, err
+
+
+def test_stale_temporaries_of_a_killed_run_are_removed(tmp_path, tok_path, capsys):
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()                                   # a pid that no longer runs
+    prefix = tmp_path / "web_text_document"
+    stale = [tmp_path / f"web_text_document{ext}.tmp-{dead.pid}-0123abcd" for ext in (".bin", ".idx", ".json")]
+    live = tmp_path / f"web_text_document.bin.tmp-{os.getppid()}-89abcdef"      # a running process: kept
+    other = tmp_path / f"webx_text_document.bin.tmp-{dead.pid}-0123abcd"       # another prefix: kept
+    for p in stale + [live, other]:
+        p.write_bytes(b"partial")
+    assert pp.remove_stale_temporaries(prefix) == sorted(stale)
+    assert live.exists() and other.exists() and not any(p.exists() for p in stale)
+    for p in stale:
+        p.write_bytes(b"partial")
+    src = write_jsonl(tmp_path / "a.jsonl", [{"text": "hello"}])
+    code, _, err = run(["--input", src, "--tokenizer-model", tok_path, "--output-prefix", tmp_path / "web"], capsys)
+    assert code == 0 and "removed 3 temporary file(s) left by an interrupted run" in err
+    assert sorted(p.name for p in tmp_path.glob("web_text_document*")) == [
+        "web_text_document.bin", "web_text_document.bin" + live.name[len("web_text_document.bin"):],
+        "web_text_document.idx", "web_text_document.json"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "killpg"), reason="needs POSIX process groups (Ctrl-C in a terminal)")
+def test_ctrl_c_prints_one_line_leaves_nothing_and_exits_130(tmp_path, tok_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    line = json.dumps({"text": "def f(x):\n    return x + 1  # some code to tokenize\n" * 20})
+    src = tmp_path / "big.jsonl"
+    src.write_text((line + "\n") * 40_000, encoding="utf-8")          # ~45 MB: seconds of work
+    out_prefix = tmp_path / "out" / "big"
+    out_prefix.parent.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "labsupport.preprocess", "--input", str(src), "--tokenizer-model",
+                             tok_path, "--output-prefix", str(out_prefix), "--workers", "2", "--append-eod"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not list(out_prefix.parent.glob("*.tmp-*")) or out_prefix.parent.joinpath("big_text_document.bin" + "").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    time.sleep(1.0)                                             # the workers are tokenizing by now
+    assert proc.poll() is None, "finished before Ctrl-C: make the input bigger"
+    os.killpg(proc.pid, signal.SIGINT)                          # what Ctrl-C in a terminal does
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert err.strip().splitlines()[-1] == "preprocess: interrupted (Ctrl-C); no output was written", err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert list(out_prefix.parent.iterdir()) == []

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from labsupport.datasets.bpe import merge_step as _merge_step
+from labsupport.datasets.bpe import ByteBPE, merge_step as _merge_step
 from labsupport.paths import DOMAINS, data_file
 from labsupport.datasets.tokenizer import (Tokenizer, compare_tokenizers, read_documents, train_sentencepiece_bytes,
                          tokens_per_character as _tokens_per_character, workbook_tokenizer)
@@ -189,9 +189,9 @@ def q3(diagnose_tokenizer_mismatch) -> str:
             expect(isinstance(got, dict), f"{name}: returned {type(got).__name__}, expected a dict")
             missing = [k for k in _Q3_KEYS if k not in got]
             expect(not missing, f"{name}: missing key(s) {missing}")
-            for key in _Q3_KEYS:
-                g, w = got[key], want[key]
-                expect(_q3_equal(key, g, w), f"{name}: {key} = {short(g, 90)}, expected {short(w, 90)}")
+            wrong = [f"{key} = {short(got[key], 90)}, expected {short(want[key], 90)}"
+                     for key in _Q3_KEYS if not _q3_equal(key, got[key], want[key])]
+            expect(not wrong, f"{name}: " + "; ".join(wrong))       # every wrong field at once
     return f"{len(scenarios)} freshly trained tokenizer pairs"
 
 
@@ -221,4 +221,33 @@ def q4(exercise_4) -> tuple[str, dict[str, str]]:
     text = answer["explanation"]
     expect(isinstance(text, str) and len(text.split()) >= 15,
            "explanation: a few sentences (15+ words) in your own words")
-    return "cause, checks and fixes correct", {"explanation": text}
+    return ("cause, checks and fixes correct. Compare your explanation with this model answer: " + MODEL_ANSWER_Q4,
+            {"explanation": text})
+
+
+#: Shown once q4 passes, to compare the free-text explanation with.
+MODEL_ANSWER_Q4 = (
+    "The serving stack decodes with a different tokenizer (another .model, vocabulary or special ids) than the one "
+    "that wrote the training data, so every id means another piece. Compare the fingerprint stored beside the data "
+    "with the serving tokenizer's, and their vocabulary sizes and special ids; encode probe texts with both. Fix: "
+    "ship the exact .model with the checkpoint and refuse to serve when the fingerprints differ.")
+
+
+@check(CHAPTER, "q5", hint="start from the UTF-8 bytes; merge k turns the pair merges[k] into id 256 + k. Apply the "
+       "merges in the order they were learned (a later merge can use a token an earlier one made), each over the "
+       "whole sequence, left to right without overlaps — your merge_step's replacing part does that.")
+def q5(bpe_encode) -> str:
+    """Checked: 20 random texts (corpus snippets, Korean, emoji, whitespace) encoded with the merges of ByteBPE
+    models trained on *other* random snippets, against ByteBPE.encode; also a text no merge applies to."""
+    rng = random.Random()
+    for i in range(20):
+        model = ByteBPE.train(_snippet(rng, rng.choice(DOMAINS), 300, 2000), num_merges=rng.randint(10, 120))
+        text = _snippet(rng, rng.choice(DOMAINS), 20, 400) if i % 2 else _random_text(rng)
+        want = model.encode(text)
+        got = bpe_encode(text, list(model.merges))
+        expect(isinstance(got, list) and all(isinstance(x, int) for x in got),
+               f"bpe_encode({short(text, 40)}, <{len(model.merges)} merges>) returned {short(got)}; expected a list of ints")
+        expect(got == want, f"bpe_encode({short(text, 60)}, <{len(model.merges)} merges>) returned {short(got)}, "
+               f"expected {short(want)}" + (" — same length: check the merge order" if len(got) == len(want) else ""))
+    expect(bpe_encode("🙂", [(1, 2)]) == list("🙂".encode("utf-8")), "a text no merge applies to stays its bytes")
+    return "20 unseen texts, models with 10–120 merges"

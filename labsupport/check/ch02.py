@@ -1,6 +1,7 @@
 """Checks for chapter 2 (binary indexing): parse an ``.idx`` by hand, the byte offset of
-document k, and book exercise 1 (three problems of tokenizing every step, and how
-``.bin``/``.idx`` + mmap solves each).
+document k, book exercise 1 (three problems of tokenizing every step, and how
+``.bin``/``.idx`` + mmap solves each), and q4, a transfer: the tokens of document k read from the
+raw bytes of an ``.idx`` and a ``.bin`` whose documents hold several sequences or none.
 
 q1 and q2 build fresh random datasets with :class:`labsupport.datasets.indexed.IndexedDatasetBuilder`
 (random dtype, lengths, multi-sequence and empty documents) and compare the learner's function
@@ -128,6 +129,37 @@ def q1(parse_idx) -> str:
     return "12 random .idx files (4 dtypes, empty and multi-sequence documents) and a bad magic"
 
 
+def q1_header(parse_idx) -> bool:
+    """Step 1 of q1, not graded: only the four header fields (version, dtype code, N, D) of 3 random
+    ``.idx`` files, so the header can be right before the three arrays are written. Prints one line."""
+    from labsupport.check._core import CheckFailed
+
+    rng = np.random.default_rng()
+    tmp = Path(tempfile.mkdtemp(prefix="ch02_q1h_"))
+    try:
+        for case in range(3):
+            prefix = _random_dataset(rng, tmp, f"h{case}")
+            with IndexedDataset(prefix) as ds:
+                want = {"version": 1, "dtype_code": ds.header.dtype_code, "num_sequences": len(ds),
+                        "num_document_indices": len(ds.document_indices)}
+            got = parse_idx(Path(get_idx_path(prefix)).read_bytes())
+            expect(isinstance(got, dict), f"parse_idx(...) returned {type(got).__name__}; expected a dict")
+            wrong = [f"{k} = {short(got.get(k))}, expected {v}" for k, v in want.items() if not _same_int(got.get(k), v)]
+            expect(not wrong, "; ".join(wrong))
+        print("✅ step 1 of q1: the header fields are right — now the three arrays, then check.q1")
+        return True
+    except CheckFailed as exc:
+        print(f"❌ step 1 of q1: {exc}\n   hint: struct.unpack('<QBQQ', raw[9:34]) after the 9-byte magic")
+    except Exception as exc:  # noqa: BLE001 - the learner's code
+        if isinstance(exc, NotImplementedError):
+            print("⬜ step 1 of q1: not attempted — the stub still raises NotImplementedError")
+        else:
+            print(f"❌ step 1 of q1: parse_idx raised {type(exc).__name__}: {short(str(exc))}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return False
+
+
 @check(CHAPTER, "q2", hint="document k starts at sequence d[k]; every sequence before it takes "
        "length × itemsize bytes, so the offset is sum(sequence_lengths[:d[k]]) * itemsize.")
 def q2(document_byte_offset) -> str:
@@ -180,4 +212,48 @@ def q3(exercise_1) -> tuple[str, dict[str, str]]:
     text = answer.get("explanation", "")
     expect(isinstance(text, str) and len(text.split()) >= 20,
            "add an 'explanation' (at least 20 words): each problem and how its solution works")
-    return "problems and solutions matched", {"explanation": text}
+    return ("problems and solutions matched. Compare your explanation with this model answer: " + MODEL_ANSWER_Q3,
+            {"explanation": text})
+
+
+#: Shown once q3 passes, to compare the free-text explanation with.
+MODEL_ANSWER_Q3 = (
+    "(1) Tokenizing at every step repeats the same CPU work every epoch; when the loader's cores cannot make "
+    "tokens as fast as the GPUs consume them (small models, slow tokenizers, busy cores) the GPUs wait — "
+    "tokenize once offline and read ids from the .bin. (2) jsonl has no index: the .idx gives every sequence's "
+    "length and byte offset, so document k, any shuffled order and the resume point are one lookup. (3) Terabytes "
+    "do not fit in RAM, and every loader process that loads them pays again; mmap pages in only what samples touch, "
+    "once, in a page cache all processes share.")
+
+
+@check(CHAPTER, "q4", hint="parse the .idx as in exercise 1; the dtype code names the token type (8 = uint16, "
+       "4 = int32, ...). Document k is sequences d[k] .. d[k+1]-1: read each from its pointer (bytes) and "
+       "length (tokens) and join them; no sequences → an empty array.")
+def q4(document_tokens) -> str:
+    """Checked: every document of 8 random datasets (uint8/uint16/int32/int64 tokens; documents of 0, 1 or 2
+    sequences), returned as a 1-D integer array equal to IndexedDataset.document(k)."""
+    rng = np.random.default_rng()
+    folder = Path(tempfile.mkdtemp(prefix="check_ch02_q4_"))
+    n = multi = empty = 0
+    try:
+        for i in range(8):
+            prefix = _random_dataset(rng, folder, f"d{i}")
+            raw_idx, raw_bin = Path(prefix + ".idx").read_bytes(), Path(prefix + ".bin").read_bytes()
+            with IndexedDataset(prefix) as ds:
+                d = ds.document_indices
+                for k in range(ds.num_documents):
+                    want = ds.document(k)
+                    got = document_tokens(raw_idx, raw_bin, k)
+                    kind = "empty " if d[k + 1] == d[k] else ("multi-sequence " if d[k + 1] - d[k] > 1 else "")
+                    expect(isinstance(got, np.ndarray) and got.ndim == 1,
+                           f"document_tokens(..., k={k}) returned {type(got).__name__}; expected a 1-D numpy array")
+                    expect(_same_array(got, want), f"{kind}document {k} (sequences {int(d[k])}..{int(d[k + 1]) - 1} "
+                           f"of a {ds.dtype.name} dataset): got {short(np.asarray(got).tolist())}, "
+                           f"expected {short(want.tolist())}")
+                    n += 1
+                    multi += kind.startswith("multi")
+                    empty += kind.startswith("empty")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    expect(multi and empty, "a checker bug: the random datasets held no multi-sequence or no empty document")
+    return "every document of 8 random datasets, multi-sequence and empty ones included"

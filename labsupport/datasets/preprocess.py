@@ -26,6 +26,13 @@ Order is preserved.  Bad lines (invalid JSON or UTF-8, not an object, missing ke
 value, blank) are reported as ``file:line: reason``; by default they are skipped and counted,
 ``--strict`` stops at the first one without leaving any output behind.
 
+Exit status of ``python -m labsupport.preprocess``: 0 done; 1 an error (bad input, no usable line,
+an output folder that cannot be written — one line on stderr naming the file, line or flag);
+2 a usage error (argparse); 130 interrupted with Ctrl-C (one line; no output or temporary file
+left behind). Temporary files that a *killed* run (``kill -9``, a crash) could not remove are
+named ``<output>.tmp-<pid>-<hex>``; the next run with the same prefix removes those whose process
+is gone, and says so on stderr.
+
 Chapter 3 and later chapters use :func:`workbook_prefixes`: the four shipped domains
 preprocessed with the workbook tokenizer, cached in ``work_dir("indexed")``.
 """
@@ -40,6 +47,8 @@ import itertools
 import json
 import multiprocessing
 import os
+import re
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -155,6 +164,9 @@ def _init_worker(tokenizer, keys: tuple[str, ...], append_eod: bool, dtype: str,
         # notebook or a script that imported torch); move them out of the garbage collector's
         # sight, or each collection triggered by this worker's own allocations walks them all.
         gc.freeze()
+        # Ctrl-C reaches every process of the terminal's group: let only the parent handle it
+        # (it stops the pool and removes the partial output), so workers print no traceback.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     # each worker process gets its own, empty cache (None: plain encode_batch)
     exact = word_cache and tokenizer.word_cache_problem() is None
     cache = tokenizer.word_cache(dtype) if exact else None
@@ -276,8 +288,22 @@ def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *
     total_bytes = sum(f.stat().st_size for f in files)
     start = time.perf_counter()
 
-    builders = {k: IndexedDatasetBuilder(get_bin_path(p), dtype, vocab_size=tok.vocab_size)
-                for k, p in prefixes.items()}
+    for k, p in prefixes.items():
+        removed = remove_stale_temporaries(p)
+        if removed:
+            print(f"preprocess: removed {len(removed)} temporary file(s) left by an interrupted run: "
+                  f"{', '.join(shown_path(r) for r in removed)}", file=log)
+    builders: dict[str, IndexedDatasetBuilder] = {}
+    try:
+        for k, p in prefixes.items():
+            builders[k] = IndexedDatasetBuilder(get_bin_path(p), dtype, vocab_size=tok.vocab_size)
+    except OSError as exc:
+        for b in builders.values():
+            b.abort()
+        folder = Path(get_bin_path(prefixes[keys[0]])).parent
+        why = "does not exist" if not folder.is_dir() else f"cannot be written ({exc.strerror})"
+        raise PreprocessError(f"--output-prefix {shown_path(output_prefix)}: folder {shown_path(folder)} {why}; "
+                              "choose a folder you can write to") from None
     hashers = [hashlib.sha256() for _ in files]
     lines_per_file = [0] * len(files)
     bad_lines: list[BadLine] = []
@@ -295,22 +321,27 @@ def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *
     cache_problem = tok.word_cache_problem() if word_cache else "turned off (--no-word-cache)"
     init = (tok, keys, append_eod, dtype.str, cache_problem is None)
     cache_words = cache_misses = 0
-    pool = None
-    if workers > 1:
-        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-        pool = multiprocessing.get_context(method).Pool(workers, _init_worker, init + (True,))
-        results = _ordered(pool, tasks(), window=2 * workers + 2)
-    else:
-        _init_worker(*init)
-        results = map(_encode_block, tasks())
+    pool = bar = None
+    try:  # from here on, any exception (Ctrl-C included) removes the partial output
+        if workers > 1:
+            method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+            # Ctrl-C while the pool is half-built would leave worker processes that block the exit:
+            # hold SIGINT until `pool` exists, so the cleanup below can terminate it.
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if hasattr(signal, "pthread_sigmask") else None
+            try:
+                pool = multiprocessing.get_context(method).Pool(workers, _init_worker, init + (True,))
+            finally:
+                if held is not None:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            results = _ordered(pool, tasks(), window=2 * workers + 2)
+        else:
+            _init_worker(*init)
+            results = map(_encode_block, tasks())
+        if show_progress:
+            from labsupport.progress import progress
 
-    bar = None
-    if show_progress:
-        from labsupport.progress import progress
-
-        bar = progress(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1000,
-                       desc="preprocess")
-    try:
+            bar = progress(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1000,
+                           desc="preprocess")
         for fi, nbytes, n_lines, docs, encoded, bad, (n_words, n_misses) in results:
             lines_per_file[fi] += n_lines
             cache_words += n_words
@@ -337,6 +368,12 @@ def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *
                 bar.update(nbytes)
         if bar is not None:
             bar.refresh()  # the final counts and rate, however short the run
+        if n_docs == 0 and n_bad:
+            found = _keys_found(files)
+            raise PreprocessError(
+                f"no usable line: all {n_bad:,} lines were skipped (first: {bad_lines[0]}). "
+                + (f"--json-keys {' '.join(keys)}: the objects have keys {found}; pass one of them"
+                   if found and not set(keys) & set(found) else "see the warnings above"))
         if pool is not None:
             pool.close()
             pool.join()
@@ -360,6 +397,59 @@ def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *
                             seconds, sidecars,
                             {"used": cache_problem is None, "reason": cache_problem,
                              "words": cache_words, "misses": cache_misses})
+
+
+def _keys_found(files: Sequence[Path], max_lines: int = 1000) -> list[str]:
+    """Sorted keys of the JSON objects among the first ``max_lines`` lines of ``files``."""
+    keys: set[str] = set()
+    seen = 0
+    for path in files:
+        with open(path, "rb") as fh:
+            for line in fh:
+                if seen >= max_lines:
+                    return sorted(keys)
+                seen += 1
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(obj, dict):
+                    keys.update(obj)
+    return sorted(keys)
+
+
+_TEMP_TAG = re.compile(r"\.tmp-(?P<pid>\d+)-[0-9a-f]{8}$")
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def remove_stale_temporaries(prefix: PathLike) -> list[Path]:
+    """Delete ``<prefix>.{bin,idx,json}.tmp-<pid>-<hex>`` files whose writing process is gone.
+
+    :class:`~labsupport.datasets.indexed.IndexedDatasetBuilder` writes to such names and renames
+    them when done; a run killed before it could clean up leaves them behind. Files of a process
+    that is still running (another run writing the same prefix) are kept. Returns the removed paths.
+    """
+    prefix = Path(prefix)
+    removed = []
+    if not prefix.parent.is_dir():
+        return removed
+    for path in sorted(prefix.parent.glob(glob.escape(prefix.name) + ".*.tmp-*")):
+        m = _TEMP_TAG.search(path.name)
+        if m is None or path.name[: m.start()] not in {prefix.name + e for e in (".bin", ".idx", ".json")}:
+            continue
+        if int(m["pid"]) != os.getpid() and not _process_alive(int(m["pid"])):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
 
 
 def _warn(message: str, log, bar) -> None:
@@ -400,7 +490,9 @@ def _sidecar_extra(key: str, tok, append_eod: bool, files: list[Path], shown: li
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m labsupport.preprocess",
-        description="Tokenize jsonl files into Megatron .bin/.idx pairs (workbook chapter 2).")
+        description="Tokenize jsonl files into Megatron .bin/.idx pairs (workbook chapter 2).",
+        epilog="exit status: 0 done, 1 error (one line on stderr), 2 usage error, 130 interrupted (Ctrl-C); "
+               "results go to stdout, progress and warnings to stderr")
     p.add_argument("--input", nargs="+", required=True, metavar="FILE_OR_GLOB",
                    help="jsonl files or globs (quote globs), read in the order given")
     p.add_argument("--json-keys", nargs="+", default=["text"], metavar="KEY",
@@ -423,24 +515,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit status (0 ok, 1 bad input, 2 usage error).
+    """Run the CLI; returns the exit status (0 ok, 1 error, 2 usage error, 130 interrupted).
 
-    Prints a summary to stdout (counts and repo-relative paths, no timings); warnings,
-    the progress bar and the throughput go to stderr.
+    Results go to stdout, in order: the counts, the output paths and the throughput line (its
+    numbers are timings). Warnings and the progress bar go to stderr, flushed before each result
+    so a notebook or a terminal shows them in the order they happened. Errors are one line on
+    stderr, never a traceback.
     """
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse has printed the usage error
         return int(exc.code or 0)
+    sys.stdout.flush()  # what the caller printed comes before the progress bar (stderr)
     try:
         res = preprocess(args.input, args.output_prefix, args.tokenizer_model,
                          json_keys=args.json_keys, append_eod=args.append_eod,
                          workers=args.workers, strict=args.strict,
                          show_progress=not args.no_progress, word_cache=not args.no_word_cache)
     except PreprocessError as exc:
-        print(f"preprocess: error: {exc}", file=sys.stderr)
-        return 1
+        return _fail(f"preprocess: error: {exc}", 1)
+    except KeyboardInterrupt:
+        return _fail("preprocess: interrupted (Ctrl-C); no output was written", 130)
+    except OSError as exc:  # e.g. the disk filled up while writing
+        where = f" {shown_path(exc.filename)}" if exc.filename else ""
+        return _fail(f"preprocess: error:{where}: {exc.strerror or exc}", 1)
+    sys.stderr.flush()
     side = next(iter(res.sidecars.values()))
     files = len(side["sources"])
     print(f"{files} file{'s' if files != 1 else ''}, {res.input_bytes:,} bytes → "
@@ -458,9 +558,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         cache_note = f"no word cache: {wc.get('reason')}"
     print(f"{res.seconds:.2f} s, {mb / res.seconds:.1f} MB/s, "
-          f"{res.tokens_per_second:,.0f} tokens/s with {args.workers} worker(s); {cache_note}",
-          file=sys.stderr)
+          f"{res.tokens_per_second:,.0f} tokens/s with {args.workers} worker(s); {cache_note}")
+    sys.stdout.flush()
     return 0
+
+
+def _fail(message: str, status: int) -> int:
+    sys.stdout.flush()
+    print(message, file=sys.stderr, flush=True)
+    return status
 
 
 # ----------------------------------------------------------------------------------- workbook

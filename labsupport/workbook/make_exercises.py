@@ -26,9 +26,9 @@ STUB = 'raise NotImplementedError("exercise: replace this line with your code")'
 _MARK = re.compile(r"^(?P<indent>[ \t]*)(?P<mark>### (BEGIN|END) SOLUTION)\s*$")
 
 BANNER = (
-    "> **Exercise notebook** — generated from `solutions/{name}` by `make exercises`.\n"
-    "> Complete each function that raises `NotImplementedError`, then run the `check.qN(...)` cell\n"
-    "> below it. The notebook runs top to bottom even while exercises are unfinished."
+    "> **Exercise notebook** — complete each function that raises `NotImplementedError`, then run the\n"
+    "> `check.qN(...)` cell below it. Each exercise says what its check tests; a failed check gives a hint.\n"
+    "> The notebook runs top to bottom even while exercises are unfinished."
 )
 
 
@@ -88,12 +88,33 @@ def render(nb: nbformat.NotebookNode) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m labsupport.make_exercises", description=__doc__.split("\n\n")[0])
+    """Run the command. Exit status: 0 done (or, with --check, nothing stale); 1 stale exercises
+    (--check) or an error such as unbalanced solution markers (one line on stderr); 2 usage error;
+    130 interrupted (Ctrl-C)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("make_exercises: interrupted (Ctrl-C)", file=sys.stderr, flush=True)
+        return 130
+    except (SolutionMarkupError, nbformat.reader.NotJSONError) as exc:
+        print(f"make_exercises: error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except OSError as exc:
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"make_exercises: error:{where}: {exc.strerror or exc}", file=sys.stderr, flush=True)
+        return 1
+
+
+def _main(argv: list[str] | None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m labsupport.make_exercises", description=__doc__.split("\n\n")[0],
+                                 epilog="exit status: 0 done, 1 stale (--check) or an error, 2 usage error, 130 interrupted")
     ap.add_argument("--check", action="store_true", help="only report whether exercises/ is stale")
     ap.add_argument("--solutions", default=str(REPO_ROOT / "solutions"))
     ap.add_argument("--exercises", default=str(REPO_ROOT / "exercises"))
     args = ap.parse_args(argv)
     src_dir, dst_dir = Path(args.solutions), Path(args.exercises)
+    if not any(src_dir.glob("[0-9][0-9]_*.ipynb")):
+        raise SolutionMarkupError(f"no solutions notebooks (NN_topic.ipynb) in {src_dir}")
     stale: list[str] = []
     expected = set()
     for sol in sorted(src_dir.glob("[0-9][0-9]_*.ipynb")):

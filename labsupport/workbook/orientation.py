@@ -1,7 +1,9 @@
-"""The NeMo map of chapter 0: the data-path diagram every chapter fills in, and the memory
-arithmetic that checks seed 001's GPU table (chapter 0)."""
+"""The NeMo map of chapter 0: the data-path diagram every chapter fills in, the parallel layout
+of the book's config (and what tensor parallelism across nodes costs), and the memory arithmetic
+that checks the GPU table of the NeMo-on-Kubernetes guide (source 001) (chapter 0)."""
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 #: (stage label, detail, chapter) in data-path order.
@@ -71,7 +73,7 @@ def training_memory_gb(n_params: float, method: str) -> float:
 
 @dataclass(frozen=True)
 class GpuTableRow:
-    """One row of seed 001's 'GPU node requirements' table."""
+    """One row of the 'GPU node requirements' table of the NeMo-on-Kubernetes guide (source 001)."""
 
     model: str
     n_params: float
@@ -79,10 +81,152 @@ class GpuTableRow:
     gpu_memory_gb: float
 
 
-#: Seed 001's table as printed there (model size, minimum GPUs, their total memory).
-SEED_001_GPU_TABLE: tuple[GpuTableRow, ...] = (
+#: The Kubernetes guide's table as printed there (model size, minimum GPUs, their total memory).
+K8S_GUIDE_GPU_TABLE: tuple[GpuTableRow, ...] = (
     GpuTableRow("8B", 8e9, "1x A100 80GB", 80),
     GpuTableRow("13B", 13e9, "2x A100 80GB", 160),
     GpuTableRow("70B", 70e9, "8x A100 80GB", 640),
     GpuTableRow("405B", 405e9, "32x H100 80GB", 2560),
 )
+
+
+# ----------------------------------------------------------------------------- the GPU grid
+
+def megatron_coords(rank: int, tp: int, pp: int, dp: int) -> tuple[int, int, int]:
+    """(tp_rank, pp_rank, dp_rank) of global ``rank`` in Megatron-Core's default rank order.
+
+    ``parallel_state.initialize_model_parallel(order="tp-cp-ep-dp-pp")``: TP varies fastest, then
+    DP, then PP (CP = EP = 1 here), so rank = tp_rank + tp·(dp_rank + dp·pp_rank). With TP ≤ GPUs
+    per node each TP group is consecutive ranks — one node's NVLink. Example (TP 8, PP 2, DP 2):
+    rank 13 → (5, 0, 1); rank 16 → (0, 1, 0).
+    """
+    world = tp * pp * dp
+    if not 0 <= rank < world:
+        raise ValueError(f"rank must be in [0, {world}) for tp={tp} × pp={pp} × dp={dp}, got {rank}")
+    return rank % tp, rank // (tp * dp), (rank // tp) % dp
+
+
+def draw_parallel_grid(layout, ax=None):
+    """Every GPU of ``layout`` as a box, one row per node: colour = pipeline stage, hatch = DP replica,
+    label = (tp, pp, dp) rank; outlines mark the TP groups. Returns the Axes (the caller calls plt.show())."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    per_node = max(layout.gpus_per_node, 1)
+    nodes = -(-layout.world_size // per_node)
+    tp, pp, dp = layout.tensor_parallel, layout.pipeline_parallel, layout.data_parallel
+    if ax is None:
+        _, ax = plt.subplots(figsize=(min(1.3 * per_node + 1.8, 14), 0.95 * nodes + 1.0))
+    stage_colours = plt.get_cmap("tab10")
+    for rank in range(layout.world_size):
+        t, p, d = megatron_coords(rank, tp, pp, dp)
+        node, slot = divmod(rank, per_node)
+        x, y = slot * 1.2, -node
+        ax.add_patch(Rectangle((x, y), 1.0, 0.8, facecolor=stage_colours(p % 10), alpha=0.35 + 0.45 * (d % 2),
+                               edgecolor="#333333", linewidth=0.6))
+        ax.text(x + 0.5, y + 0.52, f"GPU {rank}", ha="center", va="center", fontsize=8, weight="bold")
+        ax.text(x + 0.5, y + 0.22, f"tp{t} pp{p} dp{d}", ha="center", va="center", fontsize=7.5)
+    for group in range(layout.world_size // tp):                 # outline each TP group
+        first = group * tp
+        for start in range(first, first + tp, per_node):          # a group may wrap onto the next node
+            node, slot = divmod(start, per_node)
+            width = min(first + tp, (node + 1) * per_node) - start
+            ax.add_patch(Rectangle((slot * 1.2 - 0.07, -node - 0.07), width * 1.2 - 0.06, 0.94, fill=False,
+                                   edgecolor="crimson" if layout.tp_spans_nodes else "black", linewidth=1.6))
+        first_node, last_node = first // per_node, (first + tp - 1) // per_node
+        if last_node > first_node:                                # bracket the nodes one TP group spans
+            x = per_node * 1.2 + 0.05
+            ax.plot([x, x + 0.15, x + 0.15, x], [-first_node + 0.85, -first_node + 0.85, -last_node - 0.05,
+                                                 -last_node - 0.05], color="crimson", lw=1.6)
+            ax.text(x + 0.25, (-first_node - last_node + 0.8) / 2, f"TP group {group}:\n{last_node - first_node + 1} nodes",
+                    ha="left", va="center", fontsize=8, color="crimson")
+    for node in range(nodes):
+        ax.text(-0.25, -node + 0.4, f"node {node}", ha="right", va="center", fontsize=9)
+    ax.set_xlim(-1.5, per_node * 1.2 + (1.6 if layout.tp_spans_nodes else 0))
+    ax.set_ylim(-nodes + 0.6, 1.25)
+    ax.axis("off")
+    ax.set_title(f"{layout.world_size} GPUs = TP {tp} × PP {pp} × DP {dp}: boxes = TP groups, "
+                 "colour = pipeline stage, shade = DP replica", fontsize=10)
+    return ax
+
+
+# ----------------------------------------------------------------------------- TP across nodes
+
+#: Link bandwidth one GPU sends at, decimal GB/s per direction. NVLink 4 of an H100 SXM: 900 GB/s
+#: in both directions together (H100 datasheet) → 450 each way. Between nodes: one 400 Gb/s
+#: InfiniBand NDR ConnectX-7 port per GPU (DGX H100 User Guide, "Network Modules": eight ports,
+#: each tied to one GPU) → 50 GB/s.
+NVLINK_GBPS = 450.0
+INTERNODE_GBPS = 50.0
+#: Per-message latency of the α–β model (chapter 5): about 10 µs on either link.
+LINK_ALPHA_S = 10e-6
+
+
+class TensorParallelAcrossNodesWarning(UserWarning):
+    """The config's TP group spans nodes: legal in Megatron-Core, but TP traffic leaves NVLink."""
+
+
+@dataclass(frozen=True)
+class TpCost:
+    """Seconds per training step that one rank spends in tensor-parallel collectives."""
+
+    tp_bytes_per_rank: float      # bytes sent per rank per step (chapter 5's traffic table)
+    nvlink_s: float               # the same collectives on NVLink inside one node
+    internode_s: float            # on the inter-node network (the slowest link of the ring)
+    compute_s: float              # the step's matrix maths on that rank, for scale
+
+    @property
+    def slowdown(self) -> float:
+        return self.internode_s / self.nvlink_s
+
+
+def tp_step_cost(cfg, layout, *, micro_batch: int = 1, micro_batches: int = 8, mfu: float = 0.4,
+                 peak_tflops: float = 989.0, vocab: int = 32000) -> TpCost:
+    """TP's cost per step for ``cfg``'s model (hidden_size, num_layers, data.seq_length) on ``layout``.
+
+    Bytes come from chapter 5's :func:`~labsupport.distributed.collectives.training_traffic` (with
+    sequence parallelism: per layer and micro-batch 4 all-gathers + 4 reduce-scatters of the
+    activation), times from its α–β model :func:`~labsupport.distributed.collectives.alpha_beta_time`
+    at :data:`NVLINK_GBPS` and :data:`INTERNODE_GBPS`. ``compute_s`` = 6·N·tokens / (TP·PP) FLOPs at
+    ``mfu`` × ``peak_tflops`` (H100 SXM bf16 dense: 989 TFLOPS) — the time TP traffic competes with.
+    N = 12·layers·hidden² + vocab·hidden (blocks + embedding), as in chapter 5.
+    """
+    from labsupport.distributed import collectives as C
+
+    h, layers, seq = int(cfg.model.hidden_size), int(cfg.model.num_layers), int(cfg.data.seq_length)
+    tp, pp, dp = layout.tensor_parallel, layout.pipeline_parallel, layout.data_parallel
+    params = 12 * layers * h * h + vocab * h
+    rows = C.training_traffic(params=params, hidden=h, layers=layers, seq_len=seq, micro_batch=micro_batch,
+                              micro_batches=micro_batches, dp=dp, tp=tp, pp=pp)
+    tp_rows = [r for r in rows if r["parallelism"] == "TP"]
+
+    def seconds(gbps: float) -> float:
+        return sum(r["ops_per_step"] * C.alpha_beta_time(r["collective"], r["message_bytes"], tp,
+                                                          LINK_ALPHA_S, 1 / (gbps * 1e9)) for r in tp_rows)
+
+    tokens = micro_batch * micro_batches * seq                    # one DP replica's tokens per step
+    compute = 6 * params * tokens / (tp * pp) / (mfu * peak_tflops * 1e12)
+    return TpCost(sum(r["bytes_per_rank"] for r in tp_rows), seconds(NVLINK_GBPS), seconds(INTERNODE_GBPS), compute)
+
+
+def check_layout(cfg):
+    """:func:`labsupport.config.parallel_layout` plus a warning when TP spans nodes.
+
+    Megatron-Core accepts TP wider than a node (it only needs world % (TP × PP) == 0), so this
+    is a :class:`TensorParallelAcrossNodesWarning`, not an error; the message gives the cost from
+    :func:`tp_step_cost`. Returns the ``ParallelLayout``.
+    """
+    from labsupport.config import parallel_layout
+
+    layout = parallel_layout(cfg)
+    if layout.tp_spans_nodes:
+        cost = tp_step_cost(cfg, layout)
+        warnings.warn(TensorParallelAcrossNodesWarning(
+            f"model.tensor_model_parallel_size={layout.tensor_parallel} > trainer.devices={layout.gpus_per_node}: "
+            f"each TP group spans {layout.tp_nodes} nodes. Legal (Megatron-Core only needs the world size "
+            f"to divide by TP × PP), but TP sends {cost.tp_bytes_per_rank / 1e9:.1f} GB per GPU per step inside "
+            f"every layer: {cost.nvlink_s:.2f} s on NVLink ({NVLINK_GBPS:.0f} GB/s) vs {cost.internode_s:.2f} s "
+            f"over the network ({INTERNODE_GBPS:.0f} GB/s), {cost.slowdown:.0f}× slower, against "
+            f"{cost.compute_s:.2f} s of compute. Keep TP ≤ trainer.devices; use PP or DP across nodes."),
+            stacklevel=2)
+    return layout

@@ -5,7 +5,12 @@
     python -m labsupport.runall --in-place notebooks solutions   # regenerate committed outputs
 
 The table lists chapter, seconds and status; it is also written to ``<out>/summary.md``.
-Exit status 1 when any notebook failed.
+A ``-p NAME`` that a chapter's ``parameters`` cell does not define is refused before anything runs
+(papermill itself would only warn and run with the default).
+
+Exit status: 0 every notebook ran; 1 a notebook failed, or an error (no such chapter, an output
+folder that cannot be written — one line on stderr); 2 a usage error (a bad option, an unknown
+parameter); 130 interrupted (Ctrl-C).
 """
 from __future__ import annotations
 
@@ -28,12 +33,13 @@ def _notebooks(selectors: list[str], default_dir: Path) -> list[Path]:
             found += sorted(p.glob("[0-9][0-9]_*.ipynb"))
         elif p.suffix == ".ipynb":
             if not p.is_file():
-                raise SystemExit(f"runall: no notebook {sel}")
+                raise UsageError(f"no notebook {sel}")
             found.append(p)
         else:  # a chapter number such as "02" or "2"
             matches = sorted(default_dir.glob(f"{int(sel):02d}_*.ipynb")) if sel.isdigit() else []
             if not matches:
-                raise SystemExit(f"runall: no chapter {sel!r} in {default_dir}")
+                raise UsageError(f"no chapter {sel!r} in {default_dir.name}/ (give a number such as 02, "
+                                 "a notebook path or a folder)")
             found += matches
     return found
 
@@ -54,6 +60,22 @@ def _papermill(nb: Path, out_dir: Path, params: dict, timeout: int) -> RunResult
         ename = getattr(exc, "ename", type(exc).__name__)
         evalue = getattr(exc, "evalue", None) or _first_line(str(exc))
         return RunResult(nb, time.perf_counter() - start, False, f"{ename}: {evalue}"[:200])
+
+
+class UsageError(Exception):
+    """A bad selection or parameter; main() prints it as one line and exits 2."""
+
+
+def _check_parameters(notebooks: list[Path], params: dict) -> None:
+    """Refuse a parameter that papermill does not find in a notebook's ``parameters`` cell."""
+    import papermill as pm
+
+    for nb in notebooks:
+        known = pm.inspect_notebook(str(nb))
+        unknown = sorted(set(params) - set(known))
+        if unknown:
+            raise UsageError(f"{nb.parent.name}/{nb.name} has no parameter {', '.join(map(repr, unknown))}; "
+                             f"its parameters: {', '.join(known) or '(none)'}")
 
 
 def _parse_value(text: str):
@@ -77,7 +99,25 @@ def format_table(results: list[RunResult]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m labsupport.runall", description=__doc__.split("\n\n")[0])
+    """Run the command; returns the exit status (see the module docstring)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("runall: interrupted (Ctrl-C)", file=sys.stderr, flush=True)
+        return 130
+    except UsageError as exc:
+        print(f"runall: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except OSError as exc:
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"runall: error:{where}: {exc.strerror or exc}", file=sys.stderr, flush=True)
+        return 1
+
+
+def _main(argv: list[str] | None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m labsupport.runall", description=__doc__.split("\n\n")[0],
+                                 epilog="exit status: 0 all ran, 1 a notebook failed or an error, 2 usage error, "
+                                        "130 interrupted")
     ap.add_argument("targets", nargs="*", help="chapter numbers, notebooks or folders (default: every notebooks/NN_*.ipynb)")
     ap.add_argument("--out", default="runs", help="output folder for papermill runs (default: runs/)")
     ap.add_argument("--in-place", action="store_true", help="execute and overwrite the notebooks themselves (make outputs)")
@@ -92,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     params = {k: _parse_value(v) for k, v in args.parameter}
     if args.in_place and params:
-        raise SystemExit("runall: --in-place regenerates committed outputs with default parameters; drop -p")
+        raise UsageError("--in-place regenerates committed outputs with default parameters; drop -p")
+    _check_parameters(notebooks, params)
     results: list[RunResult] = []
     out_dir = Path(args.out)
     if not args.in_place:
