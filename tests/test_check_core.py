@@ -32,7 +32,7 @@ def test_stub_is_not_attempted(capsys):
         raise NotImplementedError("exercise")
     result = q9(stub)
     assert result.status == "not attempted"
-    assert "⬜ q9 not attempted" in capsys.readouterr().out
+    assert "🟡 q9 not attempted" in capsys.readouterr().out
 
 
 def test_learner_exception_is_reported_not_raised(capsys):

@@ -7,8 +7,7 @@ import numpy as np
 from labsupport.datasets.bin_packing import first_fit_decreasing as _ffd
 from labsupport.datasets.bin_packing import padding_share as _padding_share
 from labsupport.datasets.gpt_samples import get_ltor_masks_and_position_ids
-from labsupport.check._core import check, expect, short
-from labsupport.check._core import summary as _summary
+from labsupport.check._core import Sealed, chapter_summary, check, check_seed, expect, same_set, short
 
 CHAPTER = "ch04"
 
@@ -30,13 +29,21 @@ MUST_DO_OPTIONS: dict[str, str] = {
     "raise_lr": "raise the learning rate in proportion to the examples per pack",
     "one_per_pack": "keep a single example per pack",
 }
-_WASTE = {"compute", "memory", "throughput"}
-_MUST_DO = {"block_mask", "reset_positions", "boundary_loss"}
+#: q4's answer keys, sealed (see _core.Sealed): (a) ...
+_WASTE = Sealed("labsupport:ch04:q4:a", [
+    "05b24c6ab945be78c3954b1d5aeef290dfff01cea153dbd7bc739d8435f8f5e7",
+    "b553044edcd10490248436a4355b2c059528e7328d0d497977f7c56c2cd2e65c",
+    "d597acc67aad89ce5177b7ec4bdbcaab01bbc2738b2cd4eaaf1b69b5870c6bf6",
+])
+#: ... and (c).
+_MUST_DO = Sealed("labsupport:ch04:q4:c", [
+    "07f290e619186b0b1299af2e7d04318fd3ba85b3f81b09a410a4c72d780d098a",
+    "553568954a4592b99a97e6dc3e238c557afe0aaa5a7c102c4bc5caec0a741e7f",
+    "981765e273f8d9efe3043d72e3475e6a664ce6c3aa7d0b49b286465501cba193",
+])
 
 
-def summary() -> None:
-    """Print this chapter's check results and score (last cell of the solutions notebook)."""
-    _summary(CHAPTER)
+summary = chapter_summary(CHAPTER)
 
 
 def _number(value, what: str) -> float:
@@ -47,7 +54,7 @@ def _number(value, what: str) -> float:
 
 @check(CHAPTER, "q1", hint="padding share = padded slots / all slots = 1 − sum(lengths) / (n × seq_length).")
 def q1(padding_share) -> str:
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(check_seed())
     for _ in range(40):
         seq_length = int(rng.choice([128, 512, 2048, 4096]))
         lengths = rng.integers(1, seq_length + 1, int(rng.integers(1, 300))).tolist()
@@ -74,7 +81,7 @@ def _as_bins(value, n: int, call: str) -> list[list[int]]:
 @check(CHAPTER, "q2", hint="sort the indices by decreasing length (ties: lower index first); put each into the "
        "first pack (in opening order) whose total + length <= pack_size, else open a new pack.")
 def q2(first_fit_decreasing) -> str:
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(check_seed())
     cases = 0
     for _ in range(60):
         pack_size = int(rng.integers(8, 200))
@@ -101,7 +108,7 @@ def _as_array(value) -> np.ndarray:
 @check(CHAPTER, "q3", hint="positions restart at 0 right after each EOD; the mask is True (= masked) above the "
        "diagonal and, for every EOD at i, for rows > i and columns <= i (Megatron's reset flags).")
 def q3(positions_and_mask) -> str:
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(check_seed())
     for _ in range(50):
         s = int(rng.integers(1, 40))
         eod = int(rng.integers(0, 5))
@@ -136,7 +143,7 @@ def q4(exercise_3) -> tuple[str, dict[str, str]]:
            "4096, what fraction of the row is padding?")
     wasted = set(answer["a_wasted"])
     expect(wasted <= set(WASTE_OPTIONS), f"(a) unknown keys {sorted(wasted - set(WASTE_OPTIONS))}; use {sorted(WASTE_OPTIONS)}")
-    expect(wasted == _WASTE, "(a) some chosen items are not wasted, or something wasted is missing "
+    expect(same_set(wasted, _WASTE), "(a) some chosen items are not wasted, or something wasted is missing "
            "(is a padded example lost, or is its gradient wrong?)")
     per_pack = _number(answer["b_examples_per_pack"], "b_examples_per_pack")
     expect(13 <= per_pack <= 14, f"(b) {per_pack:g} examples per pack: how many ~300-token examples fit 4096 tokens?")
@@ -145,7 +152,7 @@ def q4(exercise_3) -> tuple[str, dict[str, str]]:
            "4096 / 300")
     must = set(answer["c_must_do"])
     expect(must <= set(MUST_DO_OPTIONS), f"(c) unknown keys {sorted(must - set(MUST_DO_OPTIONS))}")
-    expect(must == _MUST_DO, "(c) not the right set: what keeps each example's computation exactly as if it were alone?")
+    expect(same_set(must, _MUST_DO), "(c) not the right set: what keeps each example's computation exactly as if it were alone?")
     why = answer.get("why", "")
     expect(isinstance(why, str) and len(why.split()) >= 5, "add a 'why' field: a few sentences for (a), (b) and (c)")
     return "(a), (b), (c) correct", {"why": why}
