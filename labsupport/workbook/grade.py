@@ -26,7 +26,9 @@ import io
 import json
 import os
 import secrets
+import shutil
 import sys
+import tempfile
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from multiprocessing import get_context
@@ -215,7 +217,10 @@ def main(argv: list[str] | None = None) -> int:
     options = Options(seed=seed, rounds=args.rounds,
                       limits=Limits(cell_timeout=args.cell_timeout, question_timeout=args.timeout,
                                     submission_timeout=args.submission_timeout, memory_mb=args.memory_mb),
-                      overrides=frozenset(tuple(o.split(":")) for o in args.override))
+                      overrides=frozenset(tuple(o.split(":")) for o in args.override),
+                      protect=tuple(dict.fromkeys([Path(args.out).resolve().parent] +
+                                                  [Path(s).resolve() if Path(s).is_dir() else Path(s).resolve().parent
+                                                   for s in args.submissions])))
     book = Gradebook(out, chapters, args.regrade)
     todo, skipped = [], 0
     for f in files:
@@ -265,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         done += 1
         bar.update(1)
 
+    workroot = tempfile.mkdtemp(prefix="labsupport-grade-")
+    options.workroot = workroot
     try:
         if args.jobs == 1:
             for f in todo:
@@ -287,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         bar.close()
         print(f"\ninterrupted: {done} of {len(todo)} graded; {out} holds them", file=sys.stderr)
         return 130
+    finally:
+        shutil.rmtree(workroot, ignore_errors=True)
     bar.close()
     elapsed = time.monotonic() - started
     pairs = similar_pairs(answers, args.similarity)

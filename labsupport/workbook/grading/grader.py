@@ -37,6 +37,8 @@ class Options:
     rounds: int = 2                 # each check runs this many times on different hidden seeds
     limits: Limits = field(default_factory=Limits)
     overrides: frozenset = frozenset()  # {(student, chapter, question)} whose flags are accepted
+    workroot: str | None = None         # folder for the per-submission working folders
+    protect: tuple = ()                 # more folders the student's process may only read
 
 
 @dataclass
@@ -163,7 +165,7 @@ class Session:
         """Start a worker and run the program's cells; False when it had to be killed (retry)."""
         if self.worker is not None:
             self.worker.kill()
-        self.worker = Worker(self.workdir, self.limits)
+        self.worker = Worker(self.workdir, self.limits, protect=self.options.protect)
         self.worker.start()
         refs = {q.name: q.references for q in self.chapter.questions}
         try:
@@ -232,6 +234,11 @@ class Session:
 
     def _run_check(self, q: Question, row: Row, feedback: list[str]) -> None:
         fn = getattr(self.chapter.module, q.name)
+        try:
+            self.worker_ready()  # (re)starting the student's process is not the question's time
+        except WorkerDied as exc:
+            row.status, row.reason = "failed", f"your notebook's process could not be run ({exc})"
+            return
         deadline = time.monotonic() + self.limits.question_timeout
         proxies = [_Remote(self, name, q.name, deadline) for name in q.functions]
         lines: list[str] = []
@@ -313,7 +320,7 @@ def grade_file(path: Path, chapters: dict[str, Chapter], options: Options, force
     elif guess is not None and guess != chapter.number:
         flags.append(f"wrong-chapter: submitted as chapter {chapter.number}, but its cells are chapter {guess}'s exercises")
     answers, how = answer_sources(chapter, cells)
-    workdir = Path(tempfile.mkdtemp(prefix="labsupport-grade-"))
+    workdir = Path(tempfile.mkdtemp(prefix="submission-", dir=options.workroot))
     feedback: list[str] = []
     rows: list[Row] = []
     session = None

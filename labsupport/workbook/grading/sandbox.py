@@ -70,6 +70,18 @@ def _probe(cmd: list[str]) -> bool:
 
 
 _UNSHARE = ["--user", "--map-root-user", "--pid", "--net", "--fork", "--kill-child", "--mount-proc"]
+# inside the namespaces: the protected folders become read-only bind mounts, the worker's own
+# folder stays writable, then the worker starts (a failed remount is logged, not fatal)
+_MOUNTS = r"""
+IFS=:
+for p in $LABSUPPORT_RO; do
+  [ -d "$p" ] || continue
+  mount --bind "$p" "$p" && mount -o remount,bind,ro "$p" || echo "grading sandbox: could not make $p read-only" >&2
+done
+mount --bind "$LABSUPPORT_RW" "$LABSUPPORT_RW" && mount -o remount,bind,rw "$LABSUPPORT_RW" || echo "grading sandbox: $LABSUPPORT_RW stays as it is" >&2
+unset LABSUPPORT_RO LABSUPPORT_RW IFS
+exec "$@"
+"""
 
 
 @functools.lru_cache(maxsize=None)
@@ -82,7 +94,9 @@ def sandbox_mode() -> str:
     if forced in ("", "bwrap") and bwrap and _probe([bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
                                                       "--unshare-all", "--die-with-parent", "--"]):
         return "bwrap"
-    if forced in ("", "unshare") and unshare and _probe([unshare, *_UNSHARE]):
+    if forced in ("", "unshare") and unshare and _probe([unshare, *_UNSHARE, "sh", "-c",
+                                                        "mount --bind / /mnt 2>/dev/null || mount --bind /tmp /tmp; exec \"$@\"",
+                                                        "sh"]):
         return "unshare"
     return "none"
 
@@ -91,9 +105,9 @@ def sandbox_note(mode: str | None = None) -> str:
     mode = mode or sandbox_mode()
     return {
         "bwrap": "sandbox: bwrap — read-only file system except the worker's folder, own PID and network namespaces",
-        "unshare": "sandbox: unshare — own PID and network namespaces (cannot see or signal the grader, no "
-                   "network); file writes are confined by a private copy of labsupport and a check of the "
-                   "repository after each submission (install bwrap for a read-only file system)",
+        "unshare": "sandbox: unshare — own PID, network and mount namespaces: cannot see or signal the grader, "
+                   "no network; the repository, the submissions, the gradebook, your home and the other "
+                   "students' folders are read-only to it",
         "none": "sandbox: NONE available (no bwrap, no unprivileged unshare) — student code runs as your user "
                 "with limits, its own session and folder, but could reach your files and processes; grade on "
                 "a machine or account you can spare, or install bubblewrap",
@@ -106,7 +120,7 @@ def _prefix(mode: str, workdir: Path) -> list[str]:
                 "--tmpfs", "/tmp", "--bind", str(workdir), str(workdir), "--unshare-all", "--die-with-parent",
                 "--new-session", "--chdir", str(workdir / "home"), "--"]
     if mode == "unshare":
-        return [shutil.which("unshare") or "unshare", *_UNSHARE]
+        return [shutil.which("unshare") or "unshare", *_UNSHARE, "sh", "-c", _MOUNTS, "sh"]
     return [sys.executable, "-I", "-c", _NANNY]
 
 
@@ -125,8 +139,9 @@ def prepare_folder(workdir: Path) -> Path:
 class Worker:
     """One student process; :meth:`request` sends a message and waits for the answer."""
 
-    def __init__(self, workdir: Path, limits: Limits, mode: str | None = None):
+    def __init__(self, workdir: Path, limits: Limits, mode: str | None = None, protect: tuple[Path, ...] = ()):
         self.workdir, self.limits, self.mode = Path(workdir), limits, mode or sandbox_mode()
+        self.protect = tuple(Path(p) for p in protect)
         self.proc: subprocess.Popen | None = None
         self._to = self._from = -1
 
@@ -140,6 +155,10 @@ class Worker:
                "MPLBACKEND": "Agg", "LABSUPPORT_WORK": str(home / "work"), "OMP_NUM_THREADS": "1",
                "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
                "CUDA_VISIBLE_DEVICES": ""}
+        if self.mode == "unshare":
+            ro = [REPO_ROOT, Path.home(), self.workdir.parent, *self.protect]
+            env["LABSUPPORT_RO"] = ":".join(dict.fromkeys(str(Path(p).resolve()) for p in ro if ":" not in str(p)))
+            env["LABSUPPORT_RW"] = str(self.workdir.resolve())
         limits = self.limits
 
         def set_limits() -> None:  # runs in the child before exec: inherited by everything it starts
