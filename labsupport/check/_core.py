@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import hashlib
+import inspect
 import json
 import os
 import traceback
@@ -169,7 +170,10 @@ class Sealed:
 
 def same_set(chosen: Iterable[Any], right: Sealed) -> bool:
     """Is ``chosen`` exactly the sealed set (no wrong member, none missing)?"""
-    chosen = set(chosen)
+    try:
+        chosen = set(chosen)
+    except TypeError:  # unhashable members: not a set of option keys
+        return False
     return len(chosen) == len(right) and all(c in right for c in chosen)
 
 
@@ -236,7 +240,7 @@ def _blame(exc: BaseException, body: Callable | None = None) -> str:
     if where is not None:  # raised in the learner's process and re-raised here by the grader
         return f"your code raised {type(exc).__name__}: {exc} ({where})"
     frames = traceback.extract_tb(exc.__traceback__)
-    code = getattr(body, "__code__", None)
+    code = getattr(inspect.unwrap(body), "__code__", None) if body is not None else None
     if code is not None:
         for i, f in enumerate(frames):
             if f.filename == code.co_filename and f.name == code.co_name:

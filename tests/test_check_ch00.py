@@ -1,0 +1,86 @@
+"""labsupport.check.ch00: each check passes a correct answer, fails plausible mistakes and
+hard-coded answers, and reports an untouched stub as not attempted."""
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from labsupport.check import ch00 as check
+from labsupport.config import ConfigError, parallel_layout
+from labsupport.workbook.orientation import training_memory_gb
+
+
+def stub(*args):
+    raise NotImplementedError("exercise")
+
+
+def data_parallel_size(devices, num_nodes, tp, pp):
+    """The reference answer, through the library's own layout rule (whatever it allows)."""
+    cfg = OmegaConf.create({"trainer": {"devices": devices, "num_nodes": num_nodes},
+                            "model": {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp}})
+    try:
+        return parallel_layout(cfg).data_parallel
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+
+
+GOOD_Q3 = {"a": "nemo", "b": "hf", "c": "nemo",
+           "why": "Pre-training at 1024 GPUs needs Megatron parallelism; LoRA on one node is simple in HF; "
+                  "NeMo ships speech collections."}
+
+
+def test_q1_data_parallel_size(capsys):
+    assert check.q1(data_parallel_size).passed
+
+    def never_raises(devices, num_nodes, tp, pp):  # floor division hides impossible layouts
+        return max(1, devices * num_nodes // (tp * pp))
+
+    def as_float(devices, num_nodes, tp, pp):
+        return float(data_parallel_size(devices, num_nodes, tp, pp))
+
+    def forgets_pp(devices, num_nodes, tp, pp):
+        data_parallel_size(devices, num_nodes, tp, pp)  # raises where the layout is impossible
+        return devices * num_nodes // tp
+
+    def hard_coded(devices, num_nodes, tp, pp):
+        return 4
+
+    for wrong in (never_raises, as_float, forgets_pp, hard_coded):
+        assert check.q1(wrong).status == "failed", wrong.__name__
+    assert check.q1(stub).status == "not attempted"
+    assert "hint:" in capsys.readouterr().out
+
+
+def test_q2_memory_gb():
+    assert check.q2(training_memory_gb).passed
+    gib = lambda n, method: training_memory_gb(n, method) * 1e9 / 2**30
+    twelve_bytes = lambda n, method: n * {"bf16_weights": 2, "full_adam": 12}[method] / 1e9
+    swapped = lambda n, method: training_memory_gb(n, "full_adam" if method == "bf16_weights" else "bf16_weights")
+    hard_coded = lambda n, method: 112.0
+    for wrong in (gib, twelve_bytes, swapped, hard_coded):
+        assert check.q2(wrong).status == "failed"
+    assert check.q2(stub).status == "not attempted"
+
+
+def test_q3_exercise_5(capsys):
+    result = check.q3(lambda: GOOD_Q3)
+    assert result.passed and result.manual == {"why": GOOD_Q3["why"]}
+    assert check.q3(lambda: {**GOOD_Q3, "b": "either"}).passed
+    for change in ({"a": "hf"}, {"b": "nemo"}, {"c": "hf"}, {"c": "pytorch"}, {"why": "because"}):
+        assert check.q3(lambda: {**GOOD_Q3, **change}).status == "failed", change
+    assert check.q3(lambda: ["nemo", "hf", "nemo"]).status == "failed"
+    assert check.q3(stub).status == "not attempted"
+    capsys.readouterr()
+
+
+def test_q3_answer_key_is_sealed():
+    import inspect
+
+    source = inspect.getsource(check)
+    assert 'answer["a"] == "nemo"' not in source
+    assert ["a", "nemo"] in check._SCENARIO_ANSWERS and ["a", "hf"] not in check._SCENARIO_ANSWERS
+
+
+@pytest.mark.parametrize("name", ["q1", "q2", "q3"])
+def test_checks_carry_a_hint(name):
+    assert getattr(check, name).hint
