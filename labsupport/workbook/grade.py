@@ -128,10 +128,10 @@ class Gradebook:
         self.summary = out.with_name("summary.csv")
         self.chapters = {ch.key: ch for ch in chapters.values()}
         self.rows: list[dict] = []
-        if out.is_file() and not regrade:
+        if out.is_file():  # kept until a student is graded again, so an interrupted --regrade loses nothing
             with open(out, newline="", encoding="utf-8") as fh:
                 self.rows = [dict(r) for r in csv.DictReader(fh)]
-        self.done = {(r["student"], r["chapter"]) for r in self.rows}
+        self.done = set() if regrade else {(r["student"], r["chapter"]) for r in self.rows}
 
     def add(self, graded: Graded) -> None:
         key = (graded.student, graded.chapter)
@@ -201,6 +201,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # before or after the class loop (which reports its own progress)
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     chapters = discover(Path(args.exercises) if args.exercises else None)
     files = _submissions(args.submissions)

@@ -54,8 +54,8 @@ def _unb64(text: str) -> bytes:
 def _array(arr: np.ndarray) -> dict:
     if arr.dtype.hasobject:
         return {"$t": "ndobj", "shape": list(arr.shape), "items": [encode(x) for x in arr.reshape(-1).tolist()]}
-    arr = np.ascontiguousarray(arr)
-    return {"$t": "nd", "dtype": arr.dtype.str, "shape": list(arr.shape), "data": _b64(arr.tobytes())}
+    shape = list(arr.shape)  # (np.ascontiguousarray makes a 0-d array 1-d)
+    return {"$t": "nd", "dtype": arr.dtype.str, "shape": shape, "data": _b64(np.ascontiguousarray(arr).tobytes())}
 
 
 def encode(value: Any, _depth: int = 0) -> Any:
@@ -149,13 +149,13 @@ def decode(data: Any) -> Any:
         dtype = np.dtype(data["dtype"])
         if dtype.hasobject:
             raise EncodeError("object arrays do not travel as raw bytes")
-        arr = np.frombuffer(_unb64(data["data"]), dtype=dtype).reshape(data["shape"]).copy()
+        arr = np.frombuffer(_unb64(data["data"]), dtype=dtype).reshape(tuple(data["shape"])).copy()
         return arr[()] if tag == "npscalar" else arr
     if tag == "ndobj":
         items = [decode(x) for x in data["items"]]
         arr = np.empty(len(items), dtype=object)
         arr[:] = items
-        return arr.reshape(data["shape"])
+        return arr.reshape(tuple(data["shape"]))
     if tag == "tokenizer":
         from labsupport.datasets.tokenizer import Tokenizer
 

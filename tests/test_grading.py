@@ -1,0 +1,168 @@
+"""The grading machinery piece by piece: plain-data codec, static flags, similarity, the CSV
+guards, student ids, the sandbox without namespaces, Ctrl-C and --regrade."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from labsupport.paths import REPO_ROOT
+from labsupport.workbook import grade
+from labsupport.workbook.grading import codec, sandbox
+from labsupport.workbook.grading.exercise import discover
+from labsupport.workbook.grading.flags import static_flags
+from labsupport.workbook.grading.grader import Options, grade_file, identify
+from labsupport.workbook.grading.similarity import normalise, similar_pairs
+
+
+def roundtrip(value):
+    return codec.decode(json.loads(json.dumps(codec.encode(value))))
+
+
+def test_codec_keeps_types_that_checks_test():
+    value = {"t": (1, 2.5, None, True), 3: [np.int64(7), np.float32(1.5)], ("k", 1): {"s", "t"},
+             "a": np.arange(6, dtype=np.uint16).reshape(2, 3), "b": b"\x00MMIDIDX", "big": 2**70, "nan": float("inf")}
+    back = roundtrip(value)
+    assert back.keys() == value.keys() and back["t"] == (1, 2.5, None, True)
+    assert type(back[3][0]) is np.int64 and type(back[3][1]) is np.float32
+    assert back["a"].dtype == np.uint16 and back["a"].shape == (2, 3) and np.array_equal(back["a"], value["a"])
+    assert back["b"] == value["b"] and back["big"] == 2**70 and back["nan"] == float("inf")
+    assert roundtrip(range(4)) == [0, 1, 2, 3] and roundtrip(x for x in "ab") == ["a", "b"]
+
+
+def test_codec_strips_a_students_methods():
+    class Always(int):
+        def __eq__(self, other):
+            return True
+        __hash__ = int.__hash__
+
+    class Thing:
+        def __eq__(self, other):
+            return True
+
+    back = roundtrip([Always(3), Thing()])
+    assert type(back[0]) is int and back[0] == 3 and back[0] != 4
+    assert isinstance(back[1], codec.Opaque) and back[1] != 1 and "Thing" in repr(back[1])
+
+
+def test_write_back_shows_mutation_of_arguments():
+    ids, arr = [1, 2, 3], np.zeros(3)
+    codec.write_back(ids, [9])
+    codec.write_back(arr, np.ones(3))
+    assert ids == [9] and arr.tolist() == [1, 1, 1]
+
+
+@pytest.mark.parametrize("source, flag", [
+    ("import labsupport.check._core as c", "check-module"),
+    ("x = check._EFFECTS", "check-module"),
+    ("for g in range(9):\n    check.q4(lambda: g)", "oracle"),
+    ("import sys\nf = sys._getframe(1).f_locals['want']", "frames"),
+    ("import inspect\ninspect.stack()", "frames"),
+    ("from labsupport.datasets.blending import greedy_step as g", "reference"),
+    ("import labsupport.datasets.blending as B\ndef greedy_step(w, c, s):\n    return B.greedy_step(w, c, s)", "reference"),
+])
+def test_static_flags(source, flag):
+    flags = static_flags(source, ["labsupport.datasets.blending:greedy_step"])
+    assert any(f.startswith(flag) for f in flags), flags
+
+
+def test_honest_code_is_not_flagged():
+    src = "import numpy as np\nprint(check.EXERCISE_2_EFFECTS)\ndef greedy_step(w, c, s):\n    return int(np.argmax(w))"
+    assert static_flags(src, ["labsupport.datasets.blending:greedy_step"]) == []
+
+
+def test_similarity_ignores_names_comments_and_layout():
+    a = "def f(xs):\n    # sum them\n    total = 0\n    for x in xs:\n        total += x\n    return total\n"
+    b = "def g(values):\n    '''doc'''\n    acc=0\n    for v in values:  # loop\n        acc += v\n    return acc"
+    assert normalise(a) == normalise(b)
+    pairs = similar_pairs({("ann", "ch03"): {"q1": a}, ("bob", "ch03"): {"q1": b},
+                           ("cid", "ch03"): {"q1": "def f(xs):\n    return sum(sorted(xs)[::-1])\n\n\nprint(1)\nprint(2)"}})
+    assert [(p.student_a, p.student_b, p.similarity) for p in pairs] == [("ann", "bob", 1.0)]
+
+
+def test_csv_cells_cannot_be_formulas():
+    assert grade.neutralise("=HYPERLINK(\"x\")") == "'=HYPERLINK(\"x\")"
+    assert [grade.neutralise(v) for v in ("+1", "-1", "@x", "ok", 3)] == ["'+1", "'-1", "'@x", "ok", 3]
+
+
+def test_student_and_chapter_from_the_path():
+    assert identify(Path("subs/alice/03_blending.ipynb"), None) == ("alice", "03")
+    assert identify(Path("subs/bob.ipynb"), "04") == ("bob", "04")
+    assert identify(Path("subs/carol_03_blending.ipynb"), None) == ("carol_03_blending", "03")
+
+
+def test_chapters_are_discovered_from_exercises_and_checks():
+    chapters = discover()
+    assert sorted(chapters) == sorted(p.name[:2] for p in (REPO_ROOT / "exercises").glob("[0-9][0-9]_*.ipynb"))
+    for ch in chapters.values():
+        assert ch.questions and all(q.cells for q in ch.questions), ch.key
+        assert ch.key == ch.module.CHAPTER
+
+
+def _submission(tmp_path: Path, name: str, prepend: str) -> Path:
+    nb = json.loads((REPO_ROOT / "solutions" / "00_orientation.ipynb").read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        if cell["cell_type"] == "code" and "def data_parallel_size" in src:
+            cell["source"] = prepend + "\n" + src
+    path = tmp_path / name / "00_orientation.ipynb"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    return path
+
+
+def test_without_namespaces_the_grader_still_survives_its_parent_being_killed(tmp_path, monkeypatch):
+    """No unshare/bwrap: a go-between process is the student's parent, so killing it spares the grader."""
+    monkeypatch.setenv(sandbox.SANDBOX_ENV, "none")
+    sandbox.sandbox_mode.cache_clear()
+    try:
+        assert sandbox.sandbox_mode() == "none" and "NONE" in sandbox.sandbox_note()
+        path = _submission(tmp_path, "mallory", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
+        graded = grade_file(path, discover(), Options(seed="t", rounds=1))
+    finally:
+        sandbox.sandbox_mode.cache_clear()
+    assert [r.question for r in graded.rows] == ["q1", "q2", "q3"]  # we are still here to read them
+    assert all(r.status in ("passed", "not run", "failed") for r in graded.rows)
+
+
+def test_repository_guard_restores_and_reports(tmp_path):
+    guard = grade.RepoGuard()
+    marker = REPO_ROOT / "labsupport" / "_guard_test_marker.py"
+    marker.write_text("x = 1\n")
+    try:
+        assert guard.restore() == ["labsupport/_guard_test_marker.py"]
+    finally:
+        marker.unlink(missing_ok=True)
+    assert not marker.exists() and guard.restore() == []
+
+
+def test_regrade_and_interrupt(tmp_path):
+    """A second run skips graded students unless --regrade; Ctrl-C exits 130 with the rows so far."""
+    subs = [_submission(tmp_path, f"s{i}", "") for i in range(3)]
+    out = tmp_path / "book" / "grades.csv"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    cmd = [sys.executable, "-m", "labsupport.grade", str(subs[0]), "--out", str(out), "--seed", "1", "--rounds", "1"]
+    assert subprocess.run(cmd, env=env, capture_output=True, text=True).returncode == 0
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert "1 already in grades.csv" in again.stdout and "grading 0 submission" in again.stdout
+    proc = subprocess.Popen([*cmd[:4], str(tmp_path), *cmd[5:], "--regrade"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:  # interrupt once the re-run has started grading
+        if line.startswith("seed:"):
+            break
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode in (0, 130), err
+    if proc.returncode == 130:
+        assert "interrupted" in err and "Traceback" not in err
+    rows = list(csv.DictReader(out.open(encoding="utf-8")))
+    assert {r["student"] for r in rows} >= {"s0"} and all(r["question"] for r in rows)
