@@ -138,3 +138,13 @@ def test_q4_global_std():
     for wrong in (std_of_stds, population, mean_of_means, lambda stats: (19.67, 10.32)):
         assert check.q4(wrong).status == "failed"
     assert check.q4(stub).status == "not attempted"
+
+
+def test_q2_hint_is_tiered(capsys):
+    """First failure: a nudge without the formula; from the second on: the formula."""
+    algbw = lambda coll, nbytes, seconds, n: nbytes / seconds / 1e9
+    first, second = check.q2(algbw), check.q2(algbw)
+    assert first.status == second.status == "failed"
+    assert "2(n−1)/n" not in first.hint and "2(n−1)/n" in second.hint
+    out = capsys.readouterr().out
+    assert out.count("hint:") == 2

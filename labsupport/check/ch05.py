@@ -80,8 +80,11 @@ def q1(ring_reduce_scatter: Callable) -> str:
     return f"{cases} random rings, every chunk of every rank as in the ring's schedule"
 
 
-@check(CHAPTER, "q2", hint="algbw = S / t / 1e9; busbw = algbw × 2(n−1)/n for all_reduce, (n−1)/n for all_gather "
-                           "and reduce_scatter, 1 for broadcast")
+@check(CHAPTER, "q2", hint=(  # tiered: a nudge first, the formula from the second failure on
+    "busbw is algbw (bytes ÷ seconds, in decimal GB/s) times a factor that depends on the collective and on n: "
+    "how often does each byte cross a link of the ring?",
+    "algbw = S / t / 1e9; busbw = algbw × 2(n−1)/n for all_reduce, (n−1)/n for all_gather "
+    "and reduce_scatter, 1 for broadcast"))
 def q2(busbw_from_time: Callable) -> str:
     """``busbw_from_time(collective, nbytes, seconds, world_size)`` → decimal GB/s."""
     rng = np.random.default_rng(check_seed())
