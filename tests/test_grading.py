@@ -166,3 +166,23 @@ def test_regrade_and_interrupt(tmp_path):
         assert "interrupted" in err and "Traceback" not in err
     rows = list(csv.DictReader(out.open(encoding="utf-8")))
     assert {r["student"] for r in rows} >= {"s0"} and all(r["question"] for r in rows)
+
+
+def test_honest_habits_are_not_punished(tmp_path):
+    """An import added to the notebook's first cell is kept; a check line left in an answer cell
+    is neither an oracle nor a problem."""
+    nb = json.loads((REPO_ROOT / "solutions" / "00_orientation.ipynb").read_text(encoding="utf-8"))
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    code[0]["source"] = "".join(code[0]["source"]) + "\nimport math as _m"
+    for cell in code:
+        src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        if "def memory_gb" in src:
+            cell["source"] = ("def memory_gb(n_params, method):\n"
+                              "    return _m.fsum([n_params * {'bf16_weights': 2, 'full_adam': 16}[method] / 1e9])\n"
+                              "\ncheck.q2(memory_gb)\n")
+    path = tmp_path / "honest" / "00_orientation.ipynb"
+    path.parent.mkdir()
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    graded = grade_file(path, discover(), Options(seed="t", rounds=1))
+    assert [(r.question, r.status, r.flags) for r in graded.rows] == [
+        ("q1", "passed", []), ("q2", "passed", []), ("q3", "passed", [])]

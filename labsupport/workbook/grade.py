@@ -37,7 +37,7 @@ from pathlib import Path
 from labsupport.fileio import atomic_write
 from labsupport.paths import REPO_ROOT
 from labsupport.workbook.grading.exercise import Chapter, discover
-from labsupport.workbook.grading.grader import Graded, Options, Row, grade_file, identify
+from labsupport.workbook.grading.grader import Graded, Options, _unreadable_rows, grade_file, identify
 from labsupport.workbook.grading.sandbox import Limits, sandbox_mode, sandbox_note
 from labsupport.workbook.grading.similarity import similar_pairs
 
@@ -288,7 +288,8 @@ def _main(argv: list[str] | None = None) -> int:
             for f in todo:
                 finish(grade_file(f, chapters, options, forced))
         else:
-            with ProcessPoolExecutor(max_workers=args.jobs, mp_context=get_context("spawn")) as pool:
+            pool = ProcessPoolExecutor(max_workers=args.jobs, mp_context=get_context("spawn"))
+            try:
                 pending = {pool.submit(_job, str(f), args.exercises, options, forced): f for f in todo}
                 while pending:
                     ready, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -299,8 +300,11 @@ def _main(argv: list[str] | None = None) -> int:
                         except Exception as exc:  # noqa: BLE001 - a pool process lost: this row only
                             student, number = identify(f, forced)
                             key = chapters[number].key if number in chapters else ""
-                            finish(Graded(student, key, str(f), [Row(student, key, "", "error", 0.0, 0.0,
-                                                                     f"grader error: {type(exc).__name__}: {exc}")]))
+                            finish(Graded(student, key, str(f), _unreadable_rows(
+                                student, chapters.get(number or ""), f"grader error: {type(exc).__name__}: {exc}",
+                                "error")))
+            finally:  # on Ctrl-C: drop what has not started, do not wait for the class to finish
+                pool.shutdown(wait=False, cancel_futures=True)
     except KeyboardInterrupt:
         bar.close()
         print(f"\ninterrupted: {done} of {len(todo)} graded; {out} holds them", file=sys.stderr)

@@ -264,3 +264,24 @@ def chapter_of(cells: list[dict], chapters: dict[str, Chapter]) -> str | None:
 def strip_magics(source: str) -> str:
     """IPython magics and shell escapes become blank lines (line numbers stay)."""
     return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n"))
+
+
+def student_imports(chapter: Chapter, cells: list[dict], answers: dict[str, str]) -> str:
+    """The top-level ``import`` statements of the submission's cells that are not answer cells
+    (a student who added ``import math`` to the first cell keeps it); ``labsupport.check`` is left out."""
+    taken = set(answers.values())
+    pristine = {c.source for c in chapter.cells}
+    lines: list[str] = []
+    for cell in cells:
+        if cell["source"] in taken or cell["source"] in pristine:
+            continue
+        try:
+            tree = ast.parse(strip_magics(cell["source"]))
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                text = ast.unparse(node)
+                if "labsupport.check" not in text and text not in lines:
+                    lines.append(text)
+    return "\n".join(lines)

@@ -49,6 +49,12 @@ def static_flags(source: str, reference_specs: list[str]) -> list[str]:
         if flag not in flags:
             flags.append(flag)
 
+    nested: set[int] = set()  # calls inside loops, comprehensions, functions, lambdas or with-blocks
+    for outer in ast.walk(tree):
+        if isinstance(outer, (ast.For, ast.While, ast.AsyncFor, ast.ListComp, ast.SetComp, ast.DictComp,
+                              ast.GeneratorExp, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.With)):
+            nested.update(id(n) for n in ast.walk(outer) if n is not outer)
+
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -80,9 +86,12 @@ def static_flags(source: str, reference_specs: list[str]) -> list[str]:
             add(f"frames: uses {node.id}")
         elif isinstance(node, ast.Call):
             func = _dotted(node.func) or ""
-            if func.startswith("check.") and func.split(".")[1].startswith(("q", "_")) and \
-                    func.split(".")[1][1:].isdigit():
-                add(f"oracle: calls {func}() from the answer code")
+            if func.startswith("check.") and func.split(".")[1][:1] == "q" and func.split(".")[1][1:].isdigit():
+                # one plain `check.qN(my_function)` line is what the notebook asks for; a check run
+                # in a loop, a function or with a made-up answer is the check used as an oracle
+                plain = len(node.args) == 1 and isinstance(node.args[0], ast.Name) and not node.keywords
+                if not plain or id(node) in nested:
+                    add(f"oracle: runs {func}() on guesses from the answer code")
             if func in ("getattr", "setattr", "vars") and node.args and _dotted(node.args[0]) == "check":
                 add("check-module: reaches into the check module with getattr/setattr/vars")
             if func in ("importlib.reload", "reload", "__import__", "importlib.import_module") and node.args:

@@ -21,7 +21,7 @@ from labsupport.check import _core
 from labsupport.paths import REPO_ROOT
 from labsupport.workbook.grading import codec
 from labsupport.workbook.grading.exercise import (Chapter, Question, Unreadable, answer_sources, chapter_of,
-                                                  read_submission, strip_magics)
+                                                  read_submission, strip_magics, student_imports)
 from labsupport.workbook.grading.flags import static_flags
 from labsupport.workbook.grading.sandbox import (Limits, Worker, WorkerDied, WorkerTimeout, prepare_folder,
                                                  raise_learner_exception)
@@ -82,16 +82,6 @@ def _manifest(folder: Path) -> dict[str, str]:
     return out
 
 
-_PRISTINE: dict[str, str] | None = None
-
-
-def pristine_library() -> dict[str, str]:
-    global _PRISTINE
-    if _PRISTINE is None:
-        _PRISTINE = _manifest(REPO_ROOT / "labsupport")
-    return _PRISTINE
-
-
 class _Remote:
     """The student's function as the check sees it: a call carries plain data to the worker."""
 
@@ -121,6 +111,15 @@ class _Remote:
         return result
 
 
+IMPORTS = "__student_imports__"
+
+
+class _ImportsCell:
+    """The import lines of the student's other cells (a helper import outside the answer cells)."""
+
+    id, kind, source, defines = IMPORTS, "imports", "", []
+
+
 class Session:
     """One submission's worker and the rebuilt notebook it runs."""
 
@@ -129,7 +128,11 @@ class Session:
         self.limits = options.limits
         self.program: list[tuple[int, Any, str]] = []
         self.syntax: dict[str, str] = {}
+        imports = answers.get(IMPORTS, "")
         for pos, cell in enumerate(c for c in chapter.cells if c.kind != "check"):
+            if imports and cell.kind == "answer":  # the student's own imports, before the first answer
+                self.program.append((pos, _ImportsCell(), imports))
+                imports = ""
             source = cell.source
             if cell.kind == "answer":
                 if cell.id not in answers:
@@ -320,6 +323,9 @@ def grade_file(path: Path, chapters: dict[str, Chapter], options: Options, force
     elif guess is not None and guess != chapter.number:
         flags.append(f"wrong-chapter: submitted as chapter {chapter.number}, but its cells are chapter {guess}'s exercises")
     answers, how = answer_sources(chapter, cells)
+    extra_imports = student_imports(chapter, cells, answers)
+    if extra_imports:
+        answers = {**answers, IMPORTS: extra_imports}
     workdir = Path(tempfile.mkdtemp(prefix="submission-", dir=options.workroot))
     feedback: list[str] = []
     rows: list[Row] = []
@@ -327,6 +333,7 @@ def grade_file(path: Path, chapters: dict[str, Chapter], options: Options, force
     _core.reset()
     try:
         prepare_folder(workdir)
+        library = _manifest(workdir / "lib" / "labsupport")  # its private copy, as handed over
         session = Session(chapter, answers, options, workdir)
         for q in chapter.questions:
             rows.append(session.grade(q, student, feedback))
@@ -336,11 +343,11 @@ def grade_file(path: Path, chapters: dict[str, Chapter], options: Options, force
                 oracle = session.worker.request({"op": "stats"}, 10).get("oracle", {})
         except (WorkerTimeout, WorkerDied):
             pass
-        for row in rows:
-            if oracle.get(row.question):
-                row.flags.append(f"oracle: the student's code ran check.{row.question} {oracle[row.question]} time(s)")
-        changed = sorted(k for k, v in _manifest(workdir / "lib" / "labsupport").items()
-                         if pristine_library().get(k) != v)
+        for row in rows:  # one run is the notebook's own check line left in an answer cell
+            if oracle.get(row.question, 0) > 1:
+                row.flags.append(f"oracle: the student's code ran check.{row.question} {oracle[row.question]} times")
+        now = _manifest(workdir / "lib" / "labsupport")
+        changed = sorted(k for k in set(now) | set(library) if now.get(k) != library.get(k))
         if changed:
             flags.append("wrote-outside: changed its copy of labsupport/" + ", labsupport/".join(changed[:5]))
     except Exception as exc:  # noqa: BLE001 - a grader failure stays this submission's failure
@@ -361,6 +368,7 @@ def grade_file(path: Path, chapters: dict[str, Chapter], options: Options, force
         feedback.append("note: some answer cells were found by the function they define (their cell ids changed)")
     graded = Graded(student, chapter.key, str(path), rows, feedback, seconds=time.monotonic() - started)
     graded.answers = {q.name: "\n\n".join(answers[c] for c in q.cells if c in answers) for q in chapter.questions}
+    answers.pop(IMPORTS, None)
     graded.executed = _executed(chapter, answers, session, feedback) if session is not None else None
     return graded
 
