@@ -84,3 +84,10 @@ def test_q3_answer_key_is_sealed():
 @pytest.mark.parametrize("name", ["q1", "q2", "q3"])
 def test_checks_carry_a_hint(name):
     assert getattr(check, name).hint
+
+
+def test_q3_names_every_failing_part(capsys):
+    result = check.q3(lambda: {**GOOD_Q3, "a": "hf", "c": "hf"})
+    assert result.status == "failed" and "2 parts to fix" in result.message
+    assert "(a)" in result.message and "(c)" in result.message
+    capsys.readouterr()

@@ -116,3 +116,10 @@ def test_q4_answer_keys_are_sealed():
 @pytest.mark.parametrize("name", ["q1", "q2", "q3", "q4"])
 def test_checks_carry_a_hint(name):
     assert getattr(check, name).hint
+
+
+def test_q4_names_every_failing_part(capsys):
+    result = check.q4(lambda t, c, w: {**exercise_2(t, c, w), "a": ["no_effect"], "c_why": "short"})
+    assert result.status == "failed" and "2 parts to fix" in result.message
+    assert "a: ['no_effect'] is not right" in result.message and "c_why:" in result.message
+    capsys.readouterr()

@@ -94,3 +94,10 @@ def test_q4_exercise_3():
                      ("why", "")):
         assert check.q4(lambda: {**GOOD_Q4, key: bad}).status == "failed", key
     assert check.q4(stub).status == "not attempted"
+
+
+def test_q4_names_every_failing_part():
+    """#13: two wrong parts of the structured answer are both named in one run."""
+    result = check.q4(lambda: {**GOOD_Q4, "b_speedup": 2.0, "c_must_do": ["block_mask"]})
+    assert result.status == "failed" and "2 parts to fix" in result.message
+    assert "(b) speed-up 2" in result.message and "(c) not the right set" in result.message

@@ -102,7 +102,10 @@ def parts() -> Iterator[Callable[[bool, str], bool]]:
             problems.append(message)
         return bool(condition)
 
-    yield part
+    try:
+        yield part
+    except CheckFailed as exc:  # a part that cannot be read at all (via expect) ends the block
+        problems.append(str(exc))
     if len(problems) == 1:
         raise CheckFailed(problems[0])
     if problems:

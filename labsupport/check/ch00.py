@@ -6,7 +6,7 @@ from omegaconf import OmegaConf
 
 from labsupport.config import ConfigError, parallel_layout
 from labsupport.workbook.orientation import training_memory_gb
-from labsupport.check._core import Sealed, chapter_summary, check, check_seed, expect, short
+from labsupport.check._core import Sealed, chapter_summary, check, check_seed, expect, parts, short
 
 CHAPTER = "ch00"
 
@@ -84,9 +84,10 @@ def q3(exercise_5) -> tuple[str, dict[str, str]]:
     for key in ("a", "b", "c"):
         expect(key in answer, f"missing key {key!r}: give one of {sorted(allowed)} for each scenario")
         expect(answer[key] in allowed, f"answer[{key!r}] = {short(answer[key])}; use one of {sorted(allowed)}")
-    expect(["a", answer["a"]] in _SCENARIO_ANSWERS, "(a) 1024-GPU continued pre-training: which framework was built for that scale?")
-    expect(["b", answer["b"]] in _SCENARIO_ANSWERS, "(b) LoRA of a 7B model on one 8-GPU node: is a large-scale framework needed?")
-    expect(["c", answer["c"]] in _SCENARIO_ANSWERS, "(c) speech recognition + LLM: which framework ships speech collections?")
     why = answer.get("why", "")
-    expect(isinstance(why, str) and len(why.split()) >= 5, "add a 'why' field: a few sentences giving your reasons")
+    with parts() as part:  # name every failing part at once
+        part(["a", answer["a"]] in _SCENARIO_ANSWERS, "(a) 1024-GPU continued pre-training: which framework was built for that scale?")
+        part(["b", answer["b"]] in _SCENARIO_ANSWERS, "(b) LoRA of a 7B model on one 8-GPU node: is a large-scale framework needed?")
+        part(["c", answer["c"]] in _SCENARIO_ANSWERS, "(c) speech recognition + LLM: which framework ships speech collections?")
+        part(isinstance(why, str) and len(why.split()) >= 5, "add a 'why' field: a few sentences giving your reasons")
     return "scenario choices correct", {"why": why}

@@ -14,7 +14,7 @@ from labsupport.datasets.blending import cap_weights as _cap_weights
 from labsupport.datasets.blending import expected_epochs as _expected_epochs
 from labsupport.datasets.blending import greedy_step as _greedy_step
 from labsupport.datasets.blending import reference_blending_indices
-from labsupport.check._core import Sealed, chapter_summary, check, check_seed, expect, short
+from labsupport.check._core import Sealed, chapter_summary, check, check_seed, expect, parts, short
 
 CHAPTER = "ch03"
 
@@ -218,16 +218,17 @@ def q4(exercise_2) -> tuple[str, dict[str, str]]:
             expect(not unknown, f"{key}: unknown option(s) {unknown}; choose from {sorted(options)}")
         want = weight * total / code
         got = answer["b_code_epochs"]
-        expect(isinstance(got, (int, float)) and not isinstance(got, bool) and math.isclose(got, want, rel_tol=1e-9),
-               f"exercise_2({total:g}, {code:g}, {weight}): b_code_epochs = {short(got)}, expected {want:g}")
-        for key, right in (("a", _EFFECTS), ("b", _RISKS), ("c", _STEPS)):
-            chosen = set(answer[key])
-            wrong = sorted(c for c in chosen if c not in right)
-            expect(not wrong, f"{key}: {wrong} is not right")
-            expect(len(chosen) == len(right), f"{key}: {len(right) - len(chosen)} correct option(s) missing")
-        for key in ("a_why", "b_why", "c_why"):
-            text = answer[key]
-            expect(isinstance(text, str) and len(text.split()) >= 10,
-                   f"{key}: a few sentences (10+ words) in your own words")
-            manual[key] = text
+        with parts() as part:  # name every failing part at once
+            part(isinstance(got, (int, float)) and not isinstance(got, bool) and math.isclose(got, want, rel_tol=1e-9),
+                 f"exercise_2({total:g}, {code:g}, {weight}): b_code_epochs = {short(got)}, expected {want:g}")
+            for key, right in (("a", _EFFECTS), ("b", _RISKS), ("c", _STEPS)):
+                chosen = set(answer[key])
+                wrong = sorted(c for c in chosen if c not in right)
+                if part(not wrong, f"{key}: {wrong} is not right"):
+                    part(len(chosen) == len(right), f"{key}: {len(right) - len(chosen)} correct option(s) missing")
+            for key in ("a_why", "b_why", "c_why"):
+                text = answer[key]
+                part(isinstance(text, str) and len(text.split()) >= 10,
+                     f"{key}: a few sentences (10+ words) in your own words")
+                manual[key] = text
     return "(a), (b) with the epoch count, (c) correct on 3 random scenarios", manual

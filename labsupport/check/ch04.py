@@ -7,7 +7,7 @@ import numpy as np
 from labsupport.datasets.bin_packing import first_fit_decreasing as _ffd
 from labsupport.datasets.bin_packing import padding_share as _padding_share
 from labsupport.datasets.gpt_samples import get_ltor_masks_and_position_ids
-from labsupport.check._core import Sealed, chapter_summary, check, check_seed, expect, same_set, short
+from labsupport.check._core import Sealed, chapter_summary, check, check_seed, expect, parts, same_set, short
 
 CHAPTER = "ch04"
 
@@ -138,21 +138,23 @@ def q4(exercise_3) -> tuple[str, dict[str, str]]:
     expect(isinstance(answer, dict), f"exercise_3() must return a dict, got {type(answer).__name__}")
     for key in ("a_padding_share", "a_wasted", "b_examples_per_pack", "b_speedup", "c_must_do", "why"):
         expect(key in answer, f"missing key {key!r}")
-    share = _number(answer["a_padding_share"], "a_padding_share")
-    expect(abs(share - (1 - 300 / 4096)) <= 0.01, f"(a) padding share {share:.3f}: for 300 real tokens in a row of "
-           "4096, what fraction of the row is padding?")
-    wasted = set(answer["a_wasted"])
-    expect(wasted <= set(WASTE_OPTIONS), f"(a) unknown keys {sorted(wasted - set(WASTE_OPTIONS))}; use {sorted(WASTE_OPTIONS)}")
-    expect(same_set(wasted, _WASTE), "(a) some chosen items are not wasted, or something wasted is missing "
-           "(is a padded example lost, or is its gradient wrong?)")
-    per_pack = _number(answer["b_examples_per_pack"], "b_examples_per_pack")
-    expect(13 <= per_pack <= 14, f"(b) {per_pack:g} examples per pack: how many ~300-token examples fit 4096 tokens?")
-    speedup = _number(answer["b_speedup"], "b_speedup")
-    expect(13.0 <= speedup <= 14.0, f"(b) speed-up {speedup:g}: real tokens per step, packed vs padded, is at most "
-           "4096 / 300")
-    must = set(answer["c_must_do"])
-    expect(must <= set(MUST_DO_OPTIONS), f"(c) unknown keys {sorted(must - set(MUST_DO_OPTIONS))}")
-    expect(same_set(must, _MUST_DO), "(c) not the right set: what keeps each example's computation exactly as if it were alone?")
     why = answer.get("why", "")
-    expect(isinstance(why, str) and len(why.split()) >= 5, "add a 'why' field: a few sentences for (a), (b) and (c)")
+    with parts() as part:  # name every failing part at once
+        share = _number(answer["a_padding_share"], "a_padding_share")
+        part(abs(share - (1 - 300 / 4096)) <= 0.01, f"(a) padding share {share:.3f}: for 300 real tokens in a row of "
+             "4096, what fraction of the row is padding?")
+        wasted = set(answer["a_wasted"])
+        if part(wasted <= set(WASTE_OPTIONS), f"(a) unknown keys {sorted(wasted - set(WASTE_OPTIONS))}; use {sorted(WASTE_OPTIONS)}"):
+            part(same_set(wasted, _WASTE), "(a) some chosen items are not wasted, or something wasted is missing "
+                 "(is a padded example lost, or is its gradient wrong?)")
+        per_pack = _number(answer["b_examples_per_pack"], "b_examples_per_pack")
+        part(13 <= per_pack <= 14, f"(b) {per_pack:g} examples per pack: how many ~300-token examples fit 4096 tokens?")
+        speedup = _number(answer["b_speedup"], "b_speedup")
+        part(13.0 <= speedup <= 14.0, f"(b) speed-up {speedup:g}: real tokens per step, packed vs padded, is at most "
+             "4096 / 300")
+        must = set(answer["c_must_do"])
+        if part(must <= set(MUST_DO_OPTIONS), f"(c) unknown keys {sorted(must - set(MUST_DO_OPTIONS))}"):
+            part(same_set(must, _MUST_DO), "(c) not the right set: what keeps each example's computation exactly as if "
+                 "it were alone?")
+        part(isinstance(why, str) and len(why.split()) >= 5, "add a 'why' field: a few sentences for (a), (b) and (c)")
     return "(a), (b), (c) correct", {"why": why}
