@@ -36,7 +36,7 @@ from pathlib import Path
 
 from labsupport.fileio import atomic_write
 from labsupport.paths import REPO_ROOT
-from labsupport.workbook.grading.exercise import Chapter, discover
+from labsupport.workbook.grading.exercise import Chapter, Unreadable, discover, read_submission
 from labsupport.workbook.grading.grader import Graded, Options, _unreadable_rows, grade_file, identify
 from labsupport.workbook.grading.sandbox import Limits, sandbox_mode, sandbox_note
 from labsupport.workbook.grading.similarity import similar_pairs
@@ -247,6 +247,16 @@ def _main(argv: list[str] | None = None) -> int:
         seen[key] = f
     print(f"grading {len(todo)} submission(s) of chapter(s) {', '.join(sorted({identify(f, forced)[1] or '?' for f in todo}))}"
           f"{f' ({skipped} already in {out.name}: --regrade to grade them again)' if skipped else ''}")
+    unreadable = []
+    for f in todo:  # every file is read and validated before the first one is graded
+        try:
+            read_submission(f)
+        except Unreadable as exc:
+            unreadable.append(f"{f}: {exc}")
+    if unreadable:
+        print(f"{len(unreadable)} file(s) are not readable notebooks (each gets rows saying why):")
+        for line in unreadable[:10]:
+            print(f"  {line}")
     print(sandbox_note(sandbox_mode()))
     print(f"seed: {'given' if args.seed else 'fresh'} (saved in {out.with_name('grading-run.json').name}) · "
           f"{args.rounds} round(s) per check · limits {args.timeout:g} s/question, {args.cell_timeout:g} s/cell, "
