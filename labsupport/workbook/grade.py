@@ -37,7 +37,7 @@ from pathlib import Path
 from labsupport.fileio import atomic_write
 from labsupport.paths import REPO_ROOT
 from labsupport.workbook.grading.exercise import Chapter, Unreadable, discover, read_submission
-from labsupport.workbook.grading.grader import Graded, Options, _unreadable_rows, grade_file, identify
+from labsupport.workbook.grading.grader import Graded, Options, _unreadable_rows, close_warm, grade_file, identify
 from labsupport.workbook.grading.sandbox import Limits, sandbox_mode, sandbox_note
 from labsupport.workbook.grading.similarity import similar_pairs
 
@@ -117,6 +117,9 @@ def _job(path: str, exercises: str | None, options: Options, chapter: str | None
     global _CHAPTERS
     if _CHAPTERS is None:
         _CHAPTERS = discover(Path(exercises) if exercises else None)
+        import atexit
+
+        atexit.register(close_warm)
     return grade_file(Path(path), _CHAPTERS, options, chapter)
 
 
@@ -293,6 +296,7 @@ def _main(argv: list[str] | None = None) -> int:
 
     workroot = tempfile.mkdtemp(prefix="labsupport-grade-")
     options.workroot = workroot
+    options.prewarm = len(todo) > 1
     try:
         if args.jobs == 1:
             for f in todo:
@@ -320,6 +324,7 @@ def _main(argv: list[str] | None = None) -> int:
         print(f"\ninterrupted: {done} of {len(todo)} graded; {out} holds them", file=sys.stderr)
         return 130
     finally:
+        close_warm()
         shutil.rmtree(workroot, ignore_errors=True)
     bar.close()
     elapsed = time.monotonic() - started

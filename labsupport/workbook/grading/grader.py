@@ -39,6 +39,7 @@ class Options:
     overrides: frozenset = frozenset()  # {(student, chapter, question)} whose flags are accepted
     workroot: str | None = None         # folder for the per-submission working folders
     protect: tuple = ()                 # more folders the student's process may only read
+    prewarm: bool = False               # start the next submission's process while this one is graded
 
 
 @dataclass
@@ -114,6 +115,77 @@ class _Remote:
 IMPORTS = "__student_imports__"
 
 
+def _leading_setup(chapter: Chapter) -> list[tuple[int, Any, str]]:
+    """The instructor's setup cells before the first answer cell: the same for every submission."""
+    out = []
+    for pos, cell in enumerate(c for c in chapter.cells if c.kind != "check"):
+        if cell.kind != "setup":
+            break
+        out.append((pos, cell, cell.source))
+    return out
+
+
+class _Warm:
+    """A worker started ahead of its submission: own folder prepared, the chapter's leading setup
+    cells (instructor code, run before any student code) already sent. Nothing of a student is in
+    it until :class:`Session` adopts it for exactly one submission."""
+
+    def __init__(self, chapter: Chapter, options: Options):
+        self.key = _warm_key(chapter, options)
+        self.workdir = Path(tempfile.mkdtemp(prefix="submission-", dir=options.workroot))
+        self.worker: Worker | None = None
+        try:
+            prepare_folder(self.workdir)
+            self.library = _manifest(self.workdir / "lib" / "labsupport")
+            self.leading = _leading_setup(chapter)
+            self.worker = Worker(self.workdir, options.limits, protect=options.protect)
+            self.worker.start()
+            self.worker.send({"op": "init", "references": {q.name: q.references for q in chapter.questions}}, 30)
+            for pos, _, source in self.leading:
+                self.worker.send({"op": "exec", "cell": pos, "source": source}, 30)
+        except BaseException:
+            self.discard()
+            raise
+
+    def discard(self) -> None:
+        if self.worker is not None:
+            self.worker.kill()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+_WARM: _Warm | None = None
+
+
+def _warm_key(chapter: Chapter, options: Options) -> tuple:
+    return (chapter.key, repr(options.limits), options.protect, options.workroot)
+
+
+def _take_warm(chapter: Chapter, options: Options) -> _Warm | None:
+    global _WARM
+    warm, _WARM = _WARM, None
+    if warm is not None and (warm.key != _warm_key(chapter, options) or warm.worker is None or not warm.worker.alive):
+        warm.discard()
+        warm = None
+    return warm
+
+
+def _prewarm(chapter: Chapter, options: Options) -> None:
+    global _WARM
+    close_warm()
+    try:
+        _WARM = _Warm(chapter, options)
+    except Exception:  # noqa: BLE001 - no head start; the next submission starts its worker itself
+        _WARM = None
+
+
+def close_warm() -> None:
+    """Stop a worker started ahead for a submission that never came."""
+    global _WARM
+    if _WARM is not None:
+        _WARM.discard()
+        _WARM = None
+
+
 class _ImportsCell:
     """The import lines of the student's other cells (a helper import outside the answer cells)."""
 
@@ -123,8 +195,10 @@ class _ImportsCell:
 class Session:
     """One submission's worker and the rebuilt notebook it runs."""
 
-    def __init__(self, chapter: Chapter, answers: dict[str, str], options: Options, workdir: Path):
+    def __init__(self, chapter: Chapter, answers: dict[str, str], options: Options, workdir: Path,
+                 warm: "_Warm | None" = None):
         self.chapter, self.answers, self.options, self.workdir = chapter, answers, options, workdir
+        self.warm = warm
         self.limits = options.limits
         self.program: list[tuple[int, Any, str]] = []
         self.syntax: dict[str, str] = {}
@@ -168,14 +242,28 @@ class Session:
         """Start a worker and run the program's cells; False when it had to be killed (retry)."""
         if self.worker is not None:
             self.worker.kill()
-        self.worker = Worker(self.workdir, self.limits, protect=self.options.protect)
-        self.worker.start()
-        refs = {q.name: q.references for q in self.chapter.questions}
-        try:
-            self.worker.request({"op": "init", "references": refs}, max(self.limits.cell_timeout, 30))
-        except (WorkerTimeout, WorkerDied):
-            return False
-        for pos, cell, source in self.program:
+        done = 0
+        if self.warm is not None:  # adopt the worker started ahead: collect its setup cells' replies
+            warm, self.warm = self.warm, None
+            self.worker = warm.worker
+            try:
+                self.worker.receive(max(self.limits.cell_timeout, 30))
+                for pos, cell, _ in warm.leading:
+                    reply = self.worker.receive(max(self.limits.cell_timeout, 60))
+                    self.cell_output.setdefault(cell.id, reply.get("output", ""))
+                    self.state.setdefault(cell.id, "ok" if reply.get("ok") else f"error: {reply.get('error', '')}")
+                    done += 1
+            except (WorkerTimeout, WorkerDied):
+                return False
+        else:
+            self.worker = Worker(self.workdir, self.limits, protect=self.options.protect)
+            self.worker.start()
+            refs = {q.name: q.references for q in self.chapter.questions}
+            try:
+                self.worker.request({"op": "init", "references": refs}, max(self.limits.cell_timeout, 30))
+            except (WorkerTimeout, WorkerDied):
+                return False
+        for pos, cell, source in self.program[done:]:
             if self.stop_at is not None and pos >= self.stop_at:
                 break
             if self.state.get(cell.id, "").startswith(("timeout", "died")):
@@ -326,15 +414,23 @@ def grade_file(path: Path, chapters: dict[str, Chapter], options: Options, force
     extra_imports = student_imports(chapter, cells, answers)
     if extra_imports:
         answers = {**answers, IMPORTS: extra_imports}
-    workdir = Path(tempfile.mkdtemp(prefix="submission-", dir=options.workroot))
+    warm = _take_warm(chapter, options) if options.prewarm else None
+    workdir = warm.workdir if warm else Path(tempfile.mkdtemp(prefix="submission-", dir=options.workroot))
     feedback: list[str] = []
     rows: list[Row] = []
     session = None
     _core.reset()
     try:
-        prepare_folder(workdir)
-        library = _manifest(workdir / "lib" / "labsupport")  # its private copy, as handed over
-        session = Session(chapter, answers, options, workdir)
+        if warm is None:
+            prepare_folder(workdir)
+        library = warm.library if warm else _manifest(workdir / "lib" / "labsupport")  # its copy, as handed over
+        session = Session(chapter, answers, options, workdir, warm)
+        try:
+            session.worker_ready()  # adopt (or start) this submission's process ...
+        except (WorkerDied, WorkerTimeout):
+            pass  # each question reports it
+        if options.prewarm:
+            _prewarm(chapter, options)  # ... and start the next one's while this one is graded
         for q in chapter.questions:
             rows.append(session.grade(q, student, feedback))
         oracle: dict[str, int] = {}

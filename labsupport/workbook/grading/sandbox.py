@@ -211,11 +211,20 @@ class Worker:
     def request(self, message: dict, timeout: float) -> dict:
         """Send ``message``; return the reply. Raises :class:`WorkerTimeout` after ``timeout``
         seconds (the worker is then killed) and :class:`WorkerDied` when the process is gone."""
+        self.send(message, timeout)
+        return self.receive(timeout)
+
+    def send(self, message: dict, timeout: float) -> None:
+        """Send ``message`` without waiting for its reply (see :meth:`receive`)."""
         if not self.alive:
             raise WorkerDied("the student's process is not running")
         deadline = time.monotonic() + max(timeout, 0.01)
         data = json.dumps(message, ensure_ascii=False).encode("utf-8")
         self._write(_HEADER.pack(len(data)) + data, deadline)
+
+    def receive(self, timeout: float) -> dict:
+        """The next reply, within ``timeout`` seconds."""
+        deadline = time.monotonic() + max(timeout, 0.01)
         (size,) = _HEADER.unpack(self._read(_HEADER.size, deadline))
         if size > self.limits.reply_bytes:
             self.kill()
