@@ -218,7 +218,8 @@ def build_class(folder: Path) -> dict[str, Expected]:
     subs["a24_empty_file"] = (b"", exp((0, 0, 0, 0), {"q1": "unreadable"}))
 
     subs["a25_kills_parent"] = (_all().prepend("q1", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)").text(),
-                                exp((0, 0, 0, 0), {"q2": "not run"}, why="that student 0; the grader lives on"))
+                                exp((0, 0, 0, 0), {"q2": "flagged"}, flags={"q1": "signals", "q4": "signals"},
+                                    why="that student 0; the grader lives on"))
     subs["a26_hard_coded"] = (_all().set("q1", """
         def greedy_step(weights, counts, step):
             return 0

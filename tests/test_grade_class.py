@@ -10,7 +10,6 @@ import time
 import pytest
 
 from labsupport.workbook import grade
-from labsupport.workbook.grading.sandbox import sandbox_mode
 from tests.adversarial_class import MARKER, QUESTIONS, build_class, student_names
 
 STUDENTS = student_names()
@@ -45,11 +44,6 @@ def test_the_honest_grade(graded, student):
     expected, rows, summary, _ = graded
     want = expected[student]
     mine = {r["question"]: r for r in rows if r["student"] == student}
-    if student == "a25_kills_parent" and sandbox_mode() == "none":
-        # without a PID namespace the student's parent is a go-between process: killing it ends
-        # nothing, so the answers after the kill are graded; what matters is that we are here
-        assert set(mine) == set(QUESTIONS)
-        return
     got = tuple(float(mine[q]["points"]) for q in QUESTIONS)
     assert got == tuple(float(p) for p in want.points), {q: (mine[q]["status"], mine[q]["reason"][:160]) for q in QUESTIONS}
     for q, status in want.status.items():

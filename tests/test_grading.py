@@ -66,6 +66,7 @@ def test_write_back_shows_mutation_of_arguments():
     ("for g in range(9):\n    check.q4(lambda: g)", "oracle"),
     ("import sys\nf = sys._getframe(1).f_locals['want']", "frames"),
     ("import inspect\ninspect.stack()", "frames"),
+    ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)", "signals"),
     ("from labsupport.datasets.blending import greedy_step as g", "reference"),
     ("import labsupport.datasets.blending as B\ndef greedy_step(w, c, s):\n    return B.greedy_step(w, c, s)", "reference"),
 ])
@@ -130,7 +131,7 @@ def test_without_namespaces_the_grader_still_survives_its_parent_being_killed(tm
     finally:
         sandbox.sandbox_mode.cache_clear()
     assert [r.question for r in graded.rows] == ["q1", "q2", "q3"]  # we are still here to read them
-    assert all(r.status in ("passed", "not run", "failed") for r in graded.rows)
+    assert all(r.points == 0 and any(f.startswith("signals") for f in r.flags) for r in graded.rows)
 
 
 def test_repository_guard_restores_and_reports(tmp_path):

@@ -7,7 +7,9 @@ Flags (each scored 0 unless the instructor overrides it):
 * ``oracle`` — runs a check from the answer code (``check.q4(lambda: guess)`` in a loop);
 * ``frames`` — walks the interpreter's frames or objects (``sys._getframe``, ``inspect.stack``,
   ``gc.get_referrers``), the way to read a checker's expected value;
-* ``reference`` — uses the ``labsupport`` function the question's check compares with.
+* ``reference`` — uses the ``labsupport`` function the question's check compares with;
+* ``signals`` — sends signals to other processes (``os.kill(os.getppid(), …)``): the whole
+  submission is flagged.
 
 The worker adds what it sees at run time (a reference function called during a check, checks
 run by the student's code); see :mod:`labsupport.workbook.grading.grader`.
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import ast
 
+_SIGNAL_CALLS = {"os.kill", "os.killpg", "signal.pthread_kill", "kill", "killpg", "os.getppid", "getppid",
+                 "signal.pidfd_send_signal", "os.pidfd_open"}
 _FRAME_NAMES = {"_getframe", "currentframe", "f_back", "f_locals", "f_globals", "getouterframes", "getinnerframes",
                 "get_referrers", "get_referents", "get_objects", "settrace", "setprofile", "tb_frame"}
 
@@ -92,6 +96,8 @@ def static_flags(source: str, reference_specs: list[str]) -> list[str]:
                 plain = len(node.args) == 1 and isinstance(node.args[0], ast.Name) and not node.keywords
                 if not plain or id(node) in nested:
                     add(f"oracle: runs {func}() on guesses from the answer code")
+            if func in _SIGNAL_CALLS:
+                add(f"signals: calls {func}() — an answer never signals other processes")
             if func in ("getattr", "setattr", "vars") and node.args and _dotted(node.args[0]) == "check":
                 add("check-module: reaches into the check module with getattr/setattr/vars")
             if func in ("importlib.reload", "reload", "__import__", "importlib.import_module") and node.args:

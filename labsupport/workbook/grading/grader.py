@@ -297,6 +297,10 @@ class Session:
     # ------------------------------------------------------------------
     def grade(self, q: Question, student: str, feedback: list[str]) -> Row:
         ch, max_points = self.chapter.key, q.points
+        try:  # a (re)started process has run the cells: where the notebook stopped is known
+            self.worker_ready()
+        except (WorkerDied, WorkerTimeout):
+            pass
         row = Row(student, ch, q.name, "", 0.0, max_points)
         missing = [c for c in q.cells if c not in self.answers]
         if missing:
@@ -411,6 +415,8 @@ def grade_file(path: Path, chapters: dict[str, Chapter], options: Options, force
     elif guess is not None and guess != chapter.number:
         flags.append(f"wrong-chapter: submitted as chapter {chapter.number}, but its cells are chapter {guess}'s exercises")
     answers, how = answer_sources(chapter, cells)
+    for source in answers.values():  # trying to signal other processes taints the whole submission
+        flags += [f for f in static_flags(source, []) if f.startswith("signals") and f not in flags]
     extra_imports = student_imports(chapter, cells, answers)
     if extra_imports:
         answers = {**answers, IMPORTS: extra_imports}
