@@ -187,3 +187,31 @@ def test_honest_habits_are_not_punished(tmp_path):
     graded = grade_file(path, discover(), Options(seed="t", rounds=1))
     assert [(r.question, r.status, r.flags) for r in graded.rows] == [
         ("q1", "passed", []), ("q2", "passed", []), ("q3", "passed", [])]
+
+
+def test_the_students_process_has_no_network(tmp_path):
+    """With namespaces the student's code cannot reach even this machine's loopback."""
+    import socket
+
+    if sandbox.sandbox_mode() == "none":
+        pytest.skip("no sandbox on this machine: the header of a grading run says so")
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    probe = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2).close()\n"
+             "    _reached = True\nexcept OSError:\n    _reached = False\n")
+    nb = json.loads((REPO_ROOT / "solutions" / "00_orientation.ipynb").read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        if cell["cell_type"] == "code" and "def memory_gb" in src:
+            cell["source"] = probe + ("def memory_gb(n_params, method):\n"
+                                      "    assert not _reached, 'the network was reachable'\n"
+                                      "    return n_params * {'bf16_weights': 2, 'full_adam': 16}[method] / 1e9\n")
+    path = tmp_path / "net" / "00_orientation.ipynb"
+    path.parent.mkdir()
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    try:
+        graded = grade_file(path, discover(), Options(seed="t", rounds=1))
+    finally:
+        server.close()
+    q2 = next(r for r in graded.rows if r.question == "q2")
+    assert q2.status == "passed", q2.reason
