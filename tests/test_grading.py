@@ -215,3 +215,39 @@ def test_the_students_process_has_no_network(tmp_path):
         server.close()
     q2 = next(r for r in graded.rows if r.question == "q2")
     assert q2.status == "passed", q2.reason
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "unshare"])
+def test_sandbox_keeps_the_repository_and_other_students_read_only(tmp_path, monkeypatch, mode):
+    """Under either sandbox the student's code can write its own folder only: the repository and
+    the submissions folder are read-only, and a kill of its parent does nothing."""
+    monkeypatch.setenv(sandbox.SANDBOX_ENV, mode)
+    sandbox.sandbox_mode.cache_clear()
+    try:
+        if sandbox.sandbox_mode() != mode:
+            pytest.skip(f"{mode} is not usable on this machine")
+        other = tmp_path / "subs" / "bob" / "00_orientation.ipynb"
+        other.parent.mkdir(parents=True)
+        other.write_text("{}", encoding="utf-8")
+        marker = REPO_ROOT / "labsupport" / "_sandbox_test_marker.py"
+        probe = ("import os, pathlib, signal\n_written = []\n"
+                 f"for target in ({str(marker)!r}, {str(other)!r}, 'mine.txt'):\n"
+                 "    try:\n        pathlib.Path(target).write_text('x')\n        _written.append(target)\n"
+                 "    except OSError:\n        pass\n")
+        nb = json.loads((REPO_ROOT / "solutions" / "00_orientation.ipynb").read_text(encoding="utf-8"))
+        for cell in nb["cells"]:
+            src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            if cell["cell_type"] == "code" and "def memory_gb" in src:
+                cell["source"] = probe + ("def memory_gb(n_params, method):\n"
+                                          "    assert _written == ['mine.txt'], _written\n"
+                                          "    return n_params * {'bf16_weights': 2, 'full_adam': 16}[method] / 1e9\n")
+        path = tmp_path / "subs" / "eve" / "00_orientation.ipynb"
+        path.parent.mkdir()
+        path.write_text(json.dumps(nb), encoding="utf-8")
+        graded = grade_file(path, discover(), Options(seed="t", rounds=1, protect=(tmp_path / "subs",)))
+    finally:
+        sandbox.sandbox_mode.cache_clear()
+        (REPO_ROOT / "labsupport" / "_sandbox_test_marker.py").unlink(missing_ok=True)
+    q2 = next(r for r in graded.rows if r.question == "q2")
+    assert q2.status == "passed", q2.reason
+    assert other.read_text(encoding="utf-8") == "{}"
