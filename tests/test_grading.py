@@ -151,11 +151,12 @@ def test_regrade_and_interrupt(tmp_path):
     out = tmp_path / "book" / "grades.csv"
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     cmd = [sys.executable, "-m", "labsupport.grade", str(subs[0]), "--out", str(out), "--seed", "1", "--rounds", "1"]
-    assert subprocess.run(cmd, env=env, capture_output=True, text=True).returncode == 0
-    again = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True).returncode == 0
+    again = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True)
     assert "1 already in grades.csv" in again.stdout and "grading 0 submission" in again.stdout
-    proc = subprocess.Popen([*cmd[:4], str(tmp_path), *cmd[5:], "--regrade"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    rerun = [sys.executable, "-m", "labsupport.grade", str(tmp_path), "--out", str(out), "--seed", "1", "--rounds", "1",
+             "--regrade"]
+    proc = subprocess.Popen(rerun, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in proc.stdout:  # interrupt once the re-run has started grading
         if line.startswith("seed:"):
             break
@@ -167,6 +168,8 @@ def test_regrade_and_interrupt(tmp_path):
         assert "interrupted" in err and "Traceback" not in err
     rows = list(csv.DictReader(out.open(encoding="utf-8")))
     assert {r["student"] for r in rows} >= {"s0"} and all(r["question"] for r in rows)
+    assert {r["student"] for r in rows} <= {"s0", "s1", "s2"}  # never the gradebook's executed/ copies
+    assert grade._submissions([str(tmp_path)], out.parent) == sorted(subs)
 
 
 def test_honest_habits_are_not_punished(tmp_path):

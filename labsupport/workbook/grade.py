@@ -98,12 +98,15 @@ class RepoGuard:
         return changed
 
 
-def _submissions(paths: list[str]) -> list[Path]:
+def _submissions(paths: list[str], book: Path | None = None) -> list[Path]:
+    """The files to grade; folders are searched for notebooks (not the gradebook's own ``executed/``)."""
     out: list[Path] = []
+    ours = (book.resolve() / "executed") if book is not None else None
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            out += sorted(q for q in p.rglob("*.ipynb") if ".ipynb_checkpoints" not in q.parts)
+            out += sorted(q for q in p.rglob("*.ipynb") if ".ipynb_checkpoints" not in q.parts
+                          and not (ours is not None and q.resolve().is_relative_to(ours)))
         else:
             out.append(p)
     return out
@@ -214,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     chapters = discover(Path(args.exercises) if args.exercises else None)
-    files = _submissions(args.submissions)
+    files = _submissions(args.submissions, Path(args.out).parent)
     if not files:
         print("grade: no submissions found (give notebooks or folders holding .ipynb files)", file=sys.stderr)
         return 2
