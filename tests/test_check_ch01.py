@@ -93,8 +93,26 @@ def test_q4_exercise_4(capsys):
 
 
 def test_options_shown_to_learners_contain_the_answers():
-    assert check._CAUSE in check.EXERCISE_4_CAUSES
-    assert check._CHECKS < set(check.EXERCISE_4_CHECKS) and check._FIXES < set(check.EXERCISE_4_FIXES)
+    assert sum(c in check._CAUSE for c in check.EXERCISE_4_CAUSES) == len(check._CAUSE) == 1
+    assert sum(c in check._CHECKS for c in check.EXERCISE_4_CHECKS) == len(check._CHECKS)
+    assert sum(f in check._FIXES for f in check.EXERCISE_4_FIXES) == len(check._FIXES)
+
+
+def test_q4_names_every_failing_part(capsys):
+    """#13: a structured answer with two problems gets both named in one run."""
+    result = check.q4(lambda: {**GOOD_Q4, "cause": "a", "fixes": ["guard"]})
+    assert result.status == "failed"
+    assert "cause:" in result.message and "fixes:" in result.message and "2 parts to fix" in result.message
+    capsys.readouterr()
+
+
+def test_answer_keys_are_not_readable_from_the_module():
+    import inspect
+
+    source = inspect.getsource(check)
+    for secret in ('"ship_model", "guard", "reprocess"}', '_CAUSE = "b"'):
+        assert secret not in source
+    assert "b" in check._CAUSE and "a" not in check._CAUSE and repr(check._CAUSE).count("b") <= 1
 
 
 @pytest.mark.parametrize("name", ["q1", "q2", "q3", "q4"])

@@ -127,3 +127,10 @@ def test_q5_sample_documents():
     assert check.q5(lambda s, d, q, k: walk(s, d, q, k + 1)).status == "failed"        # off by one sample
     assert check.q5(stub).status == "not attempted"
     assert reference([5, 2, 7], [0, 1, 2], 4, 1) == [(0, 4, 5), (1, 0, 2), (2, 0, 2)]
+
+
+def test_q4_names_every_failing_part():
+    """#13: two wrong parts of the structured answer are both named in one run."""
+    result = check.q4(lambda: {**GOOD_Q4, "b_speedup": 2.0, "c_must_do": ["block_mask"]})
+    assert result.status == "failed" and "2 parts to fix" in result.message
+    assert "(b) speed-up 2" in result.message and "(c) not the right set" in result.message

@@ -181,3 +181,13 @@ def test_q5_comm_seconds_per_step():
     assert one_op.status == "failed" and "one operation" in one_op.message
     assert check.q5(lambda c, s, o, n, b: right(c, s, o, n, b) * 1e9).status == "failed"
     assert check.q5(stub).status == "not attempted"
+
+
+def test_q2_hint_is_tiered(capsys):
+    """First failure: a nudge without the formula; from the second on: the formula."""
+    algbw = lambda coll, nbytes, seconds, n: nbytes / seconds / 1e9
+    first, second = check.q2(algbw), check.q2(algbw)
+    assert first.status == second.status == "failed"
+    assert "2(n−1)/n" not in first.hint and "2(n−1)/n" in second.hint
+    out = capsys.readouterr().out
+    assert out.count("hint:") == 2

@@ -9,7 +9,8 @@ import nbformat
 import pytest
 
 from labsupport.workbook import make_exercises
-from labsupport.workbook.grade import grade_notebook
+from labsupport.workbook.grading.exercise import discover
+from labsupport.workbook.grading.grader import Options, grade_file
 from labsupport.paths import REPO_ROOT
 
 SOLUTIONS = sorted((REPO_ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
@@ -37,17 +38,19 @@ def test_exercises_hold_no_solution_code():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=[p.stem for p in SOLUTIONS])
-def test_solutions_pass_and_stubs_fail(solution):
-    sol_results, sol_error = grade_notebook(solution)
-    assert not sol_error, f"solutions/{solution.name} stopped: {sol_error}"
-    assert sol_results, f"solutions/{solution.name} calls no check"
-    failed = [(r["question"], r["status"], r["message"]) for r in sol_results if r["status"] != "passed"]
-    assert not failed, f"solutions/{solution.name}: {failed}"
-
-    exercise = REPO_ROOT / "exercises" / solution.name
-    ex_results, ex_error = grade_notebook(exercise)
-    assert not ex_error, f"exercises/{solution.name} does not run to the end: {ex_error}"
-    asked = {r["question"] for r in sol_results}
-    assert {r["question"] for r in ex_results} == asked
-    passed = [r["question"] for r in ex_results if r["status"] == "passed"]
-    assert not passed, f"untouched stubs pass {passed} in exercises/{solution.name}"
+def test_solutions_pass_and_stubs_fail(solution, tmp_path):
+    """Graded as a student's submission would be: the solutions' answers pass every question of the
+    chapter, the untouched exercise passes none."""
+    chapters = discover()
+    chapter = chapters[solution.name[:2]]
+    assert chapter.questions, f"exercises/{solution.name} calls no check"
+    for folder, want in (("solutions", "passed"), ("exercises", None)):
+        graded = grade_file(REPO_ROOT / folder / solution.name, chapters, Options(seed="tests", rounds=1))
+        assert [r.question for r in graded.rows] == [q.name for q in chapter.questions]
+        statuses = {r.question: (r.status, r.reason) for r in graded.rows}
+        if want:
+            assert all(s == want for s, _ in statuses.values()), f"{folder}/{solution.name}: {statuses}"
+            assert not any(r.flags for r in graded.rows), [r.flags for r in graded.rows]
+        else:
+            passed = [q for q, (s, _) in statuses.items() if s == "passed"]
+            assert not passed, f"untouched stubs pass {passed} in exercises/{solution.name}"

@@ -198,10 +198,15 @@ def test_grade_cli_writes_a_gradebook(tmp_path, capsys):
         if cell.cell_type == "code" and ("def data_parallel_size" in cell.source or "def exercise_5" in cell.source):
             cell.source = cell.source.split("### BEGIN SOLUTION")[0] + "    raise NotImplementedError\n"
     nbformat.write(nb, sub)
-    out = tmp_path / "grades.csv"
-    assert grade.main([str(sub), "--out", str(out)]) == 0
+    out = tmp_path / "book" / "grades.csv"
+    assert grade.main([str(sub), "--out", str(out), "--seed", "1"]) == 0
     rows = list(csv.DictReader(out.open(encoding="utf-8")))
     assert {r["question"]: r["status"] for r in rows} == {"q1": "not attempted", "q2": "passed", "q3": "not attempted",
                                                           "q4": "passed"}
-    assert all(r["notebook"] == str(sub) for r in rows)
-    assert "2/4" in capsys.readouterr().out
+    assert all(r["student"] == "alice" and r["chapter"] == "ch00" for r in rows)
+    summary = list(csv.DictReader(out.with_name("summary.csv").open(encoding="utf-8")))
+    assert summary == [{"student": "alice", "chapter": "ch00", "points": "2", "max_points": "4"}]
+    assert "alice" in capsys.readouterr().out
+    # a second run skips alice unless --regrade
+    assert grade.main([str(sub), "--out", str(out), "--seed", "1"]) == 0
+    assert "1 already in grades.csv" in capsys.readouterr().out

@@ -2,6 +2,8 @@
 
 Each ``check.qN(learner_function)`` prints a pass/fail line with a hint; see ``_core``.
 """
-from labsupport.check._core import CheckFailed, CheckResult, check, expect, results, short, summary
+from labsupport.check._core import (CheckFailed, CheckResult, Sealed, check, check_seed, expect, parts, results,
+                                    short, summary)
 
-__all__ = ["CheckFailed", "CheckResult", "check", "expect", "results", "short", "summary"]
+__all__ = ["CheckFailed", "CheckResult", "Sealed", "check", "check_seed", "expect", "parts", "results", "short",
+           "summary"]

@@ -5,23 +5,48 @@ compares with the ``labsupport`` reference, so a hard-coded answer fails.  It pr
 
     ✅ q1 passed — 25 random cases
     ❌ q1 failed — merge_step((…)) returned …, expected …   (then a hint line)
-    ⬜ q1 not attempted — the stub still raises NotImplementedError
+    🟡 q1 not attempted — the stub still raises NotImplementedError
 
 Results are also kept for ``summary()`` and, when ``$LABSUPPORT_CHECK_REPORT`` names a file,
-appended to it as JSON lines (used by ``python -m labsupport.grade`` and the tests).
+appended to it as JSON lines (a convenience for scripts; ``python -m labsupport.grade`` does not
+read it: the grader runs every check itself, in its own process).
+
+Grading support, used by :mod:`labsupport.workbook.grading`:
+
+* :func:`check_seed` — the checks draw random inputs from ``random.Random(check_seed())`` /
+  ``np.random.default_rng(check_seed())``: fresh randomness for a learner, a reproducible stream
+  derived from ``$LABSUPPORT_CHECK_SEED``, the chapter and the question when that variable is set
+  (tests; the grader sets it from its ``--seed``, which the student never sees);
+* :class:`Sealed` — accepted answers of conceptual questions stored as salted SHA-256 digests, so
+  no answer key can be read from a module the student's kernel imports;
+* tiered hints — ``hint=`` takes one text or a sequence of texts: the first failure of a question
+  shows the first tier (a nudge), each further failure the next one (up to the formula);
+* :func:`parts` — collect every failing part of a structured answer into one message;
+* :func:`reset` — forget the results and attempts of this process (tests, the grader).
 """
 from __future__ import annotations
 
+import contextvars
 import functools
+import hashlib
+import inspect
 import json
 import os
 import traceback
+from collections import Counter
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 PASS, FAIL, NOT_ATTEMPTED = "passed", "failed", "not attempted"
-_ICON = {PASS: "✅", FAIL: "❌", NOT_ATTEMPTED: "⬜"}
+#: 🟡 (not attempted) stands out on a white page, unlike the pale ⬜ it replaces.
+_ICON = {PASS: "✅", FAIL: "❌", NOT_ATTEMPTED: "🟡"}
+SEED_ENV = "LABSUPPORT_CHECK_SEED"
 _RESULTS: list["CheckResult"] = []
+_FAILURES: Counter = Counter()        # failed attempts per (chapter, question): picks the hint tier
+_ATTEMPTS: Counter = Counter()        # every run of a check per (chapter, question)
+_CURRENT: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("labsupport_check", default=None)
+_SINK: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar("labsupport_sink", default=None)
 
 
 class CheckFailed(AssertionError):
@@ -39,6 +64,8 @@ class CheckResult:
     points: float = 0.0
     max_points: float = 1.0
     manual: dict[str, str] = field(default_factory=dict)
+    attempt: int = 1
+    hint: str = ""
 
     @property
     def passed(self) -> bool:
@@ -57,10 +84,119 @@ def expect(condition: bool, message: str) -> None:
         raise CheckFailed(message)
 
 
+@contextmanager
+def parts() -> Iterator[Callable[[bool, str], bool]]:
+    """Check every part of a structured answer and name *all* the failing ones at once::
+
+        with parts() as part:
+            part(answer["cause"] in CAUSES, "cause: …")
+            part(checks == right, "checks: …")
+
+    ``part(condition, message)`` records ``message`` when ``condition`` is false (and returns the
+    condition); leaving the block raises one :class:`CheckFailed` listing every recorded message.
+    """
+    problems: list[str] = []
+
+    def part(condition: bool, message: str) -> bool:
+        if not condition:
+            problems.append(message)
+        return bool(condition)
+
+    try:
+        yield part
+    except CheckFailed as exc:  # a part that cannot be read at all (via expect) ends the block
+        problems.append(str(exc))
+    if len(problems) == 1:
+        raise CheckFailed(problems[0])
+    if problems:
+        raise CheckFailed(f"{len(problems)} parts to fix: " + " | ".join(problems))
+
+
 def short(value: Any, limit: int = 120) -> str:
     """repr() cut to ``limit`` characters, for failure messages."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def check_seed() -> int | None:
+    """The seed for the running check's random inputs: ``None`` (fresh randomness) for a learner;
+    when ``$LABSUPPORT_CHECK_SEED`` is set, a 64-bit seed derived from it, the chapter and the
+    question (so each question gets its own reproducible stream)."""
+    base = os.environ.get(SEED_ENV, "")
+    if not base:
+        return None
+    chapter, question = _CURRENT.get() or ("", "")
+    digest = hashlib.sha256(f"{base}\x00{chapter}\x00{question}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+# ---------------------------------------------------------------------------------------------
+# Answer keys out of reach: salted digests
+def _digest(salt: str, value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(f"{salt}\x00{text}".encode()).hexdigest()
+
+
+class Sealed:
+    """A set of accepted answers kept as salted SHA-256 digests: ``value in sealed`` and
+    ``len(sealed)`` work, the values themselves cannot be read back from the module.
+
+    Build the digests once with :meth:`seal` (authors only) and paste them into the check module.
+    Values are compared through their JSON form: strings, numbers, and lists such as
+    ``[key, option]`` pairs.
+    """
+
+    def __init__(self, salt: str, digests: Iterable[str]):
+        self.salt = salt
+        self._digests = frozenset(digests)
+
+    @classmethod
+    def seal(cls, salt: str, values: Iterable[Any]) -> "Sealed":
+        return cls(salt, (_digest(salt, v) for v in values))
+
+    @property
+    def digests(self) -> list[str]:
+        return sorted(self._digests)
+
+    def __contains__(self, value: Any) -> bool:
+        try:
+            return _digest(self.salt, value) in self._digests
+        except (TypeError, ValueError):
+            return False
+
+    def __len__(self) -> int:
+        return len(self._digests)
+
+    def __repr__(self) -> str:
+        return f"Sealed({self.salt!r}, {len(self)} answers)"
+
+
+def same_set(chosen: Iterable[Any], right: Sealed) -> bool:
+    """Is ``chosen`` exactly the sealed set (no wrong member, none missing)?"""
+    try:
+        chosen = set(chosen)
+    except TypeError:  # unhashable members: not a set of option keys
+        return False
+    return len(chosen) == len(right) and all(c in right for c in chosen)
+
+
+# ---------------------------------------------------------------------------------------------
+def _emit(line: str) -> None:
+    sink = _SINK.get()
+    if sink is None:
+        print(line)
+    else:
+        sink(line)
+
+
+@contextmanager
+def capture(sink: Callable[[str], None]) -> Iterator[None]:
+    """Send the lines the checks print to ``sink`` instead of stdout (the grader's feedback)."""
+    token = _SINK.set(sink)
+    try:
+        yield
+    finally:
+        _SINK.reset(token)
 
 
 def _record(result: CheckResult) -> CheckResult:
@@ -72,8 +208,17 @@ def _record(result: CheckResult) -> CheckResult:
     return result
 
 
+def reset() -> None:
+    """Forget every result and attempt recorded in this process."""
+    _RESULTS.clear()
+    _FAILURES.clear()
+    _ATTEMPTS.clear()
+
+
 def _raised_not_implemented(exc: BaseException) -> bool:
-    while exc is not None:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
         if isinstance(exc, NotImplementedError):
             return True
         exc = exc.__cause__ or exc.__context__
@@ -83,17 +228,42 @@ def _raised_not_implemented(exc: BaseException) -> bool:
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _blame(exc: BaseException) -> str:
-    """Say whose code raised: the learner's (any frame outside labsupport) or the checker's."""
-    frames = traceback.extract_tb(exc.__traceback__)[2:]  # drop the wrapper and the check body
-    learner = [f for f in frames if not os.path.abspath(f.filename).startswith(_PACKAGE_DIR)]
+def _in_package(filename: str) -> bool:
+    path = os.path.abspath(filename)
+    return path == _PACKAGE_DIR or path.startswith(_PACKAGE_DIR + os.sep)
+
+
+def _blame(exc: BaseException, body: Callable | None = None) -> str:
+    """Say whose code raised: the learner's (a frame outside labsupport below the check body, or
+    an exception the grader carried back from the learner's process) or the checker's.
+
+    The frames are searched for the check body's own frame, so any number of wrapper frames
+    above it (decorators, the grader) does not matter."""
+    where = getattr(exc, "learner_where", None)
+    if where is not None:  # raised in the learner's process and re-raised here by the grader
+        return f"your code raised {type(exc).__name__}: {exc} ({where})"
+    frames = traceback.extract_tb(exc.__traceback__)
+    code = getattr(inspect.unwrap(body), "__code__", None) if body is not None else None
+    if code is not None:
+        for i, f in enumerate(frames):
+            if f.filename == code.co_filename and f.name == code.co_name:
+                frames = frames[i + 1:]
+                break
+    learner = [f for f in frames if not _in_package(f.filename)]
     if learner:
         return f"your code raised {type(exc).__name__}: {exc} (line {learner[-1].lineno})"
     return (f"the check itself raised {type(exc).__name__}: {exc} — this is a bug in the checker, "
             "not in your answer; please report it")
 
 
-def check(chapter: str, question: str, hint: str, points: float = 1.0) -> Callable:
+def _hint_for(hint: str | Sequence[str], failures: int) -> str:
+    if isinstance(hint, str):
+        return hint
+    tiers = list(hint)
+    return tiers[min(max(failures, 1), len(tiers)) - 1] if tiers else ""
+
+
+def check(chapter: str, question: str, hint: str | Sequence[str], points: float = 1.0) -> Callable:
     """Decorator turning ``body(*learner_objects) -> str | (str, dict)`` into a check.
 
     The body raises ``CheckFailed`` (via ``expect``) when the answer is wrong and returns a
@@ -101,12 +271,18 @@ def check(chapter: str, question: str, hint: str, points: float = 1.0) -> Callab
     ``manual`` maps free-text fields to the learner's text, flagged for manual grading.
     Any exception escaping the learner's code is reported, never re-raised, so an
     unfinished exercise notebook still runs top to bottom.
+
+    ``hint`` is one text, or tiers from a nudge to the formula: the n-th failure of this
+    question shows tier n (the last tier from then on).
     """
 
     def decorate(body: Callable) -> Callable:
         @functools.wraps(body)
         def run(*args: Any, **kwargs: Any) -> CheckResult:
             manual: dict[str, str] = {}
+            key = (chapter, question)
+            _ATTEMPTS[key] += 1
+            token = _CURRENT.set(key)
             try:
                 out = body(*args, **kwargs)
                 note, manual = out if isinstance(out, tuple) else (out, {})
@@ -118,19 +294,27 @@ def check(chapter: str, question: str, hint: str, points: float = 1.0) -> Callab
                     result = CheckResult(chapter, question, NOT_ATTEMPTED,
                                          "the stub still raises NotImplementedError", 0.0, points)
                 else:
-                    result = CheckResult(chapter, question, FAIL, _blame(exc), 0.0, points)
+                    result = CheckResult(chapter, question, FAIL, _blame(exc, body), 0.0, points)
+            finally:
+                _CURRENT.reset(token)
+            result.attempt = _ATTEMPTS[key]
             line = f"{_ICON[result.status]} {question} {result.status}"
             if result.message:
                 line += f" — {result.message}"
-            print(line)
+            _emit(line)
             if result.status == FAIL:
-                print(f"   hint: {hint}")
+                _FAILURES[key] += 1
+                result.hint = _hint_for(hint, _FAILURES[key])
+                _emit(f"   hint: {result.hint}")
             for name, text in manual.items():
-                print(f"   📝 {name}: {len(text.split())} words recorded for manual grading")
+                _emit(f"   📝 {name}: {len(text.split())} words recorded for manual grading")
             return _record(result)
 
         run.hint = hint
         run.question = question
+        run.points = points
+        run.chapter = chapter
+        run.is_check = True
         return run
 
     return decorate
@@ -139,6 +323,11 @@ def check(chapter: str, question: str, hint: str, points: float = 1.0) -> Callab
 def results(chapter: str | None = None) -> list[CheckResult]:
     """The checks run so far in this process (optionally of one chapter)."""
     return [r for r in _RESULTS if chapter is None or r.chapter == chapter]
+
+
+def attempts(chapter: str, question: str) -> int:
+    """How many times this process ran the check of ``chapter``/``question``."""
+    return _ATTEMPTS[(chapter, question)]
 
 
 def summary(chapter: str | None = None) -> None:
@@ -154,3 +343,14 @@ def summary(chapter: str | None = None) -> None:
     for (ch, q), r in latest.items():
         print(f"{_ICON[r.status]} {ch} {q}: {r.status}")
     print(f"score: {got:g} / {total:g} (free-text answers are graded by hand)")
+
+
+def chapter_summary(chapter: str) -> Callable[[], None]:
+    """The ``summary()`` of a chapter's check module: ``summary = chapter_summary(CHAPTER)``."""
+
+    def summary_of_chapter() -> None:
+        """Print this chapter's check results and score (last cell of the solutions notebook)."""
+        summary(chapter)
+
+    summary_of_chapter.__name__ = summary_of_chapter.__qualname__ = "summary"
+    return summary_of_chapter

@@ -9,15 +9,12 @@ from omegaconf import OmegaConf
 
 from labsupport.config import ConfigError, parallel_layout
 from labsupport.workbook.orientation import megatron_coords, training_memory_gb
-from labsupport.check._core import check, expect, short
-from labsupport.check._core import summary as _summary
+from labsupport.check._core import chapter_summary, check, check_seed, expect, parts, Sealed, short
 
 CHAPTER = "ch00"
 
 
-def summary() -> None:
-    """Print this chapter's check results and score (last cell of the solutions notebook)."""
-    _summary(CHAPTER)
+summary = chapter_summary(CHAPTER)
 
 
 def _layout_cfg(devices: int, nodes: int, tp: int, pp: int):
@@ -31,7 +28,7 @@ def _layout_cfg(devices: int, nodes: int, tp: int, pp: int):
 def q1(data_parallel_size) -> str:
     """Checked: DP for 30 valid random layouts (an int), ValueError for 30 that do not divide,
     exactly one warning for the valid layouts whose TP spans nodes and none for the others."""
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(check_seed())
     good = bad = spanning = 0
     while good < 30 or bad < 30 or spanning < 5:
         devices = int(rng.choice([1, 2, 4, 8]))
@@ -80,7 +77,7 @@ def q1(data_parallel_size) -> str:
        "(bf16 weights 2 + grads 2 + fp32 master 4 + Adam m 4 + v 4); bf16 weights alone are 2. "
        "Answer in decimal GB (1e9 bytes).")
 def q2(memory_gb) -> str:
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(check_seed())
     for _ in range(30):
         n = float(rng.choice([1, 3, 7, 8, 13, 34, 70, 405])) * 1e9 * float(rng.uniform(0.5, 1.5))
         for method in ("bf16_weights", "full_adam"):
@@ -89,6 +86,15 @@ def q2(memory_gb) -> str:
             expect(isinstance(got, (int, float, np.floating)) and abs(got - want) <= 1e-6 * want,
                    f"memory_gb({n:.4g}, {method!r}) returned {short(got)}, expected {want:.4g}")
     return "60 random model sizes"
+
+
+#: q3's accepted [scenario, framework] pairs, sealed (see _core.Sealed).
+_SCENARIO_ANSWERS = Sealed("labsupport:ch00:q3", [
+    "04f2c630033ec5cdb3b443594b56598d4298b9def28cd895d1827ae3f7d9e1dc",
+    "07cf9770280cd6d7169e0a45aac73747ea39481367478e1c1199e5ab7da4aa0e",
+    "75737ec22989e1399d4ae15494c33aa6eb9157ed0dd683dfafff62c46d865e49",
+    "fc7bf5e893f3688076675cb102e76bfb2b77ed2874385b4f205b65f8f5775608",
+])
 
 
 @check(CHAPTER, "q3", hint="Book §6.2.8: very large distributed pre-training favours NeMo/Megatron-Core; "
@@ -100,11 +106,12 @@ def q3(exercise_5) -> tuple[str, dict[str, str]]:
     for key in ("a", "b", "c"):
         expect(key in answer, f"missing key {key!r}: give one of {sorted(allowed)} for each scenario")
         expect(answer[key] in allowed, f"answer[{key!r}] = {short(answer[key])}; use one of {sorted(allowed)}")
-    expect(answer["a"] == "nemo", "(a) 1024-GPU continued pre-training: which framework was built for that scale?")
-    expect(answer["b"] in ("hf", "either"), "(b) LoRA of a 7B model on one 8-GPU node: is a large-scale framework needed?")
-    expect(answer["c"] == "nemo", "(c) speech recognition + LLM: which framework ships speech collections?")
     why = answer.get("why", "")
-    expect(isinstance(why, str) and len(why.split()) >= 5, "add a 'why' field: a few sentences giving your reasons")
+    with parts() as part:  # name every failing part at once
+        part(["a", answer["a"]] in _SCENARIO_ANSWERS, "(a) 1024-GPU continued pre-training: which framework was built for that scale?")
+        part(["b", answer["b"]] in _SCENARIO_ANSWERS, "(b) LoRA of a 7B model on one 8-GPU node: is a large-scale framework needed?")
+        part(["c", answer["c"]] in _SCENARIO_ANSWERS, "(c) speech recognition + LLM: which framework ships speech collections?")
+        part(isinstance(why, str) and len(why.split()) >= 5, "add a 'why' field: a few sentences giving your reasons")
     return ("scenario choices correct. Compare your reasons with this model answer: " + MODEL_ANSWER_Q3,
             {"why": why})
 
@@ -121,7 +128,7 @@ MODEL_ANSWER_Q3 = (
 def q4(data_parallel_group) -> str:
     """Checked: for 40 random layouts and ranks, the sorted list of global ranks that all-reduce gradients with
     ``rank`` (same tp_rank and pp_rank, every dp_rank), including ``rank`` itself."""
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(check_seed())
     for _ in range(40):
         tp, pp, dp = (int(rng.choice(v)) for v in ([1, 2, 4, 8], [1, 2, 3, 4], [1, 2, 3, 4, 8]))
         rank = int(rng.integers(0, tp * pp * dp))

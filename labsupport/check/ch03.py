@@ -15,8 +15,7 @@ from labsupport.datasets.blending import cap_weights as _cap_weights
 from labsupport.datasets.blending import expected_epochs as _expected_epochs
 from labsupport.datasets.blending import greedy_step as _greedy_step
 from labsupport.datasets.blending import reference_blending_indices
-from labsupport.check._core import check, expect, short
-from labsupport.check._core import summary as _summary
+from labsupport.check._core import chapter_summary, check, check_seed, expect, parts, Sealed, short
 
 CHAPTER = "ch03"
 
@@ -54,14 +53,29 @@ EXERCISE_2_STEPS = {
     "equal_weights": "always give every dataset the same weight",
     "max_quality": "put as much weight as possible on the highest-quality set",
 }
-_EFFECTS = {"more_code_skill", "less_other", "batch_mix"}
-_RISKS = {"memorise", "overfit", "little_new"}
-_STEPS = {"dedup_filter", "epoch_budget", "per_domain_eval", "ablations", "realised_blend"}
+#: q4's answer keys, sealed (see _core.Sealed): (a) ...
+_EFFECTS = Sealed("labsupport:ch03:q4:a", [
+    "5650d39ca730b49e123b94a6ba9b0c86f328e77cd0c95f873d216e344291c3be",
+    "78721d3a27439b47011e040c0062e950224436d1afab149b5049c7d9c9dcfd8c",
+    "ab4bcc558e588a3ce791f8080af87dbb2e809dd7ebd5beb82c34caf22e28a8c1",
+])
+#: (b) ...
+_RISKS = Sealed("labsupport:ch03:q4:b", [
+    "19facad9360507c5a3c9c567d4cf178ee4c166206f1058d919921dbe15687a41",
+    "cbb7fbb3efda04372b19ab3fb0d357d4ff55defbd52779c7b3434757efade5fa",
+    "d424c3204721d98c202acf94ece8f1c8d863d468ae0dacc70bfcf4148345258d",
+])
+#: (c).
+_STEPS = Sealed("labsupport:ch03:q4:c", [
+    "097a7df62ed27d8a768dc0e046f5af1f80e335a8082c565d43bfc41c0c3ee22d",
+    "165b1cc8519530c799398f4731b2a593e4c8af51a5fc9d24359c63dc106a54f7",
+    "526f6bdb7d0c897bbd914fd8ce2b10f0e2c506dfed7249c608da95c88a2267e4",
+    "bdf3f0879bf9bc4c82071de886f005ebf7833f6a4462aba5cb2d2fa354540a35",
+    "d4d771763b239684924799c2336defa633583705b32e36fab9b85071546fe550",
+])
 
 
-def summary() -> None:
-    """Print this chapter's check results and score (last cell of the solutions notebook)."""
-    _summary(CHAPTER)
+summary = chapter_summary(CHAPTER)
 
 
 def _weights(rng: random.Random, n: int) -> list[float]:
@@ -82,7 +96,7 @@ def _weights(rng: random.Random, n: int) -> list[float]:
        "largest error, and on an exact tie the lowest index (scan from d = 0, replace only when strictly "
        "greater). Compute the error exactly that way: w*x first, then subtract the count.")
 def q1(greedy_step) -> str:
-    rng = random.Random()
+    rng = random.Random(check_seed())
     cases = 0
     for k in range(300):
         n = rng.choice([2, 2, 3, 3, 4, 5, 8])
@@ -145,7 +159,7 @@ def _order_sensitive_states(limit: int = 12) -> list[tuple[list[float], list[int
 @check(CHAPTER, "q2", hint="normalise the weights (w / sum(w)); the blend takes w_d × total_tokens tokens "
        "from dataset d, so it sees it w_d × total_tokens / dataset_tokens[d] times. Return one float per dataset.")
 def q2(epochs) -> str:
-    rng = random.Random()
+    rng = random.Random(check_seed())
     cases = 0
     for k in range(60):
         n = rng.randint(2, 6)
@@ -180,7 +194,7 @@ def q3(cap_weights) -> str:
            f"cap_weights{cascade} returned {short(got)}, expected {[round(v, 4) for v in want]}: after capping "
            "dataset 0 at 0.2, sharing the rest 0.3 : 0.2 gives dataset 1 0.48 > its cap 0.35 — cap it too and "
            "share again")
-    rng = random.Random()
+    rng = random.Random(check_seed())
     good = bad = 0
     while good < 50 or bad < 8:
         n = rng.randint(2, 6)
@@ -221,7 +235,7 @@ def q3(cap_weights) -> str:
        "less of the rest. (b) epochs = code_weight × total_tokens / code_tokens; many epochs means memorising. "
        "(c) clean first, budget epochs, evaluate per domain, ablate, check the realised blend.")
 def q4(exercise_2) -> tuple[str, dict[str, str]]:
-    rng = random.Random()
+    rng = random.Random(check_seed())
     manual: dict[str, str] = {}
     for k in range(3):
         total = rng.choice([10**11, 2 * 10**11, 5 * 10**11, 10**12])
@@ -239,17 +253,19 @@ def q4(exercise_2) -> tuple[str, dict[str, str]]:
             expect(not unknown, f"{key}: unknown option(s) {unknown}; choose from {sorted(options)}")
         want = weight * total / code
         got = answer["b_code_epochs"]
-        expect(isinstance(got, (int, float)) and not isinstance(got, bool) and math.isclose(got, want, rel_tol=1e-9),
-               f"exercise_2({total:g}, {code:g}, {weight}): b_code_epochs = {short(got)}, expected {want:g}")
-        for key, right in (("a", _EFFECTS), ("b", _RISKS), ("c", _STEPS)):
-            chosen = set(answer[key])
-            expect(not chosen - right, f"{key}: {sorted(chosen - right)} is not right")
-            expect(chosen == right, f"{key}: {len(right - chosen)} correct option(s) missing")
-        for key in ("a_why", "b_why", "c_why"):
-            text = answer[key]
-            expect(isinstance(text, str) and len(text.split()) >= 10,
-                   f"{key}: a few sentences (10+ words) in your own words")
-            manual[key] = text
+        with parts() as part:  # name every failing part at once
+            part(isinstance(got, (int, float)) and not isinstance(got, bool) and math.isclose(got, want, rel_tol=1e-9),
+                 f"exercise_2({total:g}, {code:g}, {weight}): b_code_epochs = {short(got)}, expected {want:g}")
+            for key, right in (("a", _EFFECTS), ("b", _RISKS), ("c", _STEPS)):
+                chosen = set(answer[key])
+                wrong = sorted(c for c in chosen if c not in right)
+                if part(not wrong, f"{key}: {wrong} is not right"):
+                    part(len(chosen) == len(right), f"{key}: {len(right) - len(chosen)} correct option(s) missing")
+            for key in ("a_why", "b_why", "c_why"):
+                text = answer[key]
+                part(isinstance(text, str) and len(text.split()) >= 10,
+                     f"{key}: a few sentences (10+ words) in your own words")
+                manual[key] = text
     return "(a), (b) with the epoch count, (c) correct on 3 random scenarios", manual
 
 
@@ -257,7 +273,7 @@ def q4(exercise_2) -> tuple[str, dict[str, str]]:
 @check(CHAPTER, "q5", hint="the blend's whole state is its counts: the next sample number is sum(counts). From "
        "there apply the greedy rule n times, adding 1 to the count of each dataset you pick.")
 def q5(resume_blend) -> str:
-    rng = random.Random()
+    rng = random.Random(check_seed())
     cases = 0
     for _ in range(40):
         n = rng.randint(2, 6)

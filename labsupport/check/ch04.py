@@ -8,8 +8,7 @@ import numpy as np
 from labsupport.datasets.bin_packing import first_fit_decreasing as _ffd
 from labsupport.datasets.bin_packing import padding_share as _padding_share
 from labsupport.datasets.gpt_samples import build_sample_idx, get_ltor_masks_and_position_ids, sample_segments
-from labsupport.check._core import check, expect, short
-from labsupport.check._core import summary as _summary
+from labsupport.check._core import chapter_summary, check, check_seed, expect, parts, same_set, Sealed, short
 
 CHAPTER = "ch04"
 
@@ -35,14 +34,24 @@ POSITION_OPTIONS: dict[str, str] = {
     "learned_absolute": "learned absolute position embeddings (GPT-2, the chapter's TinyCausalLM)",
     "rotary": "rotary position embeddings (RoPE: Llama and its descendants)",
 }
-_WASTE = {"compute", "memory", "throughput"}
-_MUST_DO = {"block_mask", "boundary_loss"}
-_RESET_FOR = {"learned_absolute"}
+#: q4's answer keys, sealed (see _core.Sealed): (a) ...
+_WASTE = Sealed("labsupport:ch04:q4:a", [
+    "05b24c6ab945be78c3954b1d5aeef290dfff01cea153dbd7bc739d8435f8f5e7",
+    "b553044edcd10490248436a4355b2c059528e7328d0d497977f7c56c2cd2e65c",
+    "d597acc67aad89ce5177b7ec4bdbcaab01bbc2738b2cd4eaaf1b69b5870c6bf6",
+])
+#: ... (c) ...
+_MUST_DO = Sealed("labsupport:ch04:q4:c", [
+    "553568954a4592b99a97e6dc3e238c557afe0aaa5a7c102c4bc5caec0a741e7f",
+    "981765e273f8d9efe3043d72e3475e6a664ce6c3aa7d0b49b286465501cba193",
+])
+#: ... and (c)'s position question.
+_RESET_FOR = Sealed("labsupport:ch04:q4:c_reset", [
+    "af4faf21f5d590ba29203c1cd611ffed3bb2c781157628a38204cf08b1e133f8",
+])
 
 
-def summary() -> None:
-    """Print this chapter's check results and score (last cell of the solutions notebook)."""
-    _summary(CHAPTER)
+summary = chapter_summary(CHAPTER)
 
 
 def _number(value, what: str) -> float:
@@ -53,7 +62,7 @@ def _number(value, what: str) -> float:
 
 @check(CHAPTER, "q1", hint="padding share = padded slots / all slots = 1 − sum(lengths) / (n × seq_length).")
 def q1(padding_share) -> str:
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(check_seed())
     for _ in range(40):
         seq_length = int(rng.choice([128, 512, 2048, 4096]))
         lengths = rng.integers(1, seq_length + 1, int(rng.integers(1, 300))).tolist()
@@ -80,7 +89,7 @@ def _as_bins(value, n: int, call: str) -> list[list[int]]:
 @check(CHAPTER, "q2", hint="sort the indices by decreasing length (ties: lower index first); put each into the "
        "first pack (in opening order) whose total + length <= pack_size, else open a new pack.")
 def q2(first_fit_decreasing) -> str:
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(check_seed())
     cases = 0
     for _ in range(60):
         pack_size = int(rng.integers(8, 200))
@@ -107,7 +116,7 @@ def _as_array(value) -> np.ndarray:
 @check(CHAPTER, "q3", hint="positions restart at 0 right after each EOD; the mask is True (= masked) above the "
        "diagonal and, for every EOD at i, for rows > i and columns <= i (Megatron's reset flags).")
 def q3(positions_and_mask) -> str:
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(check_seed())
     mask_pending = False
     for _ in range(50):
         s = int(rng.integers(1, 40))
@@ -146,45 +155,46 @@ def q4(exercise_3) -> tuple[str, dict[str, str]]:
     for key in ("a_padding_share", "a_wasted", "b_examples_per_pack", "b_speedup", "c_must_do",
                 "c_reset_positions_for", "why"):
         expect(key in answer, f"missing key {key!r}")
-    share = _number(answer["a_padding_share"], "a_padding_share")
-    expect(abs(share - (1 - 300 / 4096)) <= 0.01, f"(a) padding share {share:.3f}: for 300 real tokens in a row of "
-           "4096, what fraction of the row is padding?")
-    wasted = set(answer["a_wasted"])
-    expect(wasted <= set(WASTE_OPTIONS), f"(a) unknown keys {sorted(wasted - set(WASTE_OPTIONS))}; use {sorted(WASTE_OPTIONS)}")
-    expect(wasted == _WASTE, "(a) some chosen items are not wasted, or something wasted is missing "
-           "(is a padded example lost, or is its gradient wrong?)")
-    per_pack = _number(answer["b_examples_per_pack"], "b_examples_per_pack")
-    expect(per_pack == 13, f"(b) {per_pack:g} examples per pack: how many *whole* 300-token examples fit 4096 "
-           "tokens? (an example is never cut to fill a pack)")
-    speedup = _number(answer["b_speedup"], "b_speedup")
-    expect(13.0 <= speedup <= 14.0, f"(b) speed-up {speedup:g}: real tokens per step, packed vs padded, is at most "
-           "4096 / 300")
-    must = set(answer["c_must_do"])
-    expect(must <= set(MUST_DO_OPTIONS), f"(c) unknown keys {sorted(must - set(MUST_DO_OPTIONS))}")
-    expect(must == _MUST_DO, "(c) not the right set: what keeps each example's attention and loss exactly as if it "
-           "were alone, with any position embedding?")
-    reset_for = set(answer["c_reset_positions_for"])
-    expect(reset_for <= set(POSITION_OPTIONS), f"(c) c_reset_positions_for: unknown keys "
-           f"{sorted(reset_for - set(POSITION_OPTIONS))}; use {sorted(POSITION_OPTIONS)}")
-    expect(reset_for == _RESET_FOR, "(c) c_reset_positions_for: with which position embedding does a document in "
-           "the middle of a pack compute something else unless its positions restart? (the chapter's four "
-           "TinyCausalLM runs and its rotary head)")
     why = answer.get("why", "")
-    expect(isinstance(why, str) and len(why.split()) >= 5, "add a 'why' field: a few sentences for (a), (b) and (c)")
+    with parts() as part:  # name every failing part at once
+        share = _number(answer["a_padding_share"], "a_padding_share")
+        part(abs(share - (1 - 300 / 4096)) <= 0.01, f"(a) padding share {share:.3f}: for 300 real tokens in a row of "
+             "4096, what fraction of the row is padding?")
+        wasted = set(answer["a_wasted"])
+        if part(wasted <= set(WASTE_OPTIONS), f"(a) unknown keys {sorted(wasted - set(WASTE_OPTIONS))}; use {sorted(WASTE_OPTIONS)}"):
+            part(same_set(wasted, _WASTE), "(a) some chosen items are not wasted, or something wasted is missing "
+                 "(is a padded example lost, or is its gradient wrong?)")
+        per_pack = _number(answer["b_examples_per_pack"], "b_examples_per_pack")
+        part(per_pack == 13, f"(b) {per_pack:g} examples per pack: how many *whole* 300-token examples fit 4096 "
+             "tokens? (an example is never cut to fill a pack)")
+        speedup = _number(answer["b_speedup"], "b_speedup")
+        part(13.0 <= speedup <= 14.0, f"(b) speed-up {speedup:g}: real tokens per step, packed vs padded, is at most "
+             "4096 / 300")
+        must = set(answer["c_must_do"])
+        if part(must <= set(MUST_DO_OPTIONS), f"(c) unknown keys {sorted(must - set(MUST_DO_OPTIONS))}"):
+            part(same_set(must, _MUST_DO), "(c) not the right set: what keeps each example's attention and loss exactly "
+                 "as if it were alone, with any position embedding?")
+        reset_for = set(answer["c_reset_positions_for"])
+        if part(reset_for <= set(POSITION_OPTIONS), f"(c) c_reset_positions_for: unknown keys "
+                f"{sorted(reset_for - set(POSITION_OPTIONS))}; use {sorted(POSITION_OPTIONS)}"):
+            part(same_set(reset_for, _RESET_FOR), "(c) c_reset_positions_for: with which position embedding does a "
+                 "document in the middle of a pack compute something else unless its positions restart? (the "
+                 "chapter's four TinyCausalLM runs and its rotary head)")
+        part(isinstance(why, str) and len(why.split()) >= 5, "add a 'why' field: a few sentences for (a), (b) and (c)")
     return "(a), (b), (c) correct", {"why": why}
 
 
 @check(CHAPTER, "q5", hint="sample k reads stream tokens k·S … k·S + S (S + 1 tokens: it shares its last token with "
        "sample k+1); walk doc_idx, subtracting each document's length, to find where that range starts and ends.")
 def q5(sample_documents) -> str:
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(check_seed())
     cases = 0
     while cases < 60:
         sizes = rng.integers(1, 12, int(rng.integers(1, 7))).astype(np.int32)
         epochs = int(rng.integers(1, 4))
         doc_idx = rng.permutation(np.tile(np.arange(sizes.size, dtype=np.int32), epochs))
         seq = int(rng.integers(2, 9))
-        if epochs * int(sizes.sum()) - 1 < seq:
+        if int(sizes.sum()) < 2 or epochs * int(sizes.sum()) - 1 < seq:   # Megatron needs 2+ tokens per epoch
             continue
         si = build_sample_idx(sizes, doc_idx, seq, epochs, int(sizes.sum()))
         k = int(rng.integers(0, len(si) - 1))

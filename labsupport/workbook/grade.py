@@ -1,72 +1,351 @@
-"""Grade submitted exercise notebooks automatically (workbook tooling, every chapter).
+"""Grade a class's exercise notebooks (workbook tooling, every chapter).
 
-    python -m labsupport.grade submissions/*.ipynb --out grades.csv
+    python -m labsupport.grade submissions/ --out grades/grades.csv --seed 2718
 
-Each notebook is executed headless (errors do not stop it); every ``check.qN`` it calls is
-recorded; the latest attempt per question counts. The CSV has one row per notebook and
-question: status, points, max points, and free-text answers flagged for manual grading.
+Each submission's answer cells are put back into the instructor's pristine exercise notebook;
+the student's code runs in a worker process of its own (own session, folder, memory/time/output
+limits, no network where the machine allows it) and every check runs here, in the grader, on
+inputs drawn from the instructor's ``--seed``.  Writes, beside ``--out``:
+
+* ``grades.csv``  — one row per student × question: ``student, chapter, question, status, points,
+  max_points, reason, flags, manual_grading``;
+* ``summary.csv`` — one row per student × chapter: ``student, chapter, points, max_points``;
+* ``feedback/STUDENT__chNN.txt`` — the check lines and hints the student would have seen;
+* ``executed/STUDENT__chNN.ipynb`` — the rebuilt notebook as it ran (outputs trimmed);
+* ``similarity.csv`` — pairs of students with near-identical answers (normalised code).
+
+Exit status: 0 graded (whatever the grades), 2 bad command line, 130 interrupted (what was
+graded is written).
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
+import io
 import json
 import os
+import secrets
+import shutil
 import sys
 import tempfile
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from multiprocessing import get_context
 from pathlib import Path
 
-from labsupport.workbook.nbrun import execute_notebook, headless_env
+from labsupport.fileio import atomic_write
+from labsupport.paths import REPO_ROOT
+from labsupport.workbook.grading.exercise import Chapter, Unreadable, discover, read_submission
+from labsupport.workbook.grading.grader import Graded, Options, _unreadable_rows, close_warm, grade_file, identify
+from labsupport.workbook.grading.sandbox import Limits, sandbox_mode, sandbox_note
+from labsupport.workbook.grading.similarity import similar_pairs
+
+FIELDS = ["student", "chapter", "question", "status", "points", "max_points", "reason", "flags", "manual_grading"]
+SUMMARY_FIELDS = ["student", "chapter", "points", "max_points"]
 
 
-def grade_notebook(path: Path, timeout: int = 600) -> tuple[list[dict], str]:
-    """Execute one notebook; return (latest check results as dicts, run error or "")."""
-    fd, report = tempfile.mkstemp(prefix="labsupport-checks-", suffix=".jsonl")
-    os.close(fd)
-    try:
-        _, run = execute_notebook(Path(path), timeout=timeout, allow_errors=True,
-                                  env=headless_env(LABSUPPORT_CHECK_REPORT=report))
-        with open(report, encoding="utf-8") as fh:
-            rows = [json.loads(line) for line in fh if line.strip()]
-    finally:
-        os.unlink(report)
-    latest: dict[tuple[str, str], dict] = {}
+def neutralise(value: object) -> object:
+    """A CSV cell a spreadsheet will not run as a formula (``=``, ``+``, ``-``, ``@`` …)."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
+def _csv_text(fields: list[str], rows: list[dict]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
     for row in rows:
-        latest[(row["chapter"], row["question"])] = row
-    return list(latest.values()), ("" if run.ok else run.error)
+        writer.writerow({k: neutralise(row.get(k, "")) for k in fields})
+    return buf.getvalue()
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)[:80] or "_"
+
+
+class RepoGuard:
+    """A snapshot of the repository's library, data and exercises: after each submission any
+    change is put back, and the submission is flagged (defence in depth behind the sandbox)."""
+
+    FOLDERS = ("labsupport", "data", "exercises", "configs")
+
+    def __init__(self) -> None:
+        self.files = self._read()
+
+    def _read(self) -> dict[Path, bytes]:
+        out = {}
+        for folder in self.FOLDERS:
+            base = REPO_ROOT / folder
+            if base.is_dir():
+                for p in base.rglob("*"):
+                    if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc":
+                        out[p] = p.read_bytes()
+        return out
+
+    def restore(self) -> list[str]:
+        now = self._read()
+        changed = sorted(str(p.relative_to(REPO_ROOT)) for p in set(now) | set(self.files)
+                         if now.get(p) != self.files.get(p))
+        for rel in changed:
+            p = REPO_ROOT / rel
+            if p in self.files:
+                p.parent.mkdir(parents=True, exist_ok=True)
+                p.write_bytes(self.files[p])
+            else:
+                p.unlink(missing_ok=True)
+        return changed
+
+
+def _submissions(paths: list[str], book: Path | None = None) -> list[Path]:
+    """The files to grade; folders are searched for notebooks (not the gradebook's own ``executed/``)."""
+    out: list[Path] = []
+    ours = (book.resolve() / "executed") if book is not None else None
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            out += sorted(q for q in p.rglob("*.ipynb") if ".ipynb_checkpoints" not in q.parts
+                          and not (ours is not None and q.resolve().is_relative_to(ours)))
+        else:
+            out.append(p)
+    return out
+
+
+_CHAPTERS: dict[str, Chapter] | None = None
+
+
+def _job(path: str, exercises: str | None, options: Options, chapter: str | None) -> Graded:
+    """One submission in a pool process (``--jobs N``)."""
+    global _CHAPTERS
+    if _CHAPTERS is None:
+        _CHAPTERS = discover(Path(exercises) if exercises else None)
+        import atexit
+
+        atexit.register(close_warm)
+    return grade_file(Path(path), _CHAPTERS, options, chapter)
+
+
+class Gradebook:
+    """The two CSVs, feedback files and executed notebooks, rewritten atomically as rows arrive."""
+
+    def __init__(self, out: Path, chapters: dict[str, Chapter], regrade: bool):
+        self.out = out
+        self.summary = out.with_name("summary.csv")
+        self.chapters = {ch.key: ch for ch in chapters.values()}
+        self.rows: list[dict] = []
+        if out.is_file():  # kept until a student is graded again, so an interrupted --regrade loses nothing
+            with open(out, newline="", encoding="utf-8") as fh:
+                self.rows = [dict(r) for r in csv.DictReader(fh)]
+        self.done = set() if regrade else {(r["student"], r["chapter"]) for r in self.rows}
+
+    def add(self, graded: Graded) -> None:
+        key = (graded.student, graded.chapter)
+        self.rows = [r for r in self.rows if (r["student"], r["chapter"]) != key]
+        self.rows += [row.as_csv() for row in graded.rows]
+        self.done.add(key)
+        base = self.out.parent
+        name = f"{_safe(graded.student)}__{_safe(graded.chapter or 'unknown')}"
+        total = sum(r.points for r in graded.rows)
+        top = sum(r.max_points for r in graded.rows)
+        lines = [f"{graded.student} · {graded.chapter or '?'} · {total:g} / {top:g}", ""]
+        lines += graded.feedback
+        flagged = [f"{r.question}: {'; '.join(r.flags)}" for r in graded.rows if r.flags]
+        if flagged:
+            lines += ["", "flagged for your instructor:"] + [f"  {f}" for f in flagged]
+        atomic_write(base / "feedback" / f"{name}.txt", "\n".join(lines) + "\n")
+        if graded.executed is not None:
+            atomic_write(base / "executed" / f"{name}.ipynb", json.dumps(graded.executed, ensure_ascii=False, indent=1))
+        self.write()
+
+    def write(self) -> None:
+        atomic_write(self.out, _csv_text(FIELDS, self.rows))
+        totals: dict[tuple[str, str], list[float]] = {}
+        for r in self.rows:
+            t = totals.setdefault((r["student"], r["chapter"]), [0.0, 0.0])
+            t[0] += float(r["points"] or 0)
+            t[1] += float(r["max_points"] or 0)
+        summary = []
+        for (student, chapter), (got, _) in sorted(totals.items()):
+            ch = self.chapters.get(chapter)
+            top = ch.max_points if ch is not None else totals[(student, chapter)][1]
+            summary.append({"student": student, "chapter": chapter, "points": f"{got:g}", "max_points": f"{top:g}"})
+        atomic_write(self.summary, _csv_text(SUMMARY_FIELDS, summary))
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m labsupport.grade", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]))
+    ap.add_argument("submissions", nargs="+", help="submitted notebooks, or folders holding them (one folder per "
+                    "student, or files named after the student)")
+    ap.add_argument("--out", default="grades.csv", help="gradebook CSV (default grades.csv); summary.csv, "
+                    "feedback/, executed/ and similarity.csv go beside it")
+    ap.add_argument("--chapter", help="grade every submission as this chapter (NN); default: from the file name")
+    ap.add_argument("--seed", help="instructor seed for the checks' random inputs (default: a fresh one, printed "
+                    "and saved in grading-run.json)")
+    ap.add_argument("--rounds", type=int, default=2, help="runs of each check on different hidden seeds (default 2)")
+    ap.add_argument("--timeout", type=float, default=30, help="seconds per question (default 30)")
+    ap.add_argument("--cell-timeout", type=float, default=20, help="seconds per answer cell (default 20)")
+    ap.add_argument("--submission-timeout", type=float, default=300, help="seconds per submission (default 300)")
+    ap.add_argument("--memory-mb", type=int, default=3072, help="address-space cap of the student's process "
+                    "(default 3072 MiB)")
+    ap.add_argument("--jobs", type=int, default=1, help="submissions graded in parallel (default 1)")
+    ap.add_argument("--regrade", action="store_true", help="grade again submissions already in --out")
+    ap.add_argument("--override", action="append", default=[], metavar="STUDENT:CHAPTER:QUESTION",
+                    help="accept a flagged answer's points (e.g. alice:ch03:q1); repeatable")
+    ap.add_argument("--similarity", type=float, default=0.9, help="similarity threshold for similarity.csv "
+                    "(default 0.9)")
+    ap.add_argument("--exercises", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.jobs < 1 or args.rounds < 1:
+        ap.error("--jobs and --rounds must be at least 1")
+    bad = [o for o in args.override if o.count(":") != 2]
+    if bad:
+        ap.error(f"--override {bad[0]!r}: write STUDENT:CHAPTER:QUESTION, e.g. alice:ch03:q1")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m labsupport.grade", description=__doc__.split("\n\n")[0])
-    ap.add_argument("notebooks", nargs="+", help="submitted .ipynb files")
-    ap.add_argument("--out", default="grades.csv", help="CSV gradebook to write (default grades.csv)")
-    ap.add_argument("--timeout", type=int, default=600, help="seconds per cell")
-    args = ap.parse_args(argv)
-    fields = ["notebook", "chapter", "question", "status", "points", "max_points", "manual_grading", "run_error"]
-    rows: list[dict] = []
-    for nb in args.notebooks:
-        p = Path(nb)
-        if not p.is_file():
-            print(f"grade: {nb}: no such notebook", file=sys.stderr)
-            return 2
-        results, error = grade_notebook(p, args.timeout)
-        for r in results:
-            rows.append({"notebook": str(p), "chapter": r["chapter"], "question": r["question"],
-                         "status": r["status"], "points": r["points"], "max_points": r["max_points"],
-                         "manual_grading": json.dumps(r.get("manual") or {}, ensure_ascii=False),
-                         "run_error": error})
-        got = sum(r["points"] for r in results)
-        total = sum(r["max_points"] for r in results)
-        print(f"{p}: {got:g}/{total:g}" + (f"  (run stopped early: {error})" if error else ""))
-        if not results:
-            rows.append({"notebook": str(p), "chapter": "", "question": "", "status": "no checks ran",
-                         "points": 0, "max_points": 0, "manual_grading": "{}", "run_error": error})
-    tmp = Path(args.out).with_suffix(".csv.tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(tmp, args.out)
-    print(f"wrote {args.out} ({len(rows)} rows)")
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # before or after the class loop (which reports its own progress)
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    chapters = discover(Path(args.exercises) if args.exercises else None)
+    files = _submissions(args.submissions, Path(args.out).parent)
+    if not files:
+        print("grade: no submissions found (give notebooks or folders holding .ipynb files)", file=sys.stderr)
+        return 2
+    forced = args.chapter.zfill(2) if args.chapter else None
+    if forced and forced not in chapters:
+        print(f"grade: --chapter {args.chapter}: no exercises/{forced}_*.ipynb (have {sorted(chapters)})",
+              file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    seed = args.seed or secrets.token_hex(8)
+    options = Options(seed=seed, rounds=args.rounds,
+                      limits=Limits(cell_timeout=args.cell_timeout, question_timeout=args.timeout,
+                                    submission_timeout=args.submission_timeout, memory_mb=args.memory_mb),
+                      overrides=frozenset(tuple(o.split(":")) for o in args.override),
+                      protect=tuple(dict.fromkeys([Path(args.out).resolve().parent] +
+                                                  [Path(s).resolve() if Path(s).is_dir() else Path(s).resolve().parent
+                                                   for s in args.submissions])))
+    book = Gradebook(out, chapters, args.regrade)
+    todo, skipped = [], 0
+    for f in files:
+        student, number = identify(f, forced)
+        key = (student, chapters[number].key if number in chapters else "")
+        if key in book.done and not args.regrade:
+            skipped += 1
+        else:
+            todo.append(f)
+    seen: dict[tuple[str, str | None], Path] = {}
+    for f in todo:
+        key = identify(f, forced)
+        if key in seen:
+            print(f"grade: {f} and {seen[key]} are both student {key[0]!r}, chapter {key[1]}; the later one counts",
+                  file=sys.stderr)
+        seen[key] = f
+    print(f"grading {len(todo)} submission(s) of chapter(s) {', '.join(sorted({identify(f, forced)[1] or '?' for f in todo}))}"
+          f"{f' ({skipped} already in {out.name}: --regrade to grade them again)' if skipped else ''}")
+    unreadable = []
+    for f in todo:  # every file is read and validated before the first one is graded
+        try:
+            read_submission(f)
+        except Unreadable as exc:
+            unreadable.append(f"{f}: {exc}")
+    if unreadable:
+        print(f"{len(unreadable)} file(s) are not readable notebooks (each gets rows saying why):")
+        for line in unreadable[:10]:
+            print(f"  {line}")
+    print(sandbox_note(sandbox_mode()))
+    print(f"seed: {'given' if args.seed else 'fresh'} (saved in {out.with_name('grading-run.json').name}) · "
+          f"{args.rounds} round(s) per check · limits {args.timeout:g} s/question, {args.cell_timeout:g} s/cell, "
+          f"{args.memory_mb} MiB")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(out.with_name("grading-run.json"), json.dumps(
+        {"seed": seed, "rounds": args.rounds, "sandbox": sandbox_mode(), "chapters": sorted(chapters),
+         "exercises": {n: hashlib.sha256(c.notebook.read_bytes()).hexdigest()[:16] for n, c in chapters.items()}},
+        indent=1) + "\n")
+    book.write()
+    # with a sandbox the repository is read-only to the students' code; without one, put back
+    # whatever a submission changed there and flag it
+    guard = RepoGuard() if sandbox_mode() == "none" else None
+    from labsupport.progress import progress
+
+    bar = progress(total=len(todo), desc="grading", unit="notebook")
+    answers: dict[tuple[str, str], dict[str, str]] = {}
+    started = time.monotonic()
+    done = 0
+
+    def finish(graded: Graded) -> None:
+        nonlocal done
+        changed = guard.restore() if guard is not None else []
+        if changed:
+            flag = "wrote-outside: changed the repository's " + ", ".join(changed[:5]) + " (restored)" + (
+                "; with --jobs > 1 this may be a submission graded at the same time" if args.jobs > 1 else "")
+            for row in graded.rows:
+                row.flags.insert(0, flag)
+                row.points = 0.0
+        book.add(graded)
+        answers[(graded.student, graded.chapter)] = graded.answers
+        done += 1
+        bar.update(1)
+
+    workroot = tempfile.mkdtemp(prefix="labsupport-grade-")
+    options.workroot = workroot
+    options.prewarm = len(todo) > 1
+    try:
+        if args.jobs == 1:
+            for f in todo:
+                finish(grade_file(f, chapters, options, forced))
+        else:
+            pool = ProcessPoolExecutor(max_workers=args.jobs, mp_context=get_context("spawn"))
+            try:
+                pending = {pool.submit(_job, str(f), args.exercises, options, forced): f for f in todo}
+                while pending:
+                    ready, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    for fut in ready:
+                        f = pending.pop(fut)
+                        try:
+                            finish(fut.result())
+                        except Exception as exc:  # noqa: BLE001 - a pool process lost: this row only
+                            student, number = identify(f, forced)
+                            key = chapters[number].key if number in chapters else ""
+                            finish(Graded(student, key, str(f), _unreadable_rows(
+                                student, chapters.get(number or ""), f"grader error: {type(exc).__name__}: {exc}",
+                                "error")))
+            finally:  # on Ctrl-C: drop what has not started, do not wait for the class to finish
+                pool.shutdown(wait=False, cancel_futures=True)
+    except KeyboardInterrupt:
+        bar.close()
+        print(f"\ninterrupted: {done} of {len(todo)} graded; {out} holds them", file=sys.stderr)
+        return 130
+    finally:
+        close_warm()
+        shutil.rmtree(workroot, ignore_errors=True)
+    bar.close()
+    elapsed = time.monotonic() - started
+    pairs = similar_pairs(answers, args.similarity)
+    atomic_write(out.with_name("similarity.csv"), _csv_text(
+        ["chapter", "question", "student_a", "student_b", "similarity", "matching_lines"],
+        [{"chapter": p.chapter, "question": p.question, "student_a": p.student_a, "student_b": p.student_b,
+          "similarity": f"{p.similarity:.3f}", "matching_lines": "\n".join(p.matching_lines)} for p in pairs]))
+    print(f"graded {done} submission(s) in {elapsed:.1f} s; wrote {out}, {book.summary.name}, feedback/, executed/, "
+          f"similarity.csv ({len(pairs)} similar pair(s))")
+    for key in sorted({(r['student'], r['chapter']) for r in book.rows}):
+        pts = [r for r in book.rows if (r["student"], r["chapter"]) == key]
+        got = sum(float(r["points"] or 0) for r in pts)
+        flagged = sum(1 for r in pts if r["flags"])
+        print(f"  {key[0]:<24} {key[1] or '?':<5} {got:g}/{sum(float(r['max_points'] or 0) for r in pts):g}"
+              + (f"  ({flagged} flagged)" if flagged else ""))
     return 0
 
+
+if __name__ == "__main__":
+    raise SystemExit(main())

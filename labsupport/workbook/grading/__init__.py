@@ -1,0 +1,12 @@
+"""Classroom grading (``python -m labsupport.grade``): the student's code is graded, never the
+student's notebook's say-so.
+
+* :mod:`.exercise` — chapters discovered from ``exercises/`` and ``labsupport/check/``; answer
+  cells taken from a submission, the notebook rebuilt from the pristine exercise;
+* :mod:`.sandbox` and :mod:`.worker` — the student's code in its own process, session, folder,
+  limits and (where available) namespaces;
+* :mod:`.codec` — plain data (JSON, numpy bytes) across that boundary, never pickle;
+* :mod:`.grader` — one submission: cells run there, checks run here, rows with reasons and flags;
+* :mod:`.flags` and :mod:`.similarity` — what an honest answer never does; look-alike answers;
+* :mod:`labsupport.workbook.grade` — the command: a class, two CSVs, feedback, executed notebooks.
+"""

@@ -1,0 +1,95 @@
+"""Answer regions compared across a class, after normalising names, comments and formatting.
+
+Each answer is parsed, every local name (variables, arguments, helper functions) is renamed in
+order of first appearance (``v0``, ``v1``, …), docstrings are dropped and the code is printed back
+by :func:`ast.unparse`, which removes comments and formatting.  Pairs of students whose
+normalised answers to a question are at least ``threshold`` similar
+(:class:`difflib.SequenceMatcher` over lines) are listed with the matching lines.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import difflib
+import itertools
+from dataclasses import dataclass
+
+from labsupport.workbook.make_exercises import STUB
+
+_KEEP = set(dir(builtins))
+
+
+class _Rename(ast.NodeTransformer):
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+
+    def _new(self, name: str) -> str:
+        if name in _KEEP:
+            return name
+        return self.names.setdefault(name, f"v{len(self.names)}")
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        node.id = self._new(node.id)
+        return node
+
+    def visit_arg(self, node: ast.arg) -> ast.AST:
+        node.arg = self._new(node.arg)
+        node.annotation = None
+        return node
+
+    def _body(self, node):
+        if node.body and isinstance(node.body[0], ast.Expr) and isinstance(getattr(node.body[0], "value", None),
+                                                                           ast.Constant) \
+                and isinstance(node.body[0].value.value, str):
+            node.body = node.body[1:] or [ast.Pass()]
+        return node
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        node.name = self._new(node.name)
+        node.returns = None
+        self.generic_visit(node)
+        return self._body(node)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+
+def normalise(source: str) -> list[str]:
+    """The answer's code with names, comments, docstrings and formatting normalised, as lines."""
+    try:
+        tree = _Rename().visit(ast.parse(source))
+        text = ast.unparse(tree)
+    except (SyntaxError, ValueError, RecursionError):
+        text = "\n".join(line.split("#")[0].strip() for line in source.splitlines())
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+@dataclass
+class Pair:
+    chapter: str
+    question: str
+    student_a: str
+    student_b: str
+    similarity: float
+    matching_lines: list[str]
+
+
+def similar_pairs(answers: dict[tuple[str, str], dict[str, str]], threshold: float = 0.9,
+                  min_lines: int = 3) -> list[Pair]:
+    """``answers[(student, chapter)][question] = source`` → pairs at or above ``threshold``."""
+    by_question: dict[tuple[str, str], list[tuple[str, list[str]]]] = {}
+    for (student, chapter), questions in answers.items():
+        for question, source in questions.items():
+            if not source or STUB in source:
+                continue
+            lines = normalise(source)
+            if len(lines) >= min_lines:
+                by_question.setdefault((chapter, question), []).append((student, lines))
+    pairs: list[Pair] = []
+    for (chapter, question), entries in sorted(by_question.items()):
+        for (a, la), (b, lb) in itertools.combinations(sorted(entries), 2):
+            matcher = difflib.SequenceMatcher(None, la, lb, autojunk=False)
+            ratio = matcher.ratio()
+            if ratio >= threshold:
+                same = [line for block in matcher.get_matching_blocks() for line in la[block.a:block.a + block.size]]
+                pairs.append(Pair(chapter, question, a, b, round(ratio, 3), same))
+    return sorted(pairs, key=lambda p: (-p.similarity, p.chapter, p.question, p.student_a, p.student_b))

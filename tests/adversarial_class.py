@@ -1,0 +1,281 @@
+"""A class of adversarial submissions of chapter 3, generated from ``solutions/03_blending.ipynb``
+and ``exercises/03_blending.ipynb`` (never hand-edited notebooks), with the grade each must get.
+
+``build_class(folder)`` writes one folder per student (``folder/<student>/03_blending.ipynb``, plus
+whatever else that student left beside it) and returns ``{student: Expected}``.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import re
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from labsupport.paths import REPO_ROOT
+
+NAME = "03_blending.ipynb"
+QUESTIONS = ("q1", "q2", "q3", "q4")
+FUNCTIONS = {"q1": "greedy_step", "q2": "epochs", "q3": "cap_weights", "q4": "exercise_2"}
+_MARK = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*$")
+
+
+@dataclass
+class Expected:
+    points: tuple[float, float, float, float]
+    status: dict[str, str] = field(default_factory=dict)     # question → status (where it matters)
+    flags: dict[str, str] = field(default_factory=dict)      # question → a text its flags must hold
+    reason: dict[str, str] = field(default_factory=dict)     # question → a text its reason must hold
+    why: str = ""
+
+
+def _load(folder: str) -> dict:
+    return json.loads((REPO_ROOT / folder / NAME).read_text(encoding="utf-8"))
+
+
+def _solution_code() -> dict[str, str]:
+    """Each question's solved answer cell: the solution cell with its marker lines removed."""
+    out = {}
+    for cell in _load("solutions")["cells"]:
+        src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        for q, fn in FUNCTIONS.items():
+            if cell["cell_type"] == "code" and f"def {fn}(" in src:
+                out[q] = "\n".join(line for line in src.split("\n") if not _MARK.match(line))
+    assert set(out) == set(QUESTIONS), "solutions/03 changed: every question needs its solved cell"
+    return out
+
+
+def _source(cell: dict) -> str:
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+class _Notebook:
+    """The pristine exercise notebook, edited the way a student would."""
+
+    def __init__(self) -> None:
+        self.nb = copy.deepcopy(_load("exercises"))
+        self.solved = _solution_code()
+
+    def answer_cell(self, q: str) -> dict:
+        return next(c for c in self.nb["cells"] if c["cell_type"] == "code" and f"def {FUNCTIONS[q]}(" in _source(c))
+
+    def check_cell(self, q: str) -> dict:
+        return next(c for c in self.nb["cells"] if c["cell_type"] == "code" and f"check.{q}(" in _source(c))
+
+    def solve(self, *qs: str) -> "_Notebook":
+        for q in qs:
+            self.answer_cell(q)["source"] = self.solved[q]
+        return self
+
+    def set(self, q: str, source: str) -> "_Notebook":
+        self.answer_cell(q)["source"] = textwrap.dedent(source).strip("\n")
+        return self
+
+    def prepend(self, q: str, code: str) -> "_Notebook":
+        cell = self.answer_cell(q)
+        cell["source"] = textwrap.dedent(code).strip("\n") + "\n" + _source(cell)
+        return self
+
+    def add_cell(self, after: int, code: str) -> "_Notebook":
+        self.nb["cells"].insert(after, {"cell_type": "code", "id": f"added{after}", "metadata": {},
+                                        "execution_count": None, "outputs": [],
+                                        "source": textwrap.dedent(code).strip("\n")})
+        return self
+
+    def text(self) -> str:
+        return json.dumps(self.nb, indent=1, ensure_ascii=False)
+
+
+def _all() -> _Notebook:
+    return _Notebook().solve(*QUESTIONS)
+
+
+def build_class(folder: Path) -> dict[str, Expected]:
+    folder = Path(folder)
+    subs: dict[str, tuple[str | bytes, Expected]] = {}
+    extra: dict[str, dict[str, str]] = {}
+    exp = Expected
+
+    subs["a01_correct"] = (_all().text(), exp((1, 1, 1, 1), why="the solutions' answers"))
+    subs["a02_untouched"] = (_Notebook().text(), exp((0, 0, 0, 0), {q: "not attempted" for q in QUESTIONS}))
+    subs["a03_partial"] = (_Notebook().solve("q1", "q2").text(), exp((1, 1, 0, 0), {"q3": "not attempted"}))
+
+    nb = _Notebook().solve("q1", "q2")
+    nb.nb["cells"] = [c for c in nb.nb["cells"] if not re.search(r"check\.(q3|q4|summary)\(", _source(c))]
+    subs["a04_deleted_checks"] = (nb.text(), exp((1, 1, 0, 0), {"q3": "not attempted", "q4": "not attempted"},
+                                               why="deleted questions keep their rows"))
+
+    forged = """
+    import json, os
+    report = os.environ.get("LABSUPPORT_CHECK_REPORT", "report.jsonl")
+    with open(report, "a") as fh:
+        for q in ("q1", "q2", "q3", "q4") * 7:
+            fh.write(json.dumps({"chapter": "ch03", "question": q, "status": "passed", "message": "",
+                                 "points": 1.0, "max_points": 1.0, "manual": {}}) + "\\n")
+    print("✅ q1 passed\\n✅ q2 passed\\n✅ q3 passed\\n✅ q4 passed\\nscore: 4 / 4")
+    """
+    subs["a05_forged_report"] = (_Notebook().prepend("q1", forged).text(), exp((0, 0, 0, 0)))
+
+    patch = """
+    import labsupport.check._core as core
+    from labsupport.check import ch03
+    core.expect = lambda *a, **k: None
+    core.CheckResult.passed = property(lambda self: True)
+    for q in ("q1", "q2", "q3", "q4"):
+        setattr(ch03, q, lambda *a, **k: True)
+    check.q1 = lambda f: True
+    """
+    subs["a06_monkeypatch"] = (_Notebook().prepend("q1", patch).text(), exp((0, 0, 0, 0)))
+
+    nb = _Notebook()
+    for q, ref in (("q1", "greedy_step"), ("q2", "expected_epochs"), ("q3", "cap_weights")):
+        nb.check_cell(q)["source"] = f"import labsupport.datasets.blending as B\ncheck.{q}(B.{ref})"
+    subs["a07_edited_check_cells"] = (nb.text(), exp((0, 0, 0, 0), {"q1": "not attempted"}))
+
+    subs["a08_shadow_package"] = (_Notebook().text(), exp((0, 0, 0, 0), {"q1": "not attempted"}))
+    fake = "def _ok(*a, **k):\n    return True\nq1 = q2 = q3 = q4 = _ok\nCHAPTER = 'ch03'\nsummary = lambda: print('score: 4 / 4')\n"
+    extra["a08_shadow_package"] = {"labsupport/__init__.py": "def setup(**k):\n    return 'cpu'\n",
+                                   "labsupport/check/__init__.py": "", "labsupport/check/ch03.py": fake}
+
+    marker = REPO_ROOT / "labsupport" / "_adversary_was_here.py"
+    vandal = f"""
+    import pathlib, labsupport
+    lib = pathlib.Path(labsupport.__file__).parent
+    (lib / "check" / "ch03.py").write_text("raise SystemExit('vandalised')\\n")
+    (lib / "datasets" / "blending.py").write_text("raise SystemExit('vandalised')\\n")
+    try:
+        pathlib.Path({str(marker)!r}).write_text("x = 1\\n")
+    except OSError:
+        pass
+    (pathlib.Path.home() / "sitecustomize.py").write_text("raise SystemExit('vandalised')\\n")
+    """
+    subs["a09_writes_outside"] = (_Notebook().prepend("q1", vandal).text(),
+                                  exp((0, 0, 0, 0), flags={"q1": "wrote-outside"}))
+    subs["a10_next_untouched"] = (_Notebook().text(), exp((0, 0, 0, 0), {q: "not attempted" for q in QUESTIONS},
+                                                         why="graded after the vandal: unharmed"))
+
+    for name, stop in (("a11_sys_exit", "import sys\nsys.exit()"), ("a12_os_exit", "import os\nos._exit(1)"),
+                       ("a13_keyboard_interrupt", "raise KeyboardInterrupt")):
+        subs[name] = (_all().prepend("q3", stop).text(),
+                      exp((1, 1, 0, 0), {"q1": "passed", "q3": "not run", "q4": "not run"}, why="graded up to the exit"))
+
+    subs["a14_loop_in_cell"] = (_all().prepend("q2", "while True:\n    pass").text(),
+                                exp((1, 0, 1, 1), {"q2": "timed out"}))
+    subs["a15_loop_in_function"] = (_all().set("q1", """
+        def greedy_step(weights, counts, step):
+            while True:
+                pass
+        """).text(), exp((0, 1, 1, 1), {"q1": "timed out"}))
+
+    ch01 = json.loads((REPO_ROOT / "exercises" / "01_tokenization.ipynb").read_text(encoding="utf-8"))
+    subs["a16_wrong_chapter"] = (json.dumps(ch01), exp((0, 0, 0, 0), {"q1": "missing"}, flags={"q1": "wrong-chapter"}))
+
+    subs["a17_reads_answer_keys"] = (_all().set("q4", """
+        def exercise_2(total_tokens, code_tokens, code_weight):
+            return {"a": list(check._EFFECTS), "b": list(check._RISKS), "c": list(check._STEPS),
+                    "b_code_epochs": code_weight * total_tokens / code_tokens,
+                    "a_why": "w " * 12, "b_why": "w " * 12, "c_why": "w " * 12}
+        """).text(), exp((1, 1, 1, 0), flags={"q4": "check-module"}))
+
+    subs["a18_oracle"] = (_all().set("q4", """
+        import contextlib, io, itertools
+        EFFECTS, RISKS, STEPS = list(check.EXERCISE_2_EFFECTS), list(check.EXERCISE_2_RISKS), list(check.EXERCISE_2_STEPS)
+        _found = {}
+        for a in itertools.combinations(EFFECTS, 3):
+            guess = {"a": list(a), "b": ["memorise", "overfit", "little_new"],
+                     "c": ["dedup_filter", "epoch_budget", "per_domain_eval", "ablations", "realised_blend"],
+                     "a_why": "w " * 12, "b_why": "w " * 12, "c_why": "w " * 12}
+            with contextlib.redirect_stdout(io.StringIO()):
+                if check.q4(lambda t, c, w, g=guess: {**g, "b_code_epochs": w * t / c}):
+                    _found = guess
+                    break
+
+        def exercise_2(total_tokens, code_tokens, code_weight):
+            return {**_found, "b_code_epochs": code_weight * total_tokens / code_tokens}
+        """).text(), exp((1, 1, 1, 0), {"q4": "flagged"}, flags={"q4": "oracle"}))
+
+    subs["a19_reference_function"] = (_all().set("q1", """
+        from labsupport.datasets.blending import greedy_step as _library
+
+        def greedy_step(weights, counts, step):
+            return _library(weights, counts, step)
+        """).text(), exp((0, 1, 1, 1), {"q1": "flagged"}, flags={"q1": "reference"}))
+    subs["a20_getframe"] = (_all().set("q2", """
+        import sys
+
+        def epochs(weights, dataset_tokens, total_tokens):
+            frame = sys._getframe(1)
+            while frame is not None and "want" not in frame.f_locals:
+                frame = frame.f_back
+            return frame.f_locals["want"] if frame is not None else []
+        """).text(), exp((1, 0, 1, 1), flags={"q2": "frames"}))
+
+    subs["a21_invalid_json"] = (b'{"cells": [ {"cell_type": "code", "source": "oops"', exp((0, 0, 0, 0), {"q1": "unreadable"}))
+    subs["a22_not_a_notebook"] = (json.dumps({"hello": "world"}), exp((0, 0, 0, 0), {"q1": "unreadable"}))
+    subs["a23_malformed_cells"] = (json.dumps({"cells": [{"cell_type": "code", "source": 42}], "nbformat": 4}),
+                                   exp((0, 0, 0, 0), {"q1": "unreadable"}))
+    subs["a24_empty_file"] = (b"", exp((0, 0, 0, 0), {"q1": "unreadable"}))
+
+    subs["a25_kills_parent"] = (_all().prepend("q1", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)").text(),
+                                exp((0, 0, 0, 0), {"q2": "flagged"}, flags={"q1": "signals", "q4": "signals"},
+                                    why="that student 0; the grader lives on"))
+    subs["a26_hard_coded"] = (_all().set("q1", """
+        def greedy_step(weights, counts, step):
+            return 0
+        """).text(), exp((0, 1, 1, 1), {"q1": "failed"}))
+    subs["a27_huge_output"] = (_all().prepend("q1", "print('x' * 30_000_000)").prepend(
+        "q2", "import sys\n_print = print\n").set("q2", """
+        def epochs(weights, dataset_tokens, total_tokens):
+            print("noise " * 100_000)
+            total_weight = sum(weights)
+            return [w / total_weight * total_tokens / size for w, size in zip(weights, dataset_tokens)]
+        """).text(), exp((1, 1, 1, 1)))
+    subs["a28_memory_hog"] = (_all().prepend("q1", "_hog = []\nwhile True:\n    _hog.append(bytearray(64 * 2**20))").text(),
+                              exp((0, 1, 1, 1), {"q1": "failed"}, reason={"q1": "greedy_step"}))
+
+    nb = _all()
+    for i, cell in enumerate(nb.nb["cells"]):  # new ids everywhere, markers written in and around the answers
+        cell["id"] = f"student-{i:03d}"
+        if cell["cell_type"] == "code" and "def " in _source(cell):
+            cell["source"] = "### BEGIN SOLUTION\n" + _source(cell) + "\n### END SOLUTION\n### BEGIN SOLUTION"
+    subs["a29_markers_rewritten"] = (nb.text(), exp((1, 1, 1, 1)))
+
+    subs["a30_eq_override"] = (_all().set("q1", """
+        class Always(int):
+            def __eq__(self, other):
+                return True
+            __hash__ = int.__hash__
+
+        def greedy_step(weights, counts, step):
+            return Always(0)
+        """).text(), exp((0, 1, 1, 1), {"q1": "failed"}))
+
+    copy_nb = _all()
+    src = _solution_code()["q1"].replace("best_error", "top_err").replace("best", "winner")
+    copy_nb.set("q1", "# my own work\n" + src.replace("# strictly greater", "# greater"))
+    subs["a31_near_copy"] = (copy_nb.text(), exp((1, 1, 1, 1), why="listed in similarity.csv with a01_correct"))
+
+    for student, (content, _) in subs.items():
+        target = folder / student / NAME
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            target.write_bytes(content)
+        else:
+            target.write_text(content, encoding="utf-8")
+        for rel, text in extra.get(student, {}).items():
+            p = folder / student / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text, encoding="utf-8")
+    return {student: e for student, (_, e) in subs.items()}
+
+
+MARKER = REPO_ROOT / "labsupport" / "_adversary_was_here.py"
+
+
+def student_names() -> list[str]:
+    """The class list (for test ids), without writing the class anywhere that lasts."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="labsupport-class-") as tmp:
+        return sorted(build_class(Path(tmp)))

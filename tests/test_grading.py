@@ -1,0 +1,256 @@
+"""The grading machinery piece by piece: plain-data codec, static flags, similarity, the CSV
+guards, student ids, the sandbox without namespaces, Ctrl-C and --regrade."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from labsupport.paths import REPO_ROOT
+from labsupport.workbook import grade
+from labsupport.workbook.grading import codec, sandbox
+from labsupport.workbook.grading.exercise import discover
+from labsupport.workbook.grading.flags import static_flags
+from labsupport.workbook.grading.grader import Options, grade_file, identify
+from labsupport.workbook.grading.similarity import normalise, similar_pairs
+
+
+def roundtrip(value):
+    return codec.decode(json.loads(json.dumps(codec.encode(value))))
+
+
+def test_codec_keeps_types_that_checks_test():
+    value = {"t": (1, 2.5, None, True), 3: [np.int64(7), np.float32(1.5)], ("k", 1): {"s", "t"},
+             "a": np.arange(6, dtype=np.uint16).reshape(2, 3), "b": b"\x00MMIDIDX", "big": 2**70, "nan": float("inf")}
+    back = roundtrip(value)
+    assert back.keys() == value.keys() and back["t"] == (1, 2.5, None, True)
+    assert type(back[3][0]) is np.int64 and type(back[3][1]) is np.float32
+    assert back["a"].dtype == np.uint16 and back["a"].shape == (2, 3) and np.array_equal(back["a"], value["a"])
+    assert back["b"] == value["b"] and back["big"] == 2**70 and back["nan"] == float("inf")
+    assert roundtrip(range(4)) == [0, 1, 2, 3] and roundtrip(x for x in "ab") == ["a", "b"]
+
+
+def test_codec_strips_a_students_methods():
+    class Always(int):
+        def __eq__(self, other):
+            return True
+        __hash__ = int.__hash__
+
+    class Thing:
+        def __eq__(self, other):
+            return True
+
+    back = roundtrip([Always(3), Thing()])
+    assert type(back[0]) is int and back[0] == 3 and back[0] != 4
+    assert isinstance(back[1], codec.Opaque) and back[1] != 1 and "Thing" in repr(back[1])
+
+
+def test_write_back_shows_mutation_of_arguments():
+    ids, arr = [1, 2, 3], np.zeros(3)
+    codec.write_back(ids, [9])
+    codec.write_back(arr, np.ones(3))
+    assert ids == [9] and arr.tolist() == [1, 1, 1]
+
+
+@pytest.mark.parametrize("source, flag", [
+    ("import labsupport.check._core as c", "check-module"),
+    ("x = check._EFFECTS", "check-module"),
+    ("for g in range(9):\n    check.q4(lambda: g)", "oracle"),
+    ("import sys\nf = sys._getframe(1).f_locals['want']", "frames"),
+    ("import inspect\ninspect.stack()", "frames"),
+    ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)", "signals"),
+    ("from labsupport.datasets.blending import greedy_step as g", "reference"),
+    ("import labsupport.datasets.blending as B\ndef greedy_step(w, c, s):\n    return B.greedy_step(w, c, s)", "reference"),
+])
+def test_static_flags(source, flag):
+    flags = static_flags(source, ["labsupport.datasets.blending:greedy_step"])
+    assert any(f.startswith(flag) for f in flags), flags
+
+
+def test_honest_code_is_not_flagged():
+    src = "import numpy as np\nprint(check.EXERCISE_2_EFFECTS)\ndef greedy_step(w, c, s):\n    return int(np.argmax(w))"
+    assert static_flags(src, ["labsupport.datasets.blending:greedy_step"]) == []
+
+
+def test_similarity_ignores_names_comments_and_layout():
+    a = "def f(xs):\n    # sum them\n    total = 0\n    for x in xs:\n        total += x\n    return total\n"
+    b = "def g(values):\n    '''doc'''\n    acc=0\n    for v in values:  # loop\n        acc += v\n    return acc"
+    assert normalise(a) == normalise(b)
+    pairs = similar_pairs({("ann", "ch03"): {"q1": a}, ("bob", "ch03"): {"q1": b},
+                           ("cid", "ch03"): {"q1": "def f(xs):\n    return sum(sorted(xs)[::-1])\n\n\nprint(1)\nprint(2)"}})
+    assert [(p.student_a, p.student_b, p.similarity) for p in pairs] == [("ann", "bob", 1.0)]
+
+
+def test_csv_cells_cannot_be_formulas():
+    assert grade.neutralise("=HYPERLINK(\"x\")") == "'=HYPERLINK(\"x\")"
+    assert [grade.neutralise(v) for v in ("+1", "-1", "@x", "ok", 3)] == ["'+1", "'-1", "'@x", "ok", 3]
+
+
+def test_student_and_chapter_from_the_path():
+    assert identify(Path("subs/alice/03_blending.ipynb"), None) == ("alice", "03")
+    assert identify(Path("subs/bob.ipynb"), "04") == ("bob", "04")
+    assert identify(Path("subs/carol_03_blending.ipynb"), None) == ("carol_03_blending", "03")
+
+
+def test_chapters_are_discovered_from_exercises_and_checks():
+    chapters = discover()
+    assert sorted(chapters) == sorted(p.name[:2] for p in (REPO_ROOT / "exercises").glob("[0-9][0-9]_*.ipynb"))
+    for ch in chapters.values():
+        assert ch.questions and all(q.cells for q in ch.questions), ch.key
+        assert ch.key == ch.module.CHAPTER
+
+
+def _submission(tmp_path: Path, name: str, prepend: str) -> Path:
+    nb = json.loads((REPO_ROOT / "solutions" / "00_orientation.ipynb").read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        if cell["cell_type"] == "code" and "def data_parallel_size" in src:
+            cell["source"] = prepend + "\n" + src
+    path = tmp_path / name / "00_orientation.ipynb"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    return path
+
+
+def test_without_namespaces_the_grader_still_survives_its_parent_being_killed(tmp_path, monkeypatch):
+    """No unshare/bwrap: a go-between process is the student's parent, so killing it spares the grader."""
+    monkeypatch.setenv(sandbox.SANDBOX_ENV, "none")
+    sandbox.sandbox_mode.cache_clear()
+    try:
+        assert sandbox.sandbox_mode() == "none" and "NONE" in sandbox.sandbox_note()
+        path = _submission(tmp_path, "mallory", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
+        graded = grade_file(path, discover(), Options(seed="t", rounds=1))
+    finally:
+        sandbox.sandbox_mode.cache_clear()
+    assert [r.question for r in graded.rows] == ["q1", "q2", "q3"]  # we are still here to read them
+    assert all(r.points == 0 and any(f.startswith("signals") for f in r.flags) for r in graded.rows)
+
+
+def test_repository_guard_restores_and_reports(tmp_path):
+    guard = grade.RepoGuard()
+    marker = REPO_ROOT / "labsupport" / "_guard_test_marker.py"
+    marker.write_text("x = 1\n")
+    try:
+        assert guard.restore() == ["labsupport/_guard_test_marker.py"]
+    finally:
+        marker.unlink(missing_ok=True)
+    assert not marker.exists() and guard.restore() == []
+
+
+def test_regrade_and_interrupt(tmp_path):
+    """A second run skips graded students unless --regrade; Ctrl-C exits 130 with the rows so far."""
+    subs = [_submission(tmp_path, f"s{i}", "") for i in range(3)]
+    out = tmp_path / "book" / "grades.csv"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    cmd = [sys.executable, "-m", "labsupport.grade", str(subs[0]), "--out", str(out), "--seed", "1", "--rounds", "1"]
+    assert subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True).returncode == 0
+    again = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert "1 already in grades.csv" in again.stdout and "grading 0 submission" in again.stdout
+    rerun = [sys.executable, "-m", "labsupport.grade", str(tmp_path), "--out", str(out), "--seed", "1", "--rounds", "1",
+             "--regrade"]
+    proc = subprocess.Popen(rerun, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:  # interrupt once the re-run has started grading
+        if line.startswith("seed:"):
+            break
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode in (0, 130), err
+    if proc.returncode == 130:
+        assert "interrupted" in err and "Traceback" not in err
+    rows = list(csv.DictReader(out.open(encoding="utf-8")))
+    assert {r["student"] for r in rows} >= {"s0"} and all(r["question"] for r in rows)
+    assert {r["student"] for r in rows} <= {"s0", "s1", "s2"}  # never the gradebook's executed/ copies
+    assert grade._submissions([str(tmp_path)], out.parent) == sorted(subs)
+
+
+def test_honest_habits_are_not_punished(tmp_path):
+    """An import added to the notebook's first cell is kept; a check line left in an answer cell
+    is neither an oracle nor a problem."""
+    nb = json.loads((REPO_ROOT / "solutions" / "00_orientation.ipynb").read_text(encoding="utf-8"))
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    code[0]["source"] = "".join(code[0]["source"]) + "\nimport math as _m"
+    for cell in code:
+        src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        if "def memory_gb" in src:
+            cell["source"] = ("def memory_gb(n_params, method):\n"
+                              "    return _m.fsum([n_params * {'bf16_weights': 2, 'full_adam': 16}[method] / 1e9])\n"
+                              "\ncheck.q2(memory_gb)\n")
+    path = tmp_path / "honest" / "00_orientation.ipynb"
+    path.parent.mkdir()
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    graded = grade_file(path, discover(), Options(seed="t", rounds=1))
+    assert [(r.question, r.status, r.flags) for r in graded.rows] == [
+        ("q1", "passed", []), ("q2", "passed", []), ("q3", "passed", [])]
+
+
+def test_the_students_process_has_no_network(tmp_path):
+    """With namespaces the student's code cannot reach even this machine's loopback."""
+    import socket
+
+    if sandbox.sandbox_mode() == "none":
+        pytest.skip("no sandbox on this machine: the header of a grading run says so")
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    probe = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2).close()\n"
+             "    _reached = True\nexcept OSError:\n    _reached = False\n")
+    nb = json.loads((REPO_ROOT / "solutions" / "00_orientation.ipynb").read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        if cell["cell_type"] == "code" and "def memory_gb" in src:
+            cell["source"] = probe + ("def memory_gb(n_params, method):\n"
+                                      "    assert not _reached, 'the network was reachable'\n"
+                                      "    return n_params * {'bf16_weights': 2, 'full_adam': 16}[method] / 1e9\n")
+    path = tmp_path / "net" / "00_orientation.ipynb"
+    path.parent.mkdir()
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    try:
+        graded = grade_file(path, discover(), Options(seed="t", rounds=1))
+    finally:
+        server.close()
+    q2 = next(r for r in graded.rows if r.question == "q2")
+    assert q2.status == "passed", q2.reason
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "unshare"])
+def test_sandbox_keeps_the_repository_and_other_students_read_only(tmp_path, monkeypatch, mode):
+    """Under either sandbox the student's code can write its own folder only: the repository and
+    the submissions folder are read-only, and a kill of its parent does nothing."""
+    monkeypatch.setenv(sandbox.SANDBOX_ENV, mode)
+    sandbox.sandbox_mode.cache_clear()
+    try:
+        if sandbox.sandbox_mode() != mode:
+            pytest.skip(f"{mode} is not usable on this machine")
+        other = tmp_path / "subs" / "bob" / "00_orientation.ipynb"
+        other.parent.mkdir(parents=True)
+        other.write_text("{}", encoding="utf-8")
+        marker = REPO_ROOT / "labsupport" / "_sandbox_test_marker.py"
+        probe = ("import os, pathlib, signal\n_written = []\n"
+                 f"for target in ({str(marker)!r}, {str(other)!r}, 'mine.txt'):\n"
+                 "    try:\n        pathlib.Path(target).write_text('x')\n        _written.append(target)\n"
+                 "    except OSError:\n        pass\n")
+        nb = json.loads((REPO_ROOT / "solutions" / "00_orientation.ipynb").read_text(encoding="utf-8"))
+        for cell in nb["cells"]:
+            src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            if cell["cell_type"] == "code" and "def memory_gb" in src:
+                cell["source"] = probe + ("def memory_gb(n_params, method):\n"
+                                          "    assert _written == ['mine.txt'], _written\n"
+                                          "    return n_params * {'bf16_weights': 2, 'full_adam': 16}[method] / 1e9\n")
+        path = tmp_path / "subs" / "eve" / "00_orientation.ipynb"
+        path.parent.mkdir()
+        path.write_text(json.dumps(nb), encoding="utf-8")
+        graded = grade_file(path, discover(), Options(seed="t", rounds=1, protect=(tmp_path / "subs",)))
+    finally:
+        sandbox.sandbox_mode.cache_clear()
+        (REPO_ROOT / "labsupport" / "_sandbox_test_marker.py").unlink(missing_ok=True)
+    q2 = next(r for r in graded.rows if r.question == "q2")
+    assert q2.status == "passed", q2.reason
+    assert other.read_text(encoding="utf-8") == "{}"
