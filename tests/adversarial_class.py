@@ -16,14 +16,15 @@ from pathlib import Path
 from labsupport.paths import REPO_ROOT
 
 NAME = "03_blending.ipynb"
-QUESTIONS = ("q1", "q2", "q3", "q4")
-FUNCTIONS = {"q1": "greedy_step", "q2": "epochs", "q3": "cap_weights", "q4": "exercise_2"}
+# q5 (resume_blend) calls the learner's own greedy_step from q1: a broken q1 breaks q5 too
+QUESTIONS = ("q1", "q2", "q3", "q4", "q5")
+FUNCTIONS = {"q1": "greedy_step", "q2": "epochs", "q3": "cap_weights", "q4": "exercise_2", "q5": "resume_blend"}
 _MARK = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*$")
 
 
 @dataclass
 class Expected:
-    points: tuple[float, float, float, float]
+    points: tuple[float, float, float, float, float]
     status: dict[str, str] = field(default_factory=dict)     # question → status (where it matters)
     flags: dict[str, str] = field(default_factory=dict)      # question → a text its flags must hold
     reason: dict[str, str] = field(default_factory=dict)     # question → a text its reason must hold
@@ -97,13 +98,13 @@ def build_class(folder: Path) -> dict[str, Expected]:
     extra: dict[str, dict[str, str]] = {}
     exp = Expected
 
-    subs["a01_correct"] = (_all().text(), exp((1, 1, 1, 1), why="the solutions' answers"))
-    subs["a02_untouched"] = (_Notebook().text(), exp((0, 0, 0, 0), {q: "not attempted" for q in QUESTIONS}))
-    subs["a03_partial"] = (_Notebook().solve("q1", "q2").text(), exp((1, 1, 0, 0), {"q3": "not attempted"}))
+    subs["a01_correct"] = (_all().text(), exp((1, 1, 1, 1, 1), why="the solutions' answers"))
+    subs["a02_untouched"] = (_Notebook().text(), exp((0, 0, 0, 0, 0), {q: "not attempted" for q in QUESTIONS}))
+    subs["a03_partial"] = (_Notebook().solve("q1", "q2").text(), exp((1, 1, 0, 0, 0), {"q3": "not attempted"}))
 
     nb = _Notebook().solve("q1", "q2")
     nb.nb["cells"] = [c for c in nb.nb["cells"] if not re.search(r"check\.(q3|q4|summary)\(", _source(c))]
-    subs["a04_deleted_checks"] = (nb.text(), exp((1, 1, 0, 0), {"q3": "not attempted", "q4": "not attempted"},
+    subs["a04_deleted_checks"] = (nb.text(), exp((1, 1, 0, 0, 0), {"q3": "not attempted", "q4": "not attempted"},
                                                why="deleted questions keep their rows"))
 
     forged = """
@@ -115,7 +116,7 @@ def build_class(folder: Path) -> dict[str, Expected]:
                                  "points": 1.0, "max_points": 1.0, "manual": {}}) + "\\n")
     print("✅ q1 passed\\n✅ q2 passed\\n✅ q3 passed\\n✅ q4 passed\\nscore: 4 / 4")
     """
-    subs["a05_forged_report"] = (_Notebook().prepend("q1", forged).text(), exp((0, 0, 0, 0)))
+    subs["a05_forged_report"] = (_Notebook().prepend("q1", forged).text(), exp((0, 0, 0, 0, 0)))
 
     patch = """
     import labsupport.check._core as core
@@ -126,14 +127,14 @@ def build_class(folder: Path) -> dict[str, Expected]:
         setattr(ch03, q, lambda *a, **k: True)
     check.q1 = lambda f: True
     """
-    subs["a06_monkeypatch"] = (_Notebook().prepend("q1", patch).text(), exp((0, 0, 0, 0)))
+    subs["a06_monkeypatch"] = (_Notebook().prepend("q1", patch).text(), exp((0, 0, 0, 0, 0)))
 
     nb = _Notebook()
     for q, ref in (("q1", "greedy_step"), ("q2", "expected_epochs"), ("q3", "cap_weights")):
         nb.check_cell(q)["source"] = f"import labsupport.datasets.blending as B\ncheck.{q}(B.{ref})"
-    subs["a07_edited_check_cells"] = (nb.text(), exp((0, 0, 0, 0), {"q1": "not attempted"}))
+    subs["a07_edited_check_cells"] = (nb.text(), exp((0, 0, 0, 0, 0), {"q1": "not attempted"}))
 
-    subs["a08_shadow_package"] = (_Notebook().text(), exp((0, 0, 0, 0), {"q1": "not attempted"}))
+    subs["a08_shadow_package"] = (_Notebook().text(), exp((0, 0, 0, 0, 0), {"q1": "not attempted"}))
     fake = "def _ok(*a, **k):\n    return True\nq1 = q2 = q3 = q4 = _ok\nCHAPTER = 'ch03'\nsummary = lambda: print('score: 4 / 4')\n"
     extra["a08_shadow_package"] = {"labsupport/__init__.py": "def setup(**k):\n    return 'cpu'\n",
                                    "labsupport/check/__init__.py": "", "labsupport/check/ch03.py": fake}
@@ -151,32 +152,32 @@ def build_class(folder: Path) -> dict[str, Expected]:
     (pathlib.Path.home() / "sitecustomize.py").write_text("raise SystemExit('vandalised')\\n")
     """
     subs["a09_writes_outside"] = (_Notebook().prepend("q1", vandal).text(),
-                                  exp((0, 0, 0, 0), flags={"q1": "wrote-outside"}))
-    subs["a10_next_untouched"] = (_Notebook().text(), exp((0, 0, 0, 0), {q: "not attempted" for q in QUESTIONS},
+                                  exp((0, 0, 0, 0, 0), flags={"q1": "wrote-outside"}))
+    subs["a10_next_untouched"] = (_Notebook().text(), exp((0, 0, 0, 0, 0), {q: "not attempted" for q in QUESTIONS},
                                                          why="graded after the vandal: unharmed"))
 
     for name, stop in (("a11_sys_exit", "import sys\nsys.exit()"), ("a12_os_exit", "import os\nos._exit(1)"),
                        ("a13_keyboard_interrupt", "raise KeyboardInterrupt")):
         subs[name] = (_all().prepend("q3", stop).text(),
-                      exp((1, 1, 0, 0), {"q1": "passed", "q3": "not run", "q4": "not run"}, why="graded up to the exit"))
+                      exp((1, 1, 0, 0, 0), {"q1": "passed", "q3": "not run", "q4": "not run"}, why="graded up to the exit"))
 
     subs["a14_loop_in_cell"] = (_all().prepend("q2", "while True:\n    pass").text(),
-                                exp((1, 0, 1, 1), {"q2": "timed out"}))
+                                exp((1, 0, 1, 1, 1), {"q2": "timed out"}))
     subs["a15_loop_in_function"] = (_all().set("q1", """
         def greedy_step(weights, counts, step):
             while True:
                 pass
-        """).text(), exp((0, 1, 1, 1), {"q1": "timed out"}))
+        """).text(), exp((0, 1, 1, 1, 0), {"q1": "timed out"}))
 
     ch01 = json.loads((REPO_ROOT / "exercises" / "01_tokenization.ipynb").read_text(encoding="utf-8"))
-    subs["a16_wrong_chapter"] = (json.dumps(ch01), exp((0, 0, 0, 0), {"q1": "missing"}, flags={"q1": "wrong-chapter"}))
+    subs["a16_wrong_chapter"] = (json.dumps(ch01), exp((0, 0, 0, 0, 0), {"q1": "missing"}, flags={"q1": "wrong-chapter"}))
 
     subs["a17_reads_answer_keys"] = (_all().set("q4", """
         def exercise_2(total_tokens, code_tokens, code_weight):
             return {"a": list(check._EFFECTS), "b": list(check._RISKS), "c": list(check._STEPS),
                     "b_code_epochs": code_weight * total_tokens / code_tokens,
                     "a_why": "w " * 12, "b_why": "w " * 12, "c_why": "w " * 12}
-        """).text(), exp((1, 1, 1, 0), flags={"q4": "check-module"}))
+        """).text(), exp((1, 1, 1, 0, 1), flags={"q4": "check-module"}))
 
     subs["a18_oracle"] = (_all().set("q4", """
         import contextlib, io, itertools
@@ -193,14 +194,14 @@ def build_class(folder: Path) -> dict[str, Expected]:
 
         def exercise_2(total_tokens, code_tokens, code_weight):
             return {**_found, "b_code_epochs": code_weight * total_tokens / code_tokens}
-        """).text(), exp((1, 1, 1, 0), {"q4": "flagged"}, flags={"q4": "oracle"}))
+        """).text(), exp((1, 1, 1, 0, 1), {"q4": "flagged"}, flags={"q4": "oracle"}))
 
     subs["a19_reference_function"] = (_all().set("q1", """
         from labsupport.datasets.blending import greedy_step as _library
 
         def greedy_step(weights, counts, step):
             return _library(weights, counts, step)
-        """).text(), exp((0, 1, 1, 1), {"q1": "flagged"}, flags={"q1": "reference"}))
+        """).text(), exp((0, 1, 1, 1, 1), {"q1": "flagged"}, flags={"q1": "reference"}))
     subs["a20_getframe"] = (_all().set("q2", """
         import sys
 
@@ -209,37 +210,37 @@ def build_class(folder: Path) -> dict[str, Expected]:
             while frame is not None and "want" not in frame.f_locals:
                 frame = frame.f_back
             return frame.f_locals["want"] if frame is not None else []
-        """).text(), exp((1, 0, 1, 1), flags={"q2": "frames"}))
+        """).text(), exp((1, 0, 1, 1, 1), flags={"q2": "frames"}))
 
-    subs["a21_invalid_json"] = (b'{"cells": [ {"cell_type": "code", "source": "oops"', exp((0, 0, 0, 0), {"q1": "unreadable"}))
-    subs["a22_not_a_notebook"] = (json.dumps({"hello": "world"}), exp((0, 0, 0, 0), {"q1": "unreadable"}))
+    subs["a21_invalid_json"] = (b'{"cells": [ {"cell_type": "code", "source": "oops"', exp((0, 0, 0, 0, 0), {"q1": "unreadable"}))
+    subs["a22_not_a_notebook"] = (json.dumps({"hello": "world"}), exp((0, 0, 0, 0, 0), {"q1": "unreadable"}))
     subs["a23_malformed_cells"] = (json.dumps({"cells": [{"cell_type": "code", "source": 42}], "nbformat": 4}),
-                                   exp((0, 0, 0, 0), {"q1": "unreadable"}))
-    subs["a24_empty_file"] = (b"", exp((0, 0, 0, 0), {"q1": "unreadable"}))
+                                   exp((0, 0, 0, 0, 0), {"q1": "unreadable"}))
+    subs["a24_empty_file"] = (b"", exp((0, 0, 0, 0, 0), {"q1": "unreadable"}))
 
     subs["a25_kills_parent"] = (_all().prepend("q1", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)").text(),
-                                exp((0, 0, 0, 0), {"q2": "flagged"}, flags={"q1": "signals", "q4": "signals"},
+                                exp((0, 0, 0, 0, 0), {"q2": "flagged"}, flags={"q1": "signals", "q4": "signals"},
                                     why="that student 0; the grader lives on"))
     subs["a26_hard_coded"] = (_all().set("q1", """
         def greedy_step(weights, counts, step):
             return 0
-        """).text(), exp((0, 1, 1, 1), {"q1": "failed"}))
+        """).text(), exp((0, 1, 1, 1, 0), {"q1": "failed"}))
     subs["a27_huge_output"] = (_all().prepend("q1", "print('x' * 30_000_000)").prepend(
         "q2", "import sys\n_print = print\n").set("q2", """
         def epochs(weights, dataset_tokens, total_tokens):
             print("noise " * 100_000)
             total_weight = sum(weights)
             return [w / total_weight * total_tokens / size for w, size in zip(weights, dataset_tokens)]
-        """).text(), exp((1, 1, 1, 1)))
+        """).text(), exp((1, 1, 1, 1, 1)))
     subs["a28_memory_hog"] = (_all().prepend("q1", "_hog = []\nwhile True:\n    _hog.append(bytearray(64 * 2**20))").text(),
-                              exp((0, 1, 1, 1), {"q1": "failed"}, reason={"q1": "greedy_step"}))
+                              exp((0, 1, 1, 1, 0), {"q1": "failed"}, reason={"q1": "greedy_step"}))
 
     nb = _all()
     for i, cell in enumerate(nb.nb["cells"]):  # new ids everywhere, markers written in and around the answers
         cell["id"] = f"student-{i:03d}"
         if cell["cell_type"] == "code" and "def " in _source(cell):
             cell["source"] = "### BEGIN SOLUTION\n" + _source(cell) + "\n### END SOLUTION\n### BEGIN SOLUTION"
-    subs["a29_markers_rewritten"] = (nb.text(), exp((1, 1, 1, 1)))
+    subs["a29_markers_rewritten"] = (nb.text(), exp((1, 1, 1, 1, 1)))
 
     subs["a30_eq_override"] = (_all().set("q1", """
         class Always(int):
@@ -249,12 +250,12 @@ def build_class(folder: Path) -> dict[str, Expected]:
 
         def greedy_step(weights, counts, step):
             return Always(0)
-        """).text(), exp((0, 1, 1, 1), {"q1": "failed"}))
+        """).text(), exp((0, 1, 1, 1, 0), {"q1": "failed"}))
 
     copy_nb = _all()
     src = _solution_code()["q1"].replace("best_error", "top_err").replace("best", "winner")
     copy_nb.set("q1", "# my own work\n" + src.replace("# strictly greater", "# greater"))
-    subs["a31_near_copy"] = (copy_nb.text(), exp((1, 1, 1, 1), why="listed in similarity.csv with a01_correct"))
+    subs["a31_near_copy"] = (copy_nb.text(), exp((1, 1, 1, 1, 1), why="listed in similarity.csv with a01_correct"))
 
     for student, (content, _) in subs.items():
         target = folder / student / NAME

@@ -52,8 +52,8 @@ def dp_group(rank, tp, pp, dp):
     return [rank % tp + tp * (d + dp * (rank // (tp * dp))) for d in range(dp)]
 
 
-def test_q4_transfer(capsys):
-    assert check.q4(dp_group).passed
+def test_q3_transfer(capsys):
+    assert check.q3(dp_group).passed
 
     def tp_slowest(rank, tp, pp, dp):        # the wrong rank order: DP fastest
         return [d + dp * (rank // dp % tp) + dp * tp * (rank // (dp * tp)) for d in range(dp)]
@@ -62,13 +62,6 @@ def test_q4_transfer(capsys):
         return [rank // tp * tp + t for t in range(tp)]
 
     for wrong in (tp_slowest, the_tp_group):
-        result = check.q4(wrong)
+        result = check.q3(wrong)
         assert not result.passed and "expected" in result.message, wrong.__name__
-    assert check.q4(stub).status == "not attempted"
-
-
-def test_q3_shows_a_model_answer_once_passed(capsys):
-    good = lambda: {"a": "nemo", "b": "hf", "c": "nemo", "why": "one two three four five six"}  # noqa: E731
-    result = check.q3(good)
-    assert result.passed and check.MODEL_ANSWER_Q3 in result.message
-    assert "model answer" not in check.q3(lambda: {"a": "hf"}).message
+    assert check.q3(stub).status == "not attempted"

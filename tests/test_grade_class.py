@@ -36,7 +36,7 @@ def test_every_student_and_question_has_a_row(graded):
     got = {(r["student"], r["question"]) for r in rows}
     assert got == {(s, q) for s in expected for q in QUESTIONS}
     assert {r["student"] for r in summary} == set(expected)
-    assert all(r["max_points"] == "4" and r["chapter"] == "ch03" for r in summary)
+    assert all(r["max_points"] == "5" and r["chapter"] == "ch03" for r in summary)
 
 
 @pytest.mark.parametrize("student", STUDENTS)

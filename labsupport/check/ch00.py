@@ -1,5 +1,5 @@
-"""Checks for chapter 0 (orientation): parallel layout (q1), memory arithmetic (q2), book exercise 5 (q3),
-and q4, a transfer: the data-parallel group of a GPU in Megatron's rank order."""
+"""Checks for chapter 0 (orientation): parallel layout (q1), memory arithmetic (q2), and q3, a transfer:
+the data-parallel group of a GPU in Megatron's rank order. (The book's exercise 5 is checked in chapter 6.)"""
 from __future__ import annotations
 
 import warnings
@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from labsupport.config import ConfigError, parallel_layout
 from labsupport.workbook.orientation import megatron_coords, training_memory_gb
-from labsupport.check._core import chapter_summary, check, check_seed, expect, parts, Sealed, short
+from labsupport.check._core import chapter_summary, check, check_seed, expect, short
 
 CHAPTER = "ch00"
 
@@ -88,44 +88,9 @@ def q2(memory_gb) -> str:
     return "60 random model sizes"
 
 
-#: q3's accepted [scenario, framework] pairs, sealed (see _core.Sealed).
-_SCENARIO_ANSWERS = Sealed("labsupport:ch00:q3", [
-    "04f2c630033ec5cdb3b443594b56598d4298b9def28cd895d1827ae3f7d9e1dc",
-    "07cf9770280cd6d7169e0a45aac73747ea39481367478e1c1199e5ab7da4aa0e",
-    "75737ec22989e1399d4ae15494c33aa6eb9157ed0dd683dfafff62c46d865e49",
-    "fc7bf5e893f3688076675cb102e76bfb2b77ed2874385b4f205b65f8f5775608",
-])
-
-
-@check(CHAPTER, "q3", hint="Book §6.2.8: very large distributed pre-training favours NeMo/Megatron-Core; "
-       "small-scale fine-tuning is simpler in the HF ecosystem (either works); NeMo has speech collections.")
-def q3(exercise_5) -> tuple[str, dict[str, str]]:
-    answer = exercise_5()
-    expect(isinstance(answer, dict), f"exercise_5() must return a dict, got {type(answer).__name__}")
-    allowed = {"nemo", "hf", "either"}
-    for key in ("a", "b", "c"):
-        expect(key in answer, f"missing key {key!r}: give one of {sorted(allowed)} for each scenario")
-        expect(answer[key] in allowed, f"answer[{key!r}] = {short(answer[key])}; use one of {sorted(allowed)}")
-    why = answer.get("why", "")
-    with parts() as part:  # name every failing part at once
-        part(["a", answer["a"]] in _SCENARIO_ANSWERS, "(a) 1024-GPU continued pre-training: which framework was built for that scale?")
-        part(["b", answer["b"]] in _SCENARIO_ANSWERS, "(b) LoRA of a 7B model on one 8-GPU node: is a large-scale framework needed?")
-        part(["c", answer["c"]] in _SCENARIO_ANSWERS, "(c) speech recognition + LLM: which framework ships speech collections?")
-        part(isinstance(why, str) and len(why.split()) >= 5, "add a 'why' field: a few sentences giving your reasons")
-    return ("scenario choices correct. Compare your reasons with this model answer: " + MODEL_ANSWER_Q3,
-            {"why": why})
-
-
-#: Shown once q3 passes, to compare the free-text reasons with.
-MODEL_ANSWER_Q3 = (
-    "(a) NeMo: 1024 GPUs need TP/PP/DP that scale and Megatron's data path (indexed datasets, blending, packing). "
-    "(b) HF (PEFT) or either: one node and LoRA need no model parallelism, and the HF ecosystem is simpler; NeMo "
-    "also supports LoRA. (c) NeMo: it ships speech (ASR/TTS) and multimodal collections beside the LLM ones.")
-
-
-@check(CHAPTER, "q4", hint="Megatron's order tp-cp-ep-dp-pp: rank = tp_rank + TP·(dp_rank + DP·pp_rank). The "
+@check(CHAPTER, "q3", hint="Megatron's order tp-cp-ep-dp-pp: rank = tp_rank + TP·(dp_rank + DP·pp_rank). The "
        "DP group of a rank keeps its tp_rank and pp_rank and runs dp_rank over 0..DP-1.")
-def q4(data_parallel_group) -> str:
+def q3(data_parallel_group) -> str:
     """Checked: for 40 random layouts and ranks, the sorted list of global ranks that all-reduce gradients with
     ``rank`` (same tp_rank and pp_rank, every dp_rank), including ``rank`` itself."""
     rng = np.random.default_rng(check_seed())

@@ -6,6 +6,7 @@ modules and printed lines of the submission are never read.  Only its answer cel
 """
 from __future__ import annotations
 
+import builtins
 import copy
 import hashlib
 import json
@@ -13,6 +14,7 @@ import os
 import shutil
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,11 +22,25 @@ from typing import Any
 from labsupport.check import _core
 from labsupport.paths import REPO_ROOT
 from labsupport.workbook.grading import codec
-from labsupport.workbook.grading.exercise import (Chapter, Question, Unreadable, answer_sources, chapter_of,
-                                                  read_submission, strip_magics, student_imports)
+from labsupport.workbook.grading.exercise import (
+    Chapter,
+    Question,
+    Unreadable,
+    answer_sources,
+    chapter_of,
+    read_submission,
+    strip_magics,
+    student_imports,
+)
 from labsupport.workbook.grading.flags import static_flags
-from labsupport.workbook.grading.sandbox import (Limits, Worker, WorkerDied, WorkerTimeout, prepare_folder,
-                                                 raise_learner_exception)
+from labsupport.workbook.grading.sandbox import (
+    Limits,
+    Worker,
+    WorkerDied,
+    WorkerTimeout,
+    prepare_folder,
+    raise_learner_exception,
+)
 
 # statuses of a gradebook row (besides the checks' own "passed", "failed", "not attempted")
 MISSING, UNPARSABLE, TIMED_OUT, NOT_RUN, FLAGGED, UNREADABLE, ERROR = (
@@ -104,6 +120,11 @@ class _Remote:
         s.runtime_refs.setdefault(self.question, set()).update(reply.get("references", []))
         if reply.get("output"):
             s.call_output.setdefault(self.question, []).append(reply["output"])
+        for w in reply.get("warnings", []):   # re-emitted here, so a check can expect a warning
+            category = getattr(builtins, str(w.get("category")), None)
+            if not (isinstance(category, type) and issubclass(category, Warning)):
+                category = UserWarning
+            warnings.warn(str(w.get("message", "")), category, stacklevel=2)
         if not reply.get("ok"):
             raise_learner_exception(reply.get("raise") or {"type": "RuntimeError", "message": reply.get("error", "")})
         result = codec.decode(reply["result"])

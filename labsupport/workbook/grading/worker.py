@@ -23,6 +23,7 @@ import signal
 import struct
 import sys
 import traceback
+import warnings
 from collections import Counter
 from typing import Any
 
@@ -183,14 +184,19 @@ def main() -> None:
 
                 if watched:
                     sys.setprofile(profile)
-                try:
-                    result = fn(*args)
-                finally:
-                    sys.setprofile(None)
+                with warnings.catch_warnings(record=True) as caught:  # carried to the check, which may expect one
+                    warnings.simplefilter("always")
+                    try:
+                        result = fn(*args)
+                    finally:
+                        sys.setprofile(None)
                 payload = {"result": codec.encode(result), "args": codec.encode(list(args))}
                 reply = {"ok": True, **payload}
             except BaseException as exc:  # noqa: BLE001 - reported to the grader, which re-raises it
                 reply = {"ok": False, "raise": _raised(exc)}
+                caught = []
+            reply["warnings"] = [{"category": w.category.__name__, "message": str(w.message)[:500]}
+                                 for w in caught[:20]]
             reply["references"] = sorted(hits)
             reply["output"] = stream.take()
         elif op == "stats":
