@@ -4,7 +4,9 @@
         --save-dir work/runs/a --save-every 10 --log work/runs/a/log.jsonl
     torchrun --nproc-per-node 2 -m labsupport.train --config configs/megatron_gpt_tiny.yaml trainer.devices=2
 
-Options may come before or after the ``key=value`` overrides.  ``--resume DIR`` continues from the
+Options may come before or after the ``key=value`` overrides.  Under torchrun spell ``--log`` as
+``--log-file``: torchrun's parser sees every argument and rejects ``--log`` as an ambiguous
+abbreviation of its own ``--log-dir``/``--logs-specs``.  ``--resume DIR`` continues from the
 latest checkpoint in DIR.  Under torchrun (``WORLD_SIZE`` set) each process joins the group with
 gloo on CPU or NCCL on GPU; multi-node runs use torchrun's own ``--nnodes``/``--rdzv-*`` flags.
 

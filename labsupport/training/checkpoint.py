@@ -121,9 +121,9 @@ def load_checkpoint(path: str | os.PathLike, settings: Settings) -> Checkpoint:
     another ``model`` config (listing the keys that differ) or another tokenizer.
     """
     p = Path(path)
+    if not p.exists():
+        raise ResumeError(f"--resume {p}: no such file or directory (give the --save-dir of the earlier run)")
     file = latest_checkpoint(p) if p.is_dir() else p
-    if not file.is_file():
-        raise ResumeError(f"--resume {file}: no such file")
     try:
         state = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unreadable file is the same problem for the user

@@ -24,7 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save-dir", default=None, help="write checkpoints here (at the end, and every --save-every steps)")
     p.add_argument("--save-every", type=int, default=0, help="checkpoint every N optimizer steps (0: only at the end)")
     p.add_argument("--resume", default=None, help="continue from the latest checkpoint in this directory (or a file)")
-    p.add_argument("--log", default=None, help="append one JSON line per optimizer step to this file")
+    p.add_argument("--log", "--log-file", dest="log", default=None,
+                   help="append one JSON line per optimizer step to this file (under torchrun write --log-file: "
+                        "torchrun's own parser reads --log as an ambiguous abbreviation of its --log-dir)")
     p.add_argument("--stop-after", type=int, default=None, help="stop after N steps of this run (simulate an interruption)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("overrides", nargs="*", help="Hydra-style key=value overrides, e.g. trainer.max_steps=20")

@@ -157,8 +157,8 @@ def settings_from_config(cfg: DictConfig, world_size: int | None = None) -> Sett
     layout = parallel_layout(cfg)
     if world_size is not None and world_size != layout.world_size:
         raise ConfigError(f"trainer.devices × trainer.num_nodes = {layout.world_size} but {world_size} process(es) "
-                          f"were launched; pass trainer.devices={world_size // layout.world_size * _get(cfg, 'trainer.devices') if world_size % layout.world_size == 0 else world_size}"
-                          " (and trainer.num_nodes) to match the launcher")
+                          f"were launched; set trainer.devices (per node) and trainer.num_nodes so that their product "
+                          f"is {world_size}, e.g. trainer.devices={world_size}")
     if layout.tensor_parallel * layout.pipeline_parallel != 1:
         raise ConfigError(f"model.tensor_model_parallel_size={layout.tensor_parallel}, model.pipeline_model_parallel_size="
                           f"{layout.pipeline_parallel}: this workbook's trainer runs data parallelism only; set both to 1")

@@ -185,6 +185,8 @@ def train(config: Settings | str | os.PathLike | Any = None, overrides: Sequence
     autocast = settings.precision == "bf16"
     result = TrainResult([], settings, model, consumed, step)
     writer = _tensorboard(tensorboard_dir) if rank == 0 else None
+    if log_file and rank == 0:
+        Path(log_file).parent.mkdir(parents=True, exist_ok=True)
     log_fh = open(log_file, "a", encoding="utf-8") if (log_file and rank == 0) else None
     end = settings.max_steps if stop_after is None else min(settings.max_steps, step + int(stop_after))
     from labsupport.progress import progress
