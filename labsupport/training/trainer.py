@@ -127,7 +127,7 @@ def train(config: Settings | str | os.PathLike | Any = None, overrides: Sequence
           resume: str | os.PathLike | None = None, log_file: str | os.PathLike | None = None,
           dataset: Any = None, stop_after: int | None = None, show_progress: bool = True,
           keep_token_losses: bool = False, tensorboard_dir: str | os.PathLike | None = None,
-          on_step: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
+          on_step: Callable[[dict[str, Any], torch.nn.Module], None] | None = None) -> TrainResult:
     """Train the config's tiny GPT; return the per-step log.
 
     Args:
@@ -141,7 +141,7 @@ def train(config: Settings | str | os.PathLike | Any = None, overrides: Sequence
         stop_after: stop after this many steps of *this* call (a run interrupted on purpose).
         keep_token_losses: keep every sample's per-token loss (``TrainResult.token_losses``).
         tensorboard_dir: also write TensorBoard events there, when ``tensorboard`` is installed.
-        on_step: called with each log record (rank 0).
+        on_step: called as ``on_step(record, model)`` after each step (rank 0).
 
     Raises ConfigError (bad config, naming the field) and ResumeError (unusable checkpoint).
     Inside an initialised ``torch.distributed`` group, each rank trains on its slice.
@@ -263,7 +263,7 @@ def train(config: Settings | str | os.PathLike | Any = None, overrides: Sequence
                     for key in ("loss", "tokens_per_s", "data_time", "compute_time", "comm_time", "memory_mb"):
                         writer.add_scalar(f"train/{key}", record[key], step)
                 if on_step is not None:
-                    on_step(record)
+                    on_step(record, model)
             bar.update(1)
             if save_dir is not None and ((save_every and step % save_every == 0) or step == end):
                 if rank == 0:
