@@ -72,7 +72,7 @@ def diagnose(log):
         return {"suspect": "no_boundary_mask", "fix": "reset_attention_mask"}
     if not log["decode_roundtrip_ok"]:
         return {"suspect": "tokenizer_mismatch", "fix": "same_tokenizer"}
-    if log["small_domain_heldout_trend"] > 0:
+    if log["small_domain_gap"] > 1.5:
         return {"suspect": "small_set_oversampled", "fix": "cap_epochs"}
     return {"suspect": "load_everything", "fix": "mmap"}
 

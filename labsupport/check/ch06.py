@@ -106,7 +106,7 @@ SYMPTOM_ROWS = {
     "padding": ("packing", "real_token_share"),
     "no_boundary_mask": ("reset_attention_mask", "cross_document_attention"),
     "tokenizer_mismatch": ("same_tokenizer", "decode_roundtrip_ok"),
-    "small_set_oversampled": ("cap_epochs", "small_domain_heldout_trend"),
+    "small_set_oversampled": ("cap_epochs", "small_domain_gap"),
     "load_everything": ("mmap", "rss_over_corpus"),
 }
 SUSPECTS = tuple(SYMPTOM_ROWS)
@@ -116,7 +116,7 @@ FIXES = tuple(v[0] for v in SYMPTOM_ROWS.values())
 def _healthy_log(rng: np.random.Generator) -> dict[str, Any]:
     return {"data_share": float(rng.uniform(0.01, 0.15)), "real_token_share": float(rng.uniform(0.93, 1.0)),
             "cross_document_attention": 0.0, "decode_roundtrip_ok": True,
-            "small_domain_heldout_trend": float(rng.uniform(-0.5, -0.01)),
+            "small_domain_gap": float(rng.uniform(0.0, 0.8)),
             "rss_over_corpus": float(rng.uniform(0.001, 0.2))}
 
 
@@ -125,21 +125,21 @@ def make_symptom_log(suspect: str, rng: np.random.Generator | None = None) -> di
     ``data_share`` (data-loader time / step time), ``real_token_share`` (tokens with loss / tokens
     computed), ``cross_document_attention`` (share of allowed attention pairs crossing documents),
     ``decode_roundtrip_ok`` (serving decode of training ids gives the text back),
-    ``small_domain_heldout_trend`` (change of held-out loss on the most up-weighted domain over the
-    last evaluations; > 0 = rising), ``rss_over_corpus`` (resident memory / corpus bytes)."""
+    ``small_domain_gap`` (held-out loss minus the loss on its own training samples, in nats, for the
+    most up-weighted domain: memorisation opens the gap), ``rss_over_corpus`` (resident memory / corpus bytes)."""
     rng = np.random.default_rng() if rng is None else rng
     log = _healthy_log(rng)
     field = SYMPTOM_ROWS[suspect][1]
     log[field] = {"data_share": float(rng.uniform(0.5, 0.95)), "real_token_share": float(rng.uniform(0.1, 0.6)),
                   "cross_document_attention": float(rng.uniform(0.01, 0.3)), "decode_roundtrip_ok": False,
-                  "small_domain_heldout_trend": float(rng.uniform(0.05, 1.0)),
+                  "small_domain_gap": float(rng.uniform(2.0, 6.0)),
                   "rss_over_corpus": float(rng.uniform(1.0, 1.5))}[field]
     return log
 
 
 @check(CHAPTER, "q3", hint="compare each field with a healthy run: data loading well under half the step, nearly "
-       "every computed token has a loss, no attention across documents, the decode round-trips, held-out loss not "
-       "rising on the up-weighted domain, memory far below the corpus size")
+       "every computed token has a loss, no attention across documents, the decode round-trips, held-out loss close "
+       "to the training loss on the up-weighted domain, memory far below the corpus size")
 def q3(diagnose: Callable) -> str:
     """``diagnose(log)`` → ``{"suspect": one of SUSPECTS, "fix": one of FIXES}``."""
     rng = np.random.default_rng()
