@@ -68,9 +68,10 @@ def execute_in_place(path: Path, timeout: int = 600, env: dict[str, str] | None 
     start = time.perf_counter()
     error = ""
     saved = os.environ.copy()
+    env = env or headless_env()  # before clear(): headless_env() copies the current environment
     try:
         os.environ.clear()
-        os.environ.update(env or headless_env())
+        os.environ.update(env)
         client.execute()
         ok = True
     except CellExecutionError as exc:
