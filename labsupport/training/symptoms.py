@@ -39,7 +39,8 @@ def loader_and_padding(settings: Settings, steps: int, blend: Any = None) -> dic
     """The same model and blend order, ``steps`` steps each: the index + packed samples vs
     tokenize-every-step + one padded document per row.  Per pipeline: ``real_token_share``
     (tokens with loss / tokens computed; deterministic), ``tokenize_calls`` per step, and the
-    timings ``tokens_per_s`` and ``data_share`` (data time / step time)."""
+    timings ``tokens_per_s``, ``data_share`` (data time / step time) and ``data_ms_per_step``
+    (median)."""
     from labsupport.datasets.tokenizer import Tokenizer, read_documents
     from labsupport.paths import data_file
     from labsupport.training.trainer import train
@@ -58,6 +59,7 @@ def loader_and_padding(settings: Settings, steps: int, blend: Any = None) -> dic
             "tokens_per_s": sum(r["tokens"] for r in log) / step_t,
             "useful_tokens_per_s": sum(r["loss_tokens"] for r in log) / step_t,
             "data_share": sum(r["data_time"] for r in log) / step_t,
+            "data_ms_per_step": 1e3 * sorted(r["data_time"] for r in log)[len(log) // 2],
         }
     return out
 
