@@ -116,6 +116,14 @@ def test_bad_input_exits_2_with_one_line(args, message):
     assert message in lines[0]
 
 
+def test_unreadable_yaml_exits_2(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model:\n  micro_batch_size: [1,\n", encoding="utf-8")
+    proc = _cli("--config", str(bad))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"error: {bad}: not a readable YAML config")
+
+
 def test_checkpoint_of_another_config_is_refused(tmp_path):
     trainer.train(load_settings(overrides=["trainer.max_steps=1"]), save_dir=tmp_path, show_progress=False)
     proc = _cli("trainer.max_steps=2", "model.hidden_size=32", "model.ffn_hidden_size=128", "--resume", str(tmp_path))

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -233,6 +234,7 @@ def load_settings(source: str | os.PathLike = DEFAULT_CONFIG, overrides: Sequenc
         cfg = load_config(source, overrides)
     except FileNotFoundError as exc:
         raise ConfigError(f"--config: {exc}") from None
-    except OmegaConfBaseException as exc:
-        raise ConfigError(f"{os.fspath(source)}: {str(exc).splitlines()[0]}") from None
+    except (OmegaConfBaseException, yaml.YAMLError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"{os.fspath(source)}: not a readable YAML config ({first}); check its indentation and quoting") from None
     return settings_from_config(cfg, world_size)
