@@ -3,7 +3,8 @@
 :data:`CONFIG_KEYS` rows: (book's conceptual key, NeMo 1.x YAML path, NeMo 2.0 Python attribute,
 what it sets, the chapter that shows it).  Sources, as read for this workbook:
 
-* NeMo 1.x: ``examples/nlp/language_modeling/conf/megatron_gpt_config.yaml`` (NVIDIA/NeMo);
+* NeMo 1.x: ``examples/nlp/language_modeling/conf/megatron_gpt_config.yaml`` (NVIDIA/NeMo, read at
+  commit 000763d: ``trainer``/``exp_manager``/``model`` with ``model.data`` and ``model.tokenizer``);
 * NeMo 2.0: ``nemo/collections/llm/gpt/data/pre_training.py`` (``PreTrainingDataModule``'s
   arguments; NVIDIA/NeMo commit 020a508) and the NeMo 2.0 user guide's ``nl.Trainer`` /
   ``nl.MegatronStrategy`` / ``nl.MegatronMixedPrecision`` (see ``../shared/reference/
@@ -14,7 +15,7 @@ from __future__ import annotations
 __all__ = ["CONFIG_KEYS", "SOURCES"]
 
 SOURCES = {
-    "nemo1": "NVIDIA/NeMo examples/nlp/language_modeling/conf/megatron_gpt_config.yaml",
+    "nemo1": "NVIDIA/NeMo examples/nlp/language_modeling/conf/megatron_gpt_config.yaml (read at commit 000763d)",
     "nemo2": "NVIDIA/NeMo nemo/collections/llm/gpt/data/pre_training.py (PreTrainingDataModule), NeMo 2.0 user guide (nl.Trainer, nl.MegatronStrategy, nl.MegatronMixedPrecision)",
 }
 
