@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-import torch
 
 from labsupport.distributed.launch import run_workers
 from labsupport.paths import REPO_ROOT
@@ -84,12 +82,12 @@ def test_two_gloo_ranks_equal_one_rank_on_the_global_batch():
     assert log2[0]["allreduce_bytes"] == int(2 * (2 - 1) / 2 * n_params * 4)
 
 
-@pytest.mark.skipif(shutil.which("torchrun") is None and not os.path.exists(os.path.join(os.path.dirname(sys.executable), "torchrun")),
-                    reason="torchrun not installed")
 def test_torchrun_two_processes_on_cpu(tmp_path):
-    torchrun = shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun")
+    # the torchrun of this interpreter (a `torchrun` found on PATH may belong to another Python)
+    beside = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    torchrun = [beside] if os.path.isfile(beside) else [sys.executable, "-m", "torch.distributed.run"]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([torchrun, "--nproc-per-node", "2", "--standalone", "-m", "labsupport.train",
+    proc = subprocess.run([*torchrun, "--nproc-per-node", "2", "--standalone", "-m", "labsupport.train",
                            "--no-progress", "trainer.max_steps=3", "trainer.devices=2", "--log-file", str(tmp_path / "log.jsonl"),
                            "--save-dir", str(tmp_path / "ck")],
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)

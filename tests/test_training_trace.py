@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from labsupport.training.data import build_blend, collate
+from labsupport.training.data import build_blend
 from labsupport.training.settings import load_settings
 from labsupport.training.trace import documents_in_sample, trace_document
 from labsupport.training.trainer import train

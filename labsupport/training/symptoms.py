@@ -18,9 +18,7 @@ OOM on terabytes                       load every ``.bin`` into RAM             
 from __future__ import annotations
 
 import json
-import math
 import os
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -186,7 +184,6 @@ def overfit_small_domain(settings: Settings, small: str, heldout: str, weight: f
 
 def _base_overrides(settings: Settings) -> list[str]:
     """The overrides that rebuild ``settings``' model and batch (for a derived run)."""
-    m = settings.cfg.model
     keys = ["model.hidden_size", "model.ffn_hidden_size", "model.num_layers", "model.num_attention_heads",
             "model.encoder_seq_length", "model.micro_batch_size", "model.global_batch_size", "model.seed",
             "model.optim.lr"]
