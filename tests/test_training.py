@@ -150,3 +150,14 @@ def test_config_errors_name_the_field():
         load_settings(world_size=2)
     with pytest.raises(ConfigError, match="data parallelism only"):
         load_settings(overrides=["trainer.devices=2", "model.tensor_model_parallel_size=2"])
+
+
+def test_checkpoint_of_another_tokenizer_is_refused(tmp_path):
+    import dataclasses
+
+    settings = load_settings(overrides=["trainer.max_steps=1"])
+    trainer.train(settings, save_dir=tmp_path, show_progress=False)
+    other = dataclasses.replace(load_settings(overrides=["trainer.max_steps=2"]), tokenizer_fingerprint="f" * 64)
+    with pytest.raises(trainer.ResumeError, match=f"was trained with tokenizer {settings.tokenizer_fingerprint[:12]}… "
+                       "but model.tokenizer.model is ffffffffffff…"):
+        trainer.train(other, resume=tmp_path, show_progress=False)
