@@ -161,3 +161,12 @@ def test_checkpoint_of_another_tokenizer_is_refused(tmp_path):
     with pytest.raises(trainer.ResumeError, match=f"was trained with tokenizer {settings.tokenizer_fingerprint[:12]}… "
                        "but model.tokenizer.model is ffffffffffff…"):
         trainer.train(other, resume=tmp_path, show_progress=False)
+
+
+def test_fresh_clone_builds_tokenizer_and_indexed_files_on_first_use(tmp_path):
+    proc = _cli("trainer.max_steps=1", env={"LABSUPPORT_WORK": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("step 1 · loss ")
+    assert sorted(p.name for p in (tmp_path / "indexed").glob("*.idx")) == [
+        f"{d}_text_document.idx" for d in ("books", "code", "korean", "web")]
+    assert len(list((tmp_path / "tokenizer").glob("workbook_bpe8000_*.model"))) == 1
