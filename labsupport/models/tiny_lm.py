@@ -88,14 +88,15 @@ def apply_rotary(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0
 
 
 class _Block(nn.Module):
-    def __init__(self, d_model: int, n_heads: int) -> None:
+    def __init__(self, d_model: int, n_heads: int, ffn_hidden: int | None = None) -> None:
         super().__init__()
+        ffn_hidden = 4 * d_model if ffn_hidden is None else ffn_hidden
         self.n_heads = n_heads
         self.ln1 = nn.LayerNorm(d_model)
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.proj = nn.Linear(d_model, d_model)
         self.ln2 = nn.LayerNorm(d_model)
-        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+        self.mlp = nn.Sequential(nn.Linear(d_model, ffn_hidden), nn.GELU(), nn.Linear(ffn_hidden, d_model))
 
     def forward(self, x: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
@@ -109,17 +110,20 @@ class _Block(nn.Module):
 class TinyCausalLM(nn.Module):
     """A 2-layer causal transformer LM with learned absolute position embeddings.
 
+    ``ffn_hidden_size`` is the MLP width (NeMo's ``model.ffn_hidden_size``; default 4 × d_model).
+    Chapter 6 trains it on the blend (``labsupport.training.trainer``).
+
     ``forward(tokens, position_ids=None, masked=None)``: ``tokens`` int64 (B, T);
     ``position_ids`` int64 (B, T) (default 0…T-1); ``masked`` bool (B or 1, T, T) or (T, T) in
     Megatron's convention, True = masked (default: causal).  Returns logits float32 (B, T, vocab).
     """
 
     def __init__(self, vocab_size: int = 256, d_model: int = 32, n_heads: int = 2, n_layers: int = 2,
-                 max_positions: int = 4096) -> None:
+                 max_positions: int = 4096, ffn_hidden_size: int | None = None) -> None:
         super().__init__()
         self.tok = nn.Embedding(vocab_size, d_model)
         self.pos = nn.Embedding(max_positions, d_model)
-        self.blocks = nn.ModuleList(_Block(d_model, n_heads) for _ in range(n_layers))
+        self.blocks = nn.ModuleList(_Block(d_model, n_heads, ffn_hidden_size) for _ in range(n_layers))
         self.ln = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
 

@@ -1,0 +1,17 @@
+"""The training side of chapter 6 (end to end, book §6.2.2 and §6.2.7): one YAML config drives
+tokenizer → indexed files → blend → GPT samples → a data-parallel sampler → a tiny GPT.
+
+* :mod:`~labsupport.training.sampler` — Megatron's ``MegatronPretrainingSampler`` (consumed
+  samples, micro-batches, each data-parallel rank its own slice);
+* :mod:`~labsupport.training.settings` — the NeMo 1.x config read and checked (every bad field
+  is a :class:`~labsupport.config.ConfigError` naming it), prefixes and tokenizer resolved;
+* :mod:`~labsupport.training.data` — the blend of chapter 3 over chapter 4's GPT samples, the
+  collate step, and the naive "tokenize every step + pad" pipeline for comparison;
+* :mod:`~labsupport.training.checkpoint` — save/load model, optimizer, RNG states and consumed
+  samples (atomic writes; a checkpoint of another config or tokenizer is refused);
+* :mod:`~labsupport.training.trainer` — ``train(cfg, ...)``: the loop, on one process or as one
+  rank of a ``torch.distributed`` group (gradients all-reduced);
+* :mod:`~labsupport.training.trace` — follow one document from jsonl to its share of the loss.
+
+``python -m labsupport.train`` is the command-line entry (see ``labsupport/train.py``).
+"""

@@ -1,0 +1,216 @@
+"""The symptom → suspect table of book §6.2.7, each row injected into chapter 6's pipeline,
+measured, fixed and measured again.
+
+Every function returns plain numbers (``before`` = the bug, ``after`` = the fix) so the notebook
+prints a table and the tests check the direction of each effect:
+
+=====================================  =======================================  ==============================
+symptom                                suspect (injected)                       fix
+=====================================  =======================================  ==============================
+CPU-bound, GPU starved                 tokenize every step                      ``.bin``/``.idx`` index (ch2)
+low token throughput                   one padded document per row              packing (ch4)
+model mixes unrelated documents        ``reset_attention_mask: false``          boundary mask (ch4)
+broken output                          decode with another tokenizer            one tokenizer; config check
+good at one domain only / overfitting  tiny domain, high weight                 cap its epochs (ch3)
+OOM on terabytes                       load every ``.bin`` into RAM             mmap (ch2)
+=====================================  =======================================  ==============================
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from labsupport.training.data import NaiveTextDataset, build_blend, collate
+from labsupport.training.settings import Settings, load_settings
+
+__all__ = ["loader_and_padding", "cross_document_pairs", "tokenizer_mismatch", "small_domain_split",
+           "overfit_small_domain", "memory_footprint", "PAGE_BYTES"]
+
+PAGE_BYTES = 4096
+
+
+def loader_and_padding(settings: Settings, steps: int, blend: Any = None) -> dict[str, dict[str, float]]:
+    """The same model and blend order, ``steps`` steps each: the index + packed samples vs
+    tokenize-every-step + one padded document per row.  Per pipeline: ``real_token_share``
+    (tokens with loss / tokens computed; deterministic), ``tokenize_calls`` per step, and the
+    timings ``tokens_per_s``, ``data_share`` (data time / step time) and ``data_ms_per_step``
+    (median)."""
+    from labsupport.datasets.tokenizer import Tokenizer, read_documents
+    from labsupport.paths import data_file
+    from labsupport.training.trainer import train
+
+    blend = build_blend(settings) if blend is None else blend
+    tok = Tokenizer(settings.tokenizer_path)
+    naive = NaiveTextDataset([read_documents(data_file(n)) for n in settings.names], tok, settings.seq_length, blend)
+    out = {}
+    for name, ds in (("indexed + packed", blend), ("tokenize + pad", naive)):
+        res = train(settings, dataset=ds, stop_after=steps, show_progress=False)
+        log = res.log[1:] or res.log                      # step 1 pays one-off start-up costs
+        step_t = sum(r["step_time"] for r in log)
+        out[name] = {
+            "real_token_share": sum(r["loss_tokens"] for r in res.log) / sum(r["tokens"] for r in res.log),
+            "tokenize_calls": 0 if ds is blend else settings.global_batch_size,
+            "tokens_per_s": sum(r["tokens"] for r in log) / step_t,
+            "useful_tokens_per_s": sum(r["loss_tokens"] for r in log) / step_t,
+            "data_share": sum(r["data_time"] for r in log) / step_t,
+            "data_ms_per_step": 1e3 * sorted(r["data_time"] for r in log)[len(log) // 2],
+        }
+    return out
+
+
+def _document_ids(tokens: torch.Tensor, eod: int) -> torch.Tensor:
+    """Per token, which document it belongs to (the count of EODs before it)."""
+    is_eod = (tokens == eod).long()
+    return torch.cumsum(is_eod, -1) - is_eod
+
+
+def cross_document_pairs(settings: Settings, indices: Sequence[int], eod: int) -> dict[str, float]:
+    """Share of allowed (query, key) attention pairs that cross a document boundary in the
+    samples ``indices``: with ``reset_attention_mask`` off (Megatron's default) and on."""
+    out = {}
+    for label, on in (("mask off", False), ("mask on", True)):
+        flags = dict(settings.flags, reset_attention_mask=on)
+        blend = build_blend(settings, flags=flags)
+        batch = collate([blend[i] for i in indices], indices, dense_mask=True)
+        allowed = ~batch.masked
+        doc = _document_ids(batch.tokens, eod)
+        cross = doc[:, :, None] != doc[:, None, :]
+        out[label] = float((allowed & cross).sum()) / float(allowed.sum())
+    return out
+
+
+def tokenizer_mismatch(settings: Settings, other_model: str | os.PathLike, sample: dict[str, Any],
+                       chars: int = 80) -> dict[str, Any]:
+    """Decode one training sample's ids with the training tokenizer and with ``other_model``,
+    and show what the config check says when the other model is named in the config."""
+    from labsupport.config import ConfigError
+    from labsupport.datasets.tokenizer import Tokenizer, _decode_lenient
+
+    good, bad = Tokenizer(settings.tokenizer_path), Tokenizer(other_model)
+    ids = [int(i) for i in sample["tokens"][:40]]
+    try:
+        load_settings(overrides=[f"model.tokenizer.model={os.fspath(other_model)}"])
+        refusal = None
+    except ConfigError as exc:
+        refusal = str(exc)
+    return {"same": good.decode(ids)[:chars], "other": _decode_lenient(bad, ids)[:chars], "refusal": refusal}
+
+
+def small_domain_split(domain: str, train_docs: int, heldout_docs: int) -> tuple[str, str]:
+    """Prefixes of the first ``train_docs`` documents of ``domain`` and of the next
+    ``heldout_docs`` (built once in ``work/ch06/``), for the over-sampling row."""
+    from labsupport.datasets.indexed import IndexedDataset
+    from labsupport.datasets.preprocess import preprocess
+    from labsupport.datasets.tokenizer import Tokenizer, read_documents, workbook_tokenizer
+    from labsupport.paths import data_file, work_dir
+
+    docs = read_documents(data_file(domain))
+    if train_docs + heldout_docs > len(docs):
+        raise ValueError(f"{domain} has {len(docs)} documents; asked for {train_docs} + {heldout_docs}")
+    tok = Tokenizer(workbook_tokenizer())
+    out = []
+    for name, part in (("small", docs[:train_docs]), ("heldout", docs[train_docs:train_docs + heldout_docs])):
+        base = work_dir("ch06") / f"{domain}_{name}{len(part)}_{tok.fingerprint[:8]}"
+        prefix = f"{base}_text_document"
+        if not IndexedDataset.exists(prefix):
+            src = base.with_suffix(".jsonl")
+            tmp = src.with_name(src.name + f".{os.getpid()}.tmp")
+            tmp.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in part), encoding="utf-8")
+            os.replace(tmp, src)
+            preprocess([src], base, tok, append_eod=True, workers=1, strict=True, show_progress=False)
+        out.append(prefix)
+    return out[0], out[1]
+
+
+def _mean_loss(model: torch.nn.Module, batch) -> float:
+    from labsupport.training.trainer import token_losses
+
+    with torch.no_grad():
+        ce = token_losses(model, batch)
+    return float((ce * batch.loss_mask).sum() / batch.loss_mask.sum())
+
+
+def overfit_small_domain(settings: Settings, small: str, heldout: str, weight: float, steps: int,
+                         eval_every: int, eval_samples: int = 16) -> dict[str, list[float]]:
+    """Blend ``small`` at ``weight`` with the config's domains; every ``eval_every`` steps record
+    the loss on the small domain's own samples, on ``heldout`` samples of the same domain, and
+    the epochs of the small domain drawn so far."""
+    from labsupport.datasets.gpt_samples import GPTDataset
+    from labsupport.datasets.indexed import IndexedDataset
+    from labsupport.datasets.tokenizer import Tokenizer
+    from labsupport.training.trainer import train
+
+    others = [(w, p) for w, p in zip(settings.weights, settings.prefixes)]
+    rest = 1.0 - weight
+    total_w = sum(w for w, _ in others)
+    prefix_list = []
+    for w, p in others:
+        prefix_list += [round(rest * w / total_w, 6), p]
+    prefix_list += [weight, small]
+    cfg_overrides = [f"model.data.data_prefix=[{','.join(str(x) for x in prefix_list)}]", f"trainer.max_steps={steps}"]
+    run = load_settings(overrides=_base_overrides(settings) + cfg_overrides)
+    eod = Tokenizer(run.tokenizer_path).eod
+    flags = run.flags
+    held = GPTDataset(IndexedDataset(heldout), run.seq_length, None, run.seed, flags["reset_position_ids"],
+                      flags["reset_attention_mask"], flags["eod_mask_loss"], eod)
+    held_ids = list(range(min(eval_samples, len(held))))
+    held_batch = collate([{**held[i], "dataset_id": 0} for i in held_ids], held_ids, flags["reset_attention_mask"])
+    blend = build_blend(run)
+    d_small = len(run.names) - 1
+    own = blend.datasets[d_small]
+    own_ids = list(range(min(eval_samples, len(own))))
+    own_batch = collate([{**own[i], "dataset_id": d_small} for i in own_ids], own_ids, flags["reset_attention_mask"])
+    per_epoch = (own.tokens_per_epoch - own.extra) // own.seq_length
+    curve: dict[str, list[float]] = {"step": [], "small_loss": [], "heldout_loss": [], "epochs": []}
+
+    def record(rec: dict[str, Any], model: torch.nn.Module) -> None:
+        if rec["step"] % eval_every and rec["step"] != steps:
+            return
+        drawn = int(np.count_nonzero(blend.dataset_index[: rec["consumed_samples"]] == d_small))
+        curve["step"].append(rec["step"])
+        curve["small_loss"].append(_mean_loss(model, own_batch))
+        curve["heldout_loss"].append(_mean_loss(model, held_batch))
+        curve["epochs"].append(drawn / per_epoch)
+
+    train(run, dataset=blend, show_progress=False, on_step=record)
+    curve["weight"] = [weight]
+    curve["samples_per_epoch"] = [per_epoch]
+    return curve
+
+
+def _base_overrides(settings: Settings) -> list[str]:
+    """The overrides that rebuild ``settings``' model and batch (for a derived run)."""
+    keys = ["model.hidden_size", "model.ffn_hidden_size", "model.num_layers", "model.num_attention_heads",
+            "model.encoder_seq_length", "model.micro_batch_size", "model.global_batch_size", "model.seed",
+            "model.optim.lr"]
+    from omegaconf import OmegaConf
+
+    return [f"{k}={OmegaConf.select(settings.cfg, k)}" for k in keys] + [f"trainer.precision={settings.cfg.trainer.precision}"]
+
+
+def memory_footprint(settings: Settings, blend: Any, indices: Sequence[int]) -> dict[str, int]:
+    """Bytes in RAM to serve the samples ``indices``: loading every ``.bin`` (the pitfall)
+    vs mmap, which reads only the pages holding those samples' tokens (4 KiB pages)."""
+    from labsupport.datasets.indexed import get_bin_path
+
+    corpus = sum(os.path.getsize(get_bin_path(p)) for p in settings.prefixes)
+    pages: set[tuple[int, int]] = set()
+    for i in indices:
+        d, s = int(blend.dataset_index[i]), int(blend.dataset_sample_index[i])
+        gpt = blend.datasets[d]
+        ds = gpt.dataset
+        row = int(gpt.shuffle_index[s])
+        (beg, beg_off), (end, end_off) = gpt.sample_index[row], gpt.sample_index[row + 1]
+        item = np.dtype(ds.dtype).itemsize
+        for p in range(int(beg), int(end) + 1):
+            seq = int(gpt.document_index[p])
+            first = int(beg_off) if p == beg else 0
+            last = int(end_off) + gpt.extra if p == end else int(ds.sequence_lengths[seq])
+            start = int(ds.sequence_pointers[seq]) + first * item
+            stop = int(ds.sequence_pointers[seq]) + max(last, first + 1) * item
+            pages.update((d, q) for q in range(start // PAGE_BYTES, (stop - 1) // PAGE_BYTES + 1))
+    return {"corpus_bytes": corpus, "mmap_bytes": len(pages) * PAGE_BYTES, "samples": len(indices)}

@@ -1,0 +1,48 @@
+"""labsupport.training.symptoms: each injected bug shows its symptom and each fix removes it
+(the cheap rows; the training-based rows run in the chapter notebook)."""
+from __future__ import annotations
+
+import pytest
+
+from labsupport.datasets.tokenizer import Tokenizer, workbook_tokenizer
+from labsupport.training import symptoms as S
+from labsupport.training.data import NaiveTextDataset, build_blend
+from labsupport.training.settings import load_settings
+
+
+@pytest.fixture(scope="module")
+def setup():
+    settings = load_settings(overrides=["trainer.max_steps=4"])
+    return settings, build_blend(settings)
+
+
+def test_boundary_mask_removes_cross_document_attention(setup):
+    settings, _ = setup
+    pairs = S.cross_document_pairs(settings, list(range(8)), Tokenizer(settings.tokenizer_path).eod)
+    assert pairs["mask on"] == 0.0 < pairs["mask off"]
+
+
+def test_mmap_reads_a_small_part_of_the_corpus(setup):
+    settings, blend = setup
+    mem = S.memory_footprint(settings, blend, list(range(8)))
+    assert 0 < mem["mmap_bytes"] < mem["corpus_bytes"] / 10
+    assert mem["mmap_bytes"] % S.PAGE_BYTES == 0
+
+
+def test_another_tokenizer_garbles_and_the_config_refuses_it(setup):
+    settings, blend = setup
+    other = workbook_tokenizer(4000)
+    mm = S.tokenizer_mismatch(settings, other, blend[0])
+    assert mm["same"] != mm["other"]
+    assert mm["refusal"].startswith("model.data.data_prefix 'work/indexed/web_text_document' was tokenized with tokenizer")
+
+
+def test_naive_rows_are_one_padded_document(setup):
+    settings, blend = setup
+    tok = Tokenizer(settings.tokenizer_path)
+    naive = NaiveTextDataset([["short text"], ["x = 1"], ["a book"], ["한국어"]], tok, 64, blend)
+    row = naive[0]
+    real = int(row["loss_mask"].sum())          # positions that predict a document token or its EOD
+    assert 0 < real < 64 and row["loss_mask"][:real].eq(1).all()
+    assert row["tokens"][real] == tok.eod and row["tokens"][real + 1:].eq(0).all()
+    assert row["labels"][real - 1] == tok.eod
