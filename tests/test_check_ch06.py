@@ -29,7 +29,7 @@ def batch_arithmetic(cfg, steps):
     t, m = cfg.trainer, cfg.model
     world = t.devices * t.num_nodes
     tp, pp = m.tensor_model_parallel_size, m.pipeline_model_parallel_size
-    if tp > t.devices or world % (tp * pp):
+    if world % (tp * pp):
         raise ValueError("layout")
     dp = world // (tp * pp)
     if m.global_batch_size % (m.micro_batch_size * dp):
@@ -58,7 +58,12 @@ def test_q2(capsys):
         return {"data_parallel_size": dp, "accumulation_steps": max(1, m.global_batch_size // (m.micro_batch_size * dp)),
                 "tokens_per_step": m.global_batch_size * m.encoder_seq_length, "consumed_samples": steps * m.global_batch_size}
 
-    for wrong in (per_rank_tokens, never_raises, ignores_pp):
+    def refuses_tp_across_nodes(cfg, steps):          # chapter 0's old, wrong rule
+        if cfg.model.tensor_model_parallel_size > cfg.trainer.devices:
+            raise ValueError("TP across nodes")
+        return batch_arithmetic(cfg, steps)
+
+    for wrong in (per_rank_tokens, never_raises, ignores_pp, refuses_tp_across_nodes):
         assert check.q2(wrong).status == FAIL, wrong.__name__
     assert check.q2(stub).status == NOT_ATTEMPTED
 
