@@ -38,6 +38,15 @@ def test_codec_keeps_types_that_checks_test():
     assert roundtrip(range(4)) == [0, 1, 2, 3] and roundtrip(x for x in "ab") == ["a", "b"]
 
 
+def test_codec_carries_omegaconf_configs_as_plain_containers():
+    from omegaconf import DictConfig, OmegaConf
+    cfg = OmegaConf.create({"trainer": {"devices": 8}, "model": {"micro_batch_size": 2, "prefix": [0.6, "web"]}})
+    back = roundtrip(cfg)
+    assert isinstance(back, DictConfig) and back.trainer.devices == 8 and list(back.model.prefix) == [0.6, "web"]
+    with pytest.raises(codec.EncodeError, match="dict or a list"):
+        codec.decode({"$t": "omegaconf", "v": 3})
+
+
 def test_codec_strips_a_students_methods():
     class Always(int):
         def __eq__(self, other):

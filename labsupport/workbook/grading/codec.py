@@ -3,7 +3,8 @@
 Values travel as JSON: ``None``, ``bool``, ``int``, ``float`` and ``str`` as themselves; every
 other supported type as a tagged object (``{"$t": tag, ...}``): lists, tuples, dicts (as key/value
 pairs, so any key type survives), sets, bytes, numpy arrays and scalars (dtype, shape and raw
-bytes), torch tensors (as numpy arrays) and ``labsupport`` tokenizers (their model bytes).
+bytes), torch tensors (as numpy arrays), ``labsupport`` tokenizers (their model bytes) and OmegaConf
+configs (their plain container, rebuilt with ``OmegaConf.create``).
 Nothing is pickled; an object of any other type arrives as :class:`Opaque` — its ``repr``
 only — so a student's object with an overridden ``__eq__`` compares like a foreign object
 (never equal to the expected value).
@@ -94,6 +95,10 @@ def encode(value: Any, _depth: int = 0) -> Any:
     module = getattr(kind, "__module__", "") or ""
     if module.startswith("torch") and hasattr(value, "detach"):
         return _array(value.detach().cpu().numpy())
+    if module.startswith("omegaconf") and kind.__name__ in ("DictConfig", "ListConfig"):
+        from omegaconf import OmegaConf
+
+        return {"$t": "omegaconf", "v": encode(OmegaConf.to_container(value, resolve=True), d)}
     if module == "labsupport.datasets.tokenizer" and kind.__name__ == "Tokenizer":
         return {"$t": "tokenizer", "name": value.path.name, "model": _b64(value._proto)}
     # subclasses of the plain types (a student's int with its own __eq__, a defaultdict, ...):
@@ -163,6 +168,13 @@ def decode(data: Any) -> Any:
         if key not in _TOKENIZERS:
             _TOKENIZERS[key] = Tokenizer.from_bytes(_unb64(key), data["name"])
         return _TOKENIZERS[key]
+    if tag == "omegaconf":
+        from omegaconf import OmegaConf
+
+        plain = decode(data["v"])
+        if not isinstance(plain, (dict, list)):
+            raise EncodeError("an OmegaConf value must be a dict or a list")
+        return OmegaConf.create(plain)
     if tag == "opaque":
         return Opaque(str(data["type"]), str(data["repr"]))
     raise EncodeError(f"unknown tag {tag!r}")
