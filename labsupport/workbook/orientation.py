@@ -14,6 +14,7 @@ DATA_PATH: tuple[tuple[str, str, str], ...] = (
     ("blend", "weighted domain mix\ndata_prefix", "ch03"),
     ("pack + mask", "fixed seq_length\nEOD boundaries", "ch04"),
     ("load → GPUs", "DP/TP/PP ranks\nNCCL collectives", "ch05"),
+    ("train", "YAML → tiny GPT\nexact resume", "ch06"),
 )
 
 
