@@ -19,6 +19,8 @@ What is measured (each part records its inputs):
 * ``collectives`` — NCCL all-reduce time, algbw and busbw over sizes on the GPUs there are; with
   one GPU NCCL has no link to measure, so the local device-to-device copy bandwidth is measured
   and the α–β model predicts the ring on NVLink and on InfiniBand (chapter 5);
+* ``end_to_end`` — chapter 6's run (``configs/megatron_gpt_tiny.yaml``) on CUDA with bf16: the
+  loss at the first and last step and the median training tokens/s;
 * ``test_gpu`` — pass/fail/skip counts and seconds from ``make test-gpu``'s JUnit XML.
 """
 from __future__ import annotations
@@ -209,6 +211,21 @@ def collectives(device, sizes: list[int]) -> dict[str, Any]:
     return out
 
 
+def end_to_end(device, steps: int) -> dict[str, Any]:
+    """Chapter 6's training run on ``device`` (bf16 autocast on CUDA), through the same ``train()``."""
+    from labsupport.training.trainer import train
+
+    cuda = device.type == "cuda"
+    overrides = [f"trainer.max_steps={steps}", f"trainer.accelerator={'gpu' if cuda else 'cpu'}",
+                 f"trainer.precision={'bf16' if cuda else '32'}"]
+    log = train(None, overrides, show_progress=False).log
+    require(len(log) == steps, f"the run logged {len(log)} steps, not {steps}")
+    warm = log[min(5, len(log) - 1):]
+    return {"config": "configs/megatron_gpt_tiny.yaml", "overrides": overrides, "steps": len(log),
+            "first_loss": log[0]["loss"], "last_loss": log[-1]["loss"],
+            "median_tokens_per_s": float(np.median([r["tokens_per_s"] for r in warm]))}
+
+
 def junit_summary(path: Path) -> dict[str, Any]:
     """Counts and seconds of a pytest JUnit XML file (``pytest --junitxml``)."""
     try:
@@ -249,6 +266,7 @@ def main(argv: list[str] | None = None) -> dict:
             n_heads=2 if toy else 8, n_layers=1 if toy else 8, examples=64 if toy else 4000,
             mean_tokens=24 if toy else 300, steps=3 if toy else 30, seed=args.seed),
         "collectives": collectives(device, [1 << k for k in range(10, 17 if toy else 31, 2)]),
+        "end_to_end": end_to_end(device, 3 if toy else 300),
     }
     if toy:
         result["note"] = "--device cpu: toy sizes to test the code; these numbers are not GPU measurements"

@@ -89,7 +89,7 @@ def measured_on_gpu(section: str, results_file: "os.PathLike | str | None" = Non
     ``benchmarks/results/gpu.json`` (written by ``make gpu-report``), as lines to print.
 
     ``section``: ``"environment"`` (chapter 0), ``"attention"`` and ``"packing_throughput"``
-    (chapter 4), ``"collectives"`` (chapter 5).  Says so plainly when no GPU measurement has been
+    (chapter 4), ``"collectives"`` (chapter 5), ``"end_to_end"`` (chapter 6).  Says so plainly when no GPU measurement has been
     committed (a file written with ``--device cpu`` holds toy numbers and is not quoted).
     """
     import json
@@ -97,7 +97,7 @@ def measured_on_gpu(section: str, results_file: "os.PathLike | str | None" = Non
 
     from labsupport.paths import REPO_ROOT
 
-    sections = ("environment", "attention", "packing_throughput", "collectives")
+    sections = ("environment", "attention", "packing_throughput", "collectives", "end_to_end")
     if section not in sections:
         raise ValueError(f"measured_on_gpu: no section {section!r} ({', '.join(sections)})")
     path = Path(results_file) if results_file is not None else REPO_ROOT / "benchmarks" / "results" / "gpu.json"
@@ -127,6 +127,9 @@ def measured_on_gpu(section: str, results_file: "os.PathLike | str | None" = Non
         body = [f"  {name:6}: {s[name]['real_tokens_per_s']:>12,.0f} real tokens/s" for name in ("padded", "packed")]
         body.append(f"  packed / padded: {s['packed_over_padded']:.1f}× ({s['parameters'] / 1e6:.0f} M parameters, "
                     f"sequence {s['seq_length']}, {s['precision']})")
+    elif section == "end_to_end":
+        body = [f"  {s['config']} with {' '.join(s['overrides'])}: loss {s['first_loss']:.2f} → {s['last_loss']:.2f} "
+                f"in {s['steps']} steps, {s['median_tokens_per_s']:,.0f} tokens/s (median)"]
     else:  # collectives
         if "all_reduce" in s:
             body = [f"  all_reduce {r['bytes']:>11,} B: {r['seconds'] * 1e6:9.1f} µs  algbw {r['algbw_GBps']:7.1f} GB/s"

@@ -30,6 +30,7 @@ def test_cpu_run_measures_every_part_and_never_counts_as_a_gpu_measurement(tmp_p
     assert pt["packed"]["real_tokens"] > 0 and pt["padded"]["steps"] == pt["packed"]["steps"] == 3
     assert on_disk["collectives"]["world_size"] == 1 and on_disk["collectives"]["local_copy"]
     assert set(on_disk["collectives"]["alpha_beta_predictions"]) == set(gpu_report.LINKS)
+    assert on_disk["end_to_end"]["steps"] == 3 and on_disk["end_to_end"]["median_tokens_per_s"] > 0
     assert on_disk["test_gpu"]["passed"] == 7 and on_disk["test_gpu"]["skipped"] == 2
     assert on_disk["test_gpu"]["skipped_tests"] == ["a::t2", "b::t3"]
     assert result["environment"]["device_type"] == "cpu"
@@ -67,6 +68,8 @@ def _gpu_file(tmp_path):
         "collectives": {"note": "one GPU: …", "local_copy": [{"bytes": 1 << 20, "GBps_read_plus_write": 2000.0}],
                         "alpha_beta_predictions": {"NVLink": {"all_reduce": [{"bytes": 1 << 30, "seconds": 0.004,
                                                                               "busbw_GBps": 440.0}]}}},
+        "end_to_end": {"config": "configs/megatron_gpt_tiny.yaml", "overrides": ["trainer.precision=bf16"],
+                       "steps": 300, "first_loss": 9.1, "last_loss": 4.2, "median_tokens_per_s": 250000.0},
         "test_gpu": {"passed": 900, "failures": 0, "errors": 0, "skipped": 0, "seconds": 300.0},
     }
     path = tmp_path / "gpu.json"
@@ -78,6 +81,7 @@ def _gpu_file(tmp_path):
     ("environment", "make test-gpu: 900 passed, 0 failed, 0 skipped"),
     ("attention", "varlen_attn: max |difference| to per-document SDPA 7.80e-03"),
     ("packing_throughput", "packed / padded: 9.0× (58 M parameters"),
+    ("end_to_end", "loss 9.10 → 4.20 in 300 steps, 250,000 tokens/s (median)"),
     ("collectives", "α–β model, NVLink: all_reduce of 1,073,741,824 B ≈ 4.00 ms, busbw 440 GB/s"),
 ])
 def test_notebooks_quote_a_gpu_run(tmp_path, section, needle):

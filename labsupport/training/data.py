@@ -60,8 +60,7 @@ def build_blend(settings: Settings, *, flags: dict[str, bool] | None = None, eod
     size = settings.total_samples if size is None else int(size)
     eod = Tokenizer(settings.tokenizer_path).eod if eod_token is None else int(eod_token)
     requested = samples_per_dataset(weights, size)
-    gpt = [GPTDataset(IndexedDataset(p), settings.seq_length, n, settings.seed, flags["reset_position_ids"],
-                      flags["reset_attention_mask"], flags["eod_mask_loss"], eod)
+    gpt = [GPTDataset(IndexedDataset(p), settings.seq_length, n, settings.seed, **flags, eod_token=eod)
            for p, n in zip(settings.prefixes, requested)]
     return BlendedDataset(gpt, weights, megatron_blend_size(weights, size), settings.seed, names=settings.names)
 

@@ -155,8 +155,7 @@ def overfit_small_domain(settings: Settings, small: str, heldout: str, weight: f
     run = load_settings(overrides=_base_overrides(settings) + cfg_overrides)
     eod = Tokenizer(run.tokenizer_path).eod
     flags = run.flags
-    held = GPTDataset(IndexedDataset(heldout), run.seq_length, None, run.seed, flags["reset_position_ids"],
-                      flags["reset_attention_mask"], flags["eod_mask_loss"], eod)
+    held = GPTDataset(IndexedDataset(heldout), run.seq_length, None, run.seed, **flags, eod_token=eod)
     held_ids = list(range(min(eval_samples, len(held))))
     held_batch = collate([{**held[i], "dataset_id": 0} for i in held_ids], held_ids, flags["reset_attention_mask"])
     blend = build_blend(run)
