@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks._common import machine_info, write_results
+from benchmarks._common import machine_info, require, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "training.json"
 
@@ -46,13 +46,14 @@ def measure(seq_length: int, batch: int, steps: int) -> dict:
     causal = load_settings(overrides=[f"model.encoder_seq_length={seq_length}", f"model.micro_batch_size={batch}",
                                       f"model.global_batch_size={batch}", f"trainer.max_steps={steps}",
                                       "model.data.reset_attention_mask=false"])
-    out = {}
+    out, consumed = {}, {}
     runs = (("index_packed", settings, blend), ("tokenize_padded", settings, naive),
             ("index_packed_no_boundary_mask", causal, build_blend(causal)))
     for name, run_settings, ds in runs:
         t0 = time.perf_counter()
         log = train(run_settings, dataset=ds, show_progress=False).log[1:]
         wall = time.perf_counter() - t0
+        consumed[name] = [r["consumed_samples"] for r in log]
         step_t = sum(r["step_time"] for r in log)
         out[name] = {
             "tokens_per_s": sum(r["tokens"] for r in log) / step_t,
@@ -63,10 +64,13 @@ def measure(seq_length: int, batch: int, steps: int) -> dict:
             "median_data_s": statistics.median(r["data_time"] for r in log),
             "wall_s": wall, "final_loss": log[-1]["loss"],
         }
+    first = consumed["index_packed"]
+    require(all(c == first for c in consumed.values()),
+            f"the pipelines did not walk the same samples: consumed_samples {consumed}")
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seq-length", type=int, default=512)
     p.add_argument("--batch", type=int, default=4)
@@ -95,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
           f"({result['ratios']['useful_tokens_per_s']:.1f}×); data loader share {a['data_loader_share']:.1%} vs "
           f"{b['data_loader_share']:.1%}; data time per step padded/packed "
           f"{result['ratios']['data_time_per_step_padded_over_packed']:.1f}×")
-    return 0
+    return result
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    main(sys.argv[1:])
