@@ -160,7 +160,7 @@ def q1_header(parse_idx) -> bool:
         print(f"❌ step 1 of q1: {exc}\n   hint: struct.unpack('<QBQQ', raw[9:34]) after the 9-byte magic")
     except Exception as exc:  # noqa: BLE001 - the learner's code
         if isinstance(exc, NotImplementedError):
-            print("⬜ step 1 of q1: not attempted — the stub still raises NotImplementedError")
+            print("🟡 step 1 of q1: not attempted — the stub still raises NotImplementedError")
         else:
             print(f"❌ step 1 of q1: parse_idx raised {type(exc).__name__}: {short(str(exc))}")
     finally:

@@ -92,9 +92,12 @@ def _weights(rng: random.Random, n: int) -> list[float]:
 
 
 # ---------------------------------------------------------------------------------------------
-@check(CHAPTER, "q1", hint="x = max(step, 1); error_d = weights[d] * x - counts[d]; return the d with the "
-       "largest error, and on an exact tie the lowest index (scan from d = 0, replace only when strictly "
-       "greater). Compute the error exactly that way: w*x first, then subtract the count.")
+@check(CHAPTER, "q1", hint=(  # tiered: a nudge first, the formula from the second failure on
+    "the blend gives the next sample to the dataset furthest behind its share so far; look at how Megatron's "
+    "helpers.cpp computes 'behind' (the chapter's greedy rule) and how it breaks ties",
+    "x = max(step, 1); error_d = weights[d] * x - counts[d]; return the d with the largest error, and on an exact "
+    "tie the lowest index (scan from d = 0, replace only when strictly greater). Compute the error exactly that "
+    "way: w*x first, then subtract the count."))
 def q1(greedy_step) -> str:
     rng = random.Random(check_seed())
     cases = 0
@@ -266,7 +269,17 @@ def q4(exercise_2) -> tuple[str, dict[str, str]]:
                 part(isinstance(text, str) and len(text.split()) >= 10,
                      f"{key}: a few sentences (10+ words) in your own words")
                 manual[key] = text
-    return "(a), (b) with the epoch count, (c) correct on 3 random scenarios", manual
+    return ("(a), (b) with the epoch count, (c) correct on 3 random scenarios. Compare your reasons with this "
+            "model answer: " + MODEL_ANSWER_Q4, manual)
+
+
+#: Shown once q4 passes, to compare the free-text reasons with.
+MODEL_ANSWER_Q4 = (
+    "(a) The ratio is the mix the model learns from: at a fixed token budget more code means more coding skill and "
+    "less of everything else, in every batch. (b) At 0.5 the small code set is read code_weight × total / code_tokens "
+    "times — many epochs of the same files, which the model memorises instead of generalising from. (c) Deduplicate "
+    "and filter first, budget the epochs per domain (cap the weight), evaluate each domain on held-out data, run "
+    "small ablations of the ratios, and check the blend the sampler actually realised.")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -60,7 +60,9 @@ def _number(value, what: str) -> float:
     return float(value)
 
 
-@check(CHAPTER, "q1", hint="padding share = padded slots / all slots = 1 − sum(lengths) / (n × seq_length).")
+@check(CHAPTER, "q1", hint=(  # tiered: a nudge first, the formula from the second failure on
+    "every example takes a whole row of seq_length slots: which share of all the slots holds no real token?",
+    "padding share = padded slots / all slots = 1 − sum(lengths) / (n × seq_length)."))
 def q1(padding_share) -> str:
     rng = np.random.default_rng(check_seed())
     for _ in range(40):
@@ -181,7 +183,16 @@ def q4(exercise_3) -> tuple[str, dict[str, str]]:
                  "document in the middle of a pack compute something else unless its positions restart? (the "
                  "chapter's four TinyCausalLM runs and its rotary head)")
         part(isinstance(why, str) and len(why.split()) >= 5, "add a 'why' field: a few sentences for (a), (b) and (c)")
-    return "(a), (b), (c) correct", {"why": why}
+    return "(a), (b), (c) correct. Compare your reasons with this model answer: " + MODEL_ANSWER_Q4, {"why": why}
+
+
+#: Shown once q4 passes, to compare the free-text reasons with.
+MODEL_ANSWER_Q4 = (
+    "(a) A 300-token example in a 4096 row is ~93% padding: that compute, memory and throughput are spent on tokens "
+    "with no loss. (b) 13 whole examples fit one pack, so each step trains on ~13× the real tokens. (c) Every example "
+    "must see only itself: a block-diagonal attention mask (from cu_seqlens / the EOD boundaries) and no loss across "
+    "the boundary; positions must restart per example when the model uses learned absolute positions (with rotary "
+    "embeddings the mask alone gives the same result).")
 
 
 @check(CHAPTER, "q5", hint="sample k reads stream tokens k·S … k·S + S (S + 1 tokens: it shares its last token with "

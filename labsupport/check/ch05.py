@@ -163,7 +163,16 @@ def q3(choose_collectives: Callable):
            "all_reduce of the same gradients, use ring costs (n−1)/n·S and 2(n−1)/n·S")
     why = str(answer.get("why", "")).strip()
     expect(len(why.split()) >= 5, "write a sentence or two in 'why'")
-    return f"{len(SCENARIOS)} scenarios and the byte ratio", {"why": why}
+    return (f"{len(SCENARIOS)} scenarios and the byte ratio. Compare your reasons with this model answer: "
+            + MODEL_ANSWER_Q3, {"why": why})
+
+
+#: Shown once q3 passes, to compare the free-text reasons with.
+MODEL_ANSWER_Q3 = (
+    "Every rank needs the same sum of gradients (DP) or of partial outputs (row-parallel TP): all_reduce. Sequence "
+    "parallelism and ZeRO split that all_reduce into its halves — reduce_scatter where each rank keeps only its "
+    "shard, all_gather where every rank needs the whole — which move the same bytes in all ((n−1)/n·S each). One "
+    "rank's weights to all is a broadcast; pipeline stages hand activations to their neighbour with send/recv.")
 
 
 @check(CHAPTER, "q4", hint="std of per-rank stds is not the data's std: sum counts, sums and sums of squares over "

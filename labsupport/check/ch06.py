@@ -218,4 +218,13 @@ def q4(exercise_5: Callable) -> tuple[str, dict[str, str]]:
         part(["c", c["choice"]] in _CHOICE and any(["c", r] in _NEEDED for r in c["reasons"]),
              "(c) speech recognition + LLM: which framework ships speech collections?")
         part(isinstance(why, str) and len(why.split()) >= 5, "add a 'why' field: a few sentences giving your reasons")
-    return "scenario choices and reasons correct", {"why": why}
+    return "scenario choices and reasons correct. Compare your reasons with this model answer: " + MODEL_ANSWER_Q4, \
+        {"why": why}
+
+
+#: Shown once q4 passes, to compare the free-text reasons with.
+MODEL_ANSWER_Q4 = (
+    "(a) NeMo/Megatron-Core: 1024 GPUs need TP/PP/DP (and sequence/context parallelism) that are proven at that "
+    "scale, plus the indexed, blended, packed data path of chapters 2–4. (b) Hugging Face (PEFT/LoRA) or either: a "
+    "7B LoRA fits one node without model parallelism, and the HF ecosystem needs the least code; NeMo also supports "
+    "LoRA. (c) NeMo: it ships speech (ASR/TTS) collections beside the LLM ones, so one framework covers the pipeline.")
