@@ -7,6 +7,7 @@ depend on the shipped corpora and each training takes a fraction of a second.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import pickle
@@ -19,8 +20,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
 from labsupport.datasets import tokenizer as T
+from labsupport.datasets import word_cache as W
 from labsupport.datasets.tokenizer import (
     CorpusError, Tokenizer, TokenizerMismatchError, compare_tokenizers, read_documents,
     tokens_per_byte, tokens_per_character, train_sentencepiece,
@@ -529,19 +532,19 @@ def _split_into_words(text: str) -> list[str]:
 def test_word_split_equals_sentencepiece_split_into_words():
     import itertools
 
-    assert T._WORD_RE.findall("a  b") == ["a", "  b"] and T._WORD_RE.findall("a ") == ["a", " "]
-    assert T._WORD_RE.findall("") == [] and T._WORD_RE.findall("   ") == ["   "]
-    assert T._WORD_RE.findall(" x\ty\n z  ") == [" x\ty\n", " z", "  "]  # only " " separates
+    assert W._WORD_RE.findall("a  b") == ["a", "  b"] and W._WORD_RE.findall("a ") == ["a", " "]
+    assert W._WORD_RE.findall("") == [] and W._WORD_RE.findall("   ") == ["   "]
+    assert W._WORD_RE.findall(" x\ty\n z  ") == [" x\ty\n", " z", "  "]  # only " " separates
     n = 0
     for length in range(8):
         for chars in itertools.product(" a\t\n", repeat=length):
             text = "".join(chars)
-            assert T._WORD_RE.findall(text) == _split_into_words(text), repr(text)
+            assert W._WORD_RE.findall(text) == _split_into_words(text), repr(text)
             n += 1
     rng = random.Random(7)
     for _ in range(2000):
         text = _spacey_text(rng).replace("\u2581", "")
-        assert T._WORD_RE.findall(text) == _split_into_words(text), repr(text)
+        assert W._WORD_RE.findall(text) == _split_into_words(text), repr(text)
     assert n == sum(4 ** k for k in range(8))
 
 
@@ -577,7 +580,7 @@ def _flat_reference(tok: Tokenizer, texts, append=None):
 
 
 def _assert_cache_exact(tok: Tokenizer, texts, cache=None, batch: int = 97):
-    cache = T.WordCache(tok) if cache is None else cache
+    cache = W.WordCache(tok) if cache is None else cache
     expected, lens = _flat_reference(tok, texts, append=tok.eod)
     flat, got_lens = [], []
     for k in range(0, len(texts), batch):  # several batches: later ones hit the cache
@@ -597,7 +600,7 @@ def workbook_tok() -> Tokenizer:
 
 def test_workbook_models_qualify_for_the_word_cache(workbook_tok, tok, model):
     assert workbook_tok.word_cache_problem() is None
-    assert T.WordCache(workbook_tok).exact
+    assert W.WordCache(workbook_tok).exact
     if "bpe" in model.parent.name:  # the module's BPE model: other data, vocabulary 800
         assert tok.word_cache_problem() is None
     else:
@@ -607,7 +610,7 @@ def test_workbook_models_qualify_for_the_word_cache(workbook_tok, tok, model):
 def test_word_cache_is_exact_on_the_shipped_corpora(workbook_tok):
     from labsupport.paths import DOMAINS, data_file
 
-    cache = T.WordCache(workbook_tok)
+    cache = W.WordCache(workbook_tok)
     for d in DOMAINS:
         docs = read_documents(data_file(d))
         _assert_cache_exact(workbook_tok, docs, cache)
@@ -623,7 +626,7 @@ def test_word_cache_is_exact_on_random_strings(workbook_tok, tok):
         cache = _assert_cache_exact(t, texts)
         assert [cache.encode(x) for x in texts[:300]] == [t.encode(x) for x in texts[:300]]
     # a tiny cache is emptied again and again and stays exact
-    small = _assert_cache_exact(workbook_tok, texts, T.WordCache(workbook_tok, max_words=40), batch=5)
+    small = _assert_cache_exact(workbook_tok, texts, W.WordCache(workbook_tok, max_words=40), batch=5)
     assert small.clears > 10 and len(small) <= 40 + 5 * 45
 
 
@@ -635,18 +638,18 @@ def test_word_cache_dtype_counters_and_errors(workbook_tok):
     assert cache.encode_flat(["", " hello world", "", "\u2581"], append=workbook_tok.eod)[1].tolist() == \
         [0, len(workbook_tok.encode(" hello world")) + 1, 0, 4]
     assert cache.words == 2 and cache.misses == 2 and len(cache) == 2  # "▁" text went to encode()
-    long_word = " " + "x" * T._MAX_CACHED_WORD_CHARS  # too long to keep: encoded, then dropped
+    long_word = " " + "x" * W._MAX_CACHED_WORD_CHARS  # too long to keep: encoded, then dropped
     assert cache.encode(long_word + " hello") == workbook_tok.encode(long_word + " hello")
     assert len(cache) == 2 and cache.misses == 3
-    wide = T.WordCache(workbook_tok, dtype=np.int32)
+    wide = W.WordCache(workbook_tok, dtype=np.int32)
     assert wide.encode_flat(["hello  world"])[0].dtype == np.int32
     assert wide.encode("hello  world") == workbook_tok.encode("hello  world")
     copy = pickle.loads(pickle.dumps(cache))  # a pickled copy starts empty
     assert len(copy) == 0 and copy.encode("hello world") == workbook_tok.encode("hello world")
     with pytest.raises(ValueError, match="cannot hold"):
-        T.WordCache(workbook_tok, dtype=np.int8)
+        W.WordCache(workbook_tok, dtype=np.int8)
     with pytest.raises(ValueError, match="max_words"):
-        T.WordCache(workbook_tok, max_words=0)
+        W.WordCache(workbook_tok, max_words=0)
     with pytest.raises(TypeError, match="texts\\[1\\]"):
         cache.encode_flat(["ok", b"bytes"])
     with pytest.raises(TypeError):
@@ -663,29 +666,13 @@ def test_word_cache_dtype_counters_and_errors(workbook_tok):
 
 def _edit_piece(proto: bytes, index: int, piece: str | None = None, kind: int | None = None) -> bytes:
     """The model proto with piece ``index``'s string and/or type replaced."""
-    def varint(v: int) -> bytes:
-        out = bytearray()
-        while True:
-            out.append((v & 0x7F) | (0x80 if v > 0x7F else 0))
-            v >>= 7
-            if not v:
-                return bytes(out)
-
-    def field(num: int, payload: bytes) -> bytes:
-        return varint(num << 3 | 2) + varint(len(payload)) + payload
-
-    out, k = [], 0
-    for num, value in T._proto_fields(proto):
-        if num == 1:
-            if k == index:
-                sub = {f: v for f, v in T._proto_fields(value)}
-                text = piece.encode() if piece is not None else sub[1]
-                value = field(1, text) + varint(2 << 3 | 5) + sub.get(2, b"\0\0\0\0")
-                if kind is not None or 3 in sub:
-                    value += varint(3 << 3) + varint(kind if kind is not None else sub[3])
-            k += 1
-        out.append(field(num, value))
-    return b"".join(out)
+    model = model_pb2.ModelProto()
+    model.ParseFromString(proto)
+    if piece is not None:
+        model.pieces[index].piece = piece
+    if kind is not None:
+        model.pieces[index].type = kind
+    return model.SerializeToString()
 
 
 def test_word_cache_falls_back_for_models_that_do_not_qualify(corpus, tmp_path, tok):
@@ -694,12 +681,7 @@ def test_word_cache_falls_back_for_models_that_do_not_qualify(corpus, tmp_path, 
     texts = docs[:60] + [_spacey_text(rng) for _ in range(400)] + EDGE_CASES
     cases = {
         "unigram": ({"model_type": "unigram"}, "not a BPE model"),
-        "nfkc": ({"normalization_rule_name": "nmt_nfkc"}, "normalization rule"),
-        "prefix": ({"add_dummy_prefix": True}, "add_dummy_prefix"),
-        "squeeze": ({"remove_extra_whitespaces": True}, "remove_extra_whitespaces"),
         "suffix": ({"treat_whitespace_as_suffix": True}, "treat_whitespace_as_suffix"),
-        "no_ws_only": ({"allow_whitespace_only_pieces": False}, "allow_whitespace_only_pieces"),
-        "no_bytes": ({"byte_fallback": False}, "byte_fallback"),
         "user_space": ({"user_defined_symbols": ["x y"]}, "could span a word boundary"),
     }
     for name, (options, reason) in cases.items():
@@ -721,10 +703,107 @@ def test_word_cache_falls_back_for_models_that_do_not_qualify(corpus, tmp_path, 
     bridged = Tokenizer.from_bytes(_edit_piece(proto, last, piece="s\u2581t"))
     assert "could span a word boundary" in bridged.word_cache_problem()
     whole = bridged.encode("s t")
-    by_word = [i for w in T._WORD_RE.findall("s t") for i in bridged.encode(w)]
+    by_word = [i for w in W._WORD_RE.findall("s t") for i in bridged.encode(w)]
     assert whole == [last] and by_word != whole  # so the check is needed
     assert bridged.word_cache().encode("s t") == whole
     # ... and UNUSED pieces (their re-splitting table is shared by the whole text) are refused
-    unused = Tokenizer.from_bytes(_edit_piece(proto, last, kind=5))
+    unused = Tokenizer.from_bytes(_edit_piece(proto, last, kind=model_pb2.ModelProto.SentencePiece.UNUSED))
     assert "UNUSED" in unused.word_cache_problem()
     _assert_cache_exact(unused, texts)
+
+
+# ---------------------------------------------------------------------------------------------
+# the word cache on normalizing models: normalize once, encode words with an identity copy
+# ---------------------------------------------------------------------------------------------
+#: What NFKC and case folding rewrite: full-width forms, ligatures, compatibility jamo,
+#: combining marks, CRLF and lone CR, compatibility numbers, no-break/ideographic/zero-width spaces.
+NFKC_SENSITIVE = [
+    "ｆｕｌｌ", "ｗｉｄｅ　ｓｐａｃｅ", "ﬁ", "ﬂ", "ﬀ", "ﬃ", "ㄱ", "ㅏ", "ㄳ", "ㅥ", "e\u0301", "a\u0308", "\u0301",
+    "\u0323\u0307", "Å", "\u212b", "①", "™", "Ⅻ", "½", "x²", "ｶﾞ", "ﾊﾟ", "\r\n", "\r", "\n", " ", "  ",
+    "   ", "\t", "\u00a0", "\u3000", "\u200b", "\ufeff", "ǅ", "ß", "İ", "Σς", "ＡＢＣ", "㍿", "㈜", "😀",
+    "한국어", "Hello", "WORLD", "123", "\u2581",
+]
+
+
+def _nfkc_text(rng: random.Random) -> str:
+    def piece() -> str:
+        r = rng.random()
+        if r < 0.55:
+            return rng.choice(NFKC_SENSITIVE)
+        if r < 0.8:
+            return rng.choice(EN)
+        return chr(rng.choice([rng.randint(0x20, 0x2FFF), rng.randint(0x3000, 0xD7FF),
+                               rng.randint(0xF900, 0xFFEF), rng.randint(0x1D400, 0x1D7FF)]))
+    return "".join(piece() for _ in range(rng.randint(0, 30)))
+
+
+@pytest.fixture(scope="module")
+def shipped_texts() -> list[str]:
+    """Every text field of the shipped corpora, data/*.jsonl."""
+    from labsupport.paths import REPO_ROOT
+
+    texts: list[str] = []
+    for path in sorted((REPO_ROOT / "data").glob("*.jsonl")):
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                obj = json.loads(line)
+                texts.extend(v for v in obj.values() if isinstance(v, str))
+    return texts
+
+
+@pytest.mark.parametrize("rule", ["identity", "nmt_nfkc", "nfkc_cf"])
+@pytest.mark.parametrize("byte_fallback,dummy_prefix", [(True, True), (True, False), (False, True), (False, False)])
+def test_word_cache_is_exact_for_normalizing_models(corpus, rule, byte_fallback, dummy_prefix, shipped_texts):
+    """SentencePiece defaults (squeezed spaces, no whitespace-only pieces) plus the rule under test:
+    the cache qualifies and gives SentencePieceProcessor.encode's ids on every shipped text and on
+    random NFKC-sensitive Unicode."""
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(synthetic_docs(seed=3) + NFKC_SENSITIVE * 3),
+                                   model_writer=buf, vocab_size=700, model_type="bpe", minloglevel=2,
+                                   num_threads=1, normalization_rule_name=rule,
+                                   byte_fallback=byte_fallback, add_dummy_prefix=dummy_prefix)
+    tok = Tokenizer.from_bytes(buf.getvalue(), f"{rule}.model")
+    assert tok.word_cache_problem() is None
+    cache = W.WordCache(tok)
+    assert cache.exact and cache._normalize is not None  # SentencePiece's default squeezes spaces
+    rng = random.Random(11)
+    texts = shipped_texts + [_nfkc_text(rng) for _ in range(3000)] + EDGE_CASES
+    flat, lens = cache.encode_flat(texts)
+    expected = tok._sp.encode([t for t in texts], num_threads=1)
+    meta = [i for i, t in enumerate(texts) if "\u2581" in t]  # Tokenizer.encode's own rule
+    for i in meta:
+        expected[i] = tok.encode(texts[i])
+    assert lens.tolist() == [len(x) for x in expected]
+    assert flat.tolist() == [i for x in expected for i in x]
+    assert 0 < cache.misses < cache.words // 2  # it did cache
+    assert sum(i < len(shipped_texts) for i in meta) < len(shipped_texts) // 100  # fast path nearly always
+
+
+def test_normalization_free_copy_encodes_normalized_text_like_the_model(corpus, tmp_path):
+    """Step 1 of the proof: encode(text) == copy.encode(normalize(text)); the copy is written
+    through sentencepiece_model_pb2 and changes only the normalizer."""
+    path = train_sentencepiece(corpus, tmp_path / "nfkc", 600, normalization_rule_name="nmt_nfkc",
+                               add_dummy_prefix=True, remove_extra_whitespaces=True)
+    tok = Tokenizer(path)
+    copy = model_pb2.ModelProto()
+    copy.ParseFromString(W.normalization_free_proto(tok))
+    original = W.read_model_proto(tok)
+    assert copy.normalizer_spec.name == "identity" and not copy.normalizer_spec.precompiled_charsmap
+    assert not copy.normalizer_spec.add_dummy_prefix and not copy.normalizer_spec.remove_extra_whitespaces
+    assert original.normalizer_spec.precompiled_charsmap  # the original still normalizes
+    assert copy.pieces == original.pieces and copy.trainer_spec == original.trainer_spec
+    plain = Tokenizer.from_bytes(copy.SerializeToString())
+    rng = random.Random(4)
+    texts = [_nfkc_text(rng).replace("\u2581", "") for _ in range(500)]
+    assert plain._sp.encode(tok._sp.normalize(texts)) == tok._sp.encode(texts)
+    assert any(plain._sp.encode(t) != tok._sp.encode(t) for t in texts)  # the copy alone differs
+
+
+def test_unigram_models_fall_back_and_say_why(corpus, tmp_path, capsys):
+    path = train_sentencepiece(corpus, tmp_path / "uni", 600, "unigram", normalization_rule_name="nfkc_cf")
+    tok = Tokenizer(path)
+    assert "not a BPE model" in tok.word_cache_problem()
+    cache = W.WordCache(tok)
+    texts = [_nfkc_text(random.Random(k)) for k in range(200)]
+    assert cache.encode_flat(texts)[0].tolist() == [i for t in texts for i in tok.encode(t)]
+    assert cache.words == 0 and "off: not a BPE model" in repr(cache)

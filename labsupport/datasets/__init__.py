@@ -4,6 +4,7 @@
 |---|---|---|---|
 | ``bpe`` | 1 | byte-level BPE from scratch (the teaching version) | — |
 | ``tokenizer`` | 1 | SentencePiece training, ``Tokenizer``, fingerprints | ``megatron.core.tokenizers`` |
+| ``word_cache`` | 2 | the tokenizer's word cache and its proof (speed path of ``preprocess``) | — |
 | ``indexed`` | 2 | ``.bin``/``.idx`` reader and builder (MMIDIDX) | ``datasets/indexed_dataset.py`` |
 | ``preprocess`` | 2 | jsonl → ``.bin``/``.idx`` (the CLI's code) | ``tools/preprocess_data.py`` |
 | ``blending`` | 3 | blending indices, ``BlendedDataset`` | ``datasets/blended_dataset.py`` |
