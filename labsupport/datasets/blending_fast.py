@@ -1,0 +1,357 @@
+"""The numpy engine behind :func:`labsupport.datasets.blending.build_blending_indices` — chapter 3
+(데이터 블렌딩, book §6.2.5), the part Megatron writes in C++ (``helpers.cpp``).
+
+The rule itself lives in ``blending.py`` (:func:`~labsupport.datasets.blending.greedy_step`,
+:func:`~labsupport.datasets.blending.reference_blending_indices`): for step ``i`` with
+``x = max(i, 1)`` pick the dataset with the largest ``fl(fl(w_d * x) - count_d)``, the first on
+exact ties.  It is sequential — each step needs the counts of the step before — and a Python
+loop costs about a microsecond per step and dataset.  This module gets the same output at
+compiled speed with numpy only, in three phases:
+
+1. **Guess** (:func:`_guess_counts`): the ``size`` steps are cut into ``P`` chunks of ``B``
+   steps.  Each chunk starts ``K`` steps early from a guessed count vector: the exact counts
+   after a short prefix plus the largest remainder of ``w * steps``.  The greedy pulls a nearby
+   state back onto its own trajectory within a few cycles of every dataset picked often.
+2. **Run side by side** (:class:`_Lockstep`): every numpy operation advances all ``P`` chunks by
+   one step (counts laid out ``(P, n)``, one row per chunk; ``argmax`` along a row returns the
+   first maximum, as the C++ scan does).  Each chunk records its picks, the sample index of each
+   pick, the winning error of each step and its counts every ``M`` steps.
+3. **Prove, chunk by chunk** (:meth:`_Chunks.prove`): chunk 0 starts from the true state
+   (zeros).  When chunk ``j`` is proven, its true end state is known; the difference ``D``
+   between that and chunk ``j+1``'s guessed start touches a few datasets ``S`` only (those
+   whose guess was off by one, typically datasets with tiny weights, picked every 10⁵ steps or
+   never).  Along chunk ``j+1``'s recorded picks the errors of every other dataset are the same
+   under both states, so a recorded step stays right exactly when no dataset of ``S``, with its
+   true count, beats the recorded winner (:meth:`_Chunks._first_wrong_step`, vectorised over the
+   chunk).  The recorded sample indices are shifted by ``D``; from the first wrong step, if any,
+   the chunk is re-run exactly in Python up to its next recorded count vector, where the check
+   starts again.
+
+By induction every chunk is the sequential loop's output, whatever the weights: a wrong guess
+costs a vectorised check, never a wrong answer.  Errors are evaluated with the same IEEE
+operations as the C++ (``fl(fl(w * x) - count)``: numpy's separate multiply and subtract, no
+fused multiply-add; the shipped ``helpers_cpp`` contains no FMA instruction).
+
+Where the time goes (10 M samples): phase 2 is ``B + K`` numpy steps of about six array
+operations over ``P × n`` numbers — the same ``size × n`` multiply-subtract-compare work as the
+C++ loop, plus a per-call overhead that large chunks amortise; phase 3 is one small vectorised
+check per chunk whose guess was off, and a few hundred Python steps per chunk that really
+diverged.  The previous engine re-ran a whole chunk whenever its guessed count vector differed
+in any dataset, and a dataset with weight 1e-5 keeps a wrong guess for 10⁵ steps, so with many
+tiny weights every chunk was re-run one after the other: 50–230× the C++ time.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from labsupport.datasets.blending import _sequential
+
+__all__ = ["chunked_blending_indices"]
+
+
+class _Lockstep:
+    """Advances P chunks of the greedy by one step per call.
+
+    ``C`` (P, n) float64 holds each chunk's counts (exact integers), ``x`` (P,) its
+    ``max(step, 1)``.  For n > 4 the errors are ``E = w * x[:, None] - C`` and the first maximum
+    of each row is ``argmax(E, axis=1)``.  For n ≤ 4 a row is too short for argmax to pay off:
+    the counts are kept transposed (n, P) and a strict ``>`` scan from d = 0 runs across all
+    chunks at once, as in the C++.
+    """
+
+    def __init__(self, w: np.ndarray, x0: np.ndarray, counts: np.ndarray) -> None:
+        n, P = w.size, x0.size
+        self.n, self.P = n, P
+        self.small = n <= 4
+        self.x = np.array(x0, dtype=np.float64)
+        self.idx = np.empty(P, dtype=np.intp)
+        self.flat = np.empty(P, dtype=np.intp)
+        self.best = np.empty(P)
+        self.before = np.empty(P)
+        if self.small:
+            self.C = np.ascontiguousarray(counts.T, dtype=np.float64)   # (n, P)
+            self.E = np.empty((n, P))
+            self.wcol = w[:, None]
+            self.m = np.empty(P)
+            self.gt = np.empty(P, dtype=bool)
+            self.base = np.arange(P, dtype=np.intp)
+        else:
+            self.C = np.array(counts, dtype=np.float64)                  # (P, n)
+            self.E = np.empty((P, n))
+            self.w = w
+            self.base = np.arange(P, dtype=np.intp) * n
+
+    def counts(self) -> np.ndarray:
+        """The count vectors, (P, n)."""
+        return self.C.T if self.small else self.C
+
+    def set_chunk(self, j: int, counts: np.ndarray, x: float) -> None:
+        """Put chunk ``j`` at a known state: its counts and x."""
+        self.counts()[j] = counts
+        self.x[j] = x
+
+    def step(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One step of every chunk: returns (picked dataset (P,), its count before the step (P,),
+        the winning error (P,)); counts updated in place, x += 1."""
+        E, idx, flat = self.E, self.idx, self.flat
+        if self.small:
+            n = self.n
+            np.multiply(self.wcol, self.x, out=E)
+            np.subtract(E, self.C, out=E)
+            np.greater(E[1], E[0], out=self.gt)
+            np.copyto(idx, self.gt, casting="unsafe")
+            if n > 2:
+                np.maximum(E[0], E[1], out=self.m)
+                for d in range(2, n):
+                    np.greater(E[d], self.m, out=self.gt)
+                    np.copyto(idx, d, where=self.gt)
+                    if d + 1 < n:
+                        np.maximum(self.m, E[d], out=self.m)
+            np.multiply(idx, self.P, out=flat)
+            flat += self.base
+        else:
+            np.multiply(self.w, self.x[:, None], out=E)
+            np.subtract(E, self.C, out=E)
+            np.argmax(E, axis=1, out=idx)
+            np.add(self.base, idx, out=flat)
+        Cf = self.C.reshape(-1)
+        np.take(E.reshape(-1), flat, out=self.best)
+        np.take(Cf, flat, out=self.before)
+        Cf[flat] = self.before + 1.0
+        self.x += 1.0
+        return idx, self.before, self.best
+
+
+def _effective_weights(w: np.ndarray) -> np.ndarray:
+    """Weights summing to 1 that make the same choices as ``w`` (exact arithmetic), for guessing.
+
+    Moving every active dataset's weight by the same amount does not change the argmax of
+    ``w_d * x - c_d``, so unnormalised weights act like ``w - lam`` with
+    ``lam = (sum - 1) / n_active``; datasets pushed to ≤ 0 are never picked and drop out.
+    """
+    total = float(w.sum())
+    if abs(total - 1.0) < 1e-12:
+        return w
+    active = np.ones(w.size, dtype=bool)
+    while True:
+        lam = (float(w[active].sum()) - 1.0) / int(active.sum())
+        out = np.where(active, w - lam, 0.0)
+        drop = active & (out <= 0)
+        if not drop.any() or drop.sum() == active.sum():
+            return np.maximum(out, 0.0)
+        active &= ~drop
+
+
+def _largest_remainder(w: np.ndarray, totals: np.ndarray) -> np.ndarray:
+    """Counts (P, n) summing to ``totals`` (P,), each row closest to ``w * total``
+    (``w`` sums to 1): floors, then one more for the largest remainders."""
+    n = w.size
+    ideal = totals.astype(np.float64)[:, None] * w[None, :]
+    C = np.floor(ideal)
+    rem = totals - C.sum(axis=1)
+    order = np.argsort(-(ideal - C), axis=1, kind="stable")
+    ranks = np.empty_like(order)
+    np.put_along_axis(ranks, order, np.arange(n)[None, :], axis=1)
+    C += ranks < rem[:, None]
+    np.maximum(C, 0, out=C)
+    return C
+
+
+def _guess_counts(w_eff: np.ndarray, steps: np.ndarray, base: np.ndarray, base_step: int) -> np.ndarray:
+    """Count vectors (P, n) near the greedy's state at each of ``steps`` (all ≥ ``base_step``):
+    ``base`` (the exact counts at ``base_step``) plus the largest remainder of
+    ``w_eff * (step - base_step)``.  Counts of datasets that stopped being picked (a zero weight
+    taken once on an exact tie, say) are carried over from ``base`` instead of guessed."""
+    delta = (steps - base_step).astype(np.float64)
+    return _largest_remainder(w_eff, delta) + np.asarray(base, dtype=np.float64)[None, :]
+
+
+def _sequential_pruned(w: list[float], size: int, counts: list[int], start: int,
+                       window: int = 64) -> tuple[list[int], list[int], list[int]]:
+    """The sequential loop (``blending._sequential``), same output, scanning only the datasets
+    that can win.  Per window of steps, a dataset whose error cannot reach the mean error of all
+    datasets (a lower bound of the maximum) before the window ends is skipped: its error stays
+    strictly below the winner's, so it is neither picked nor first on a tie."""
+    n = len(w)
+    total_w = math.fsum(w)
+    dl: list[int] = []
+    sl: list[int] = []
+    done = 0
+    while done < size:
+        L = min(window, size - done)
+        x0 = float(max(start + done, 1))
+        x1 = float(start + done + L)
+        # the mean error, linear in the step, at both ends of the window, minus a margin far
+        # above the rounding error of any error value (a few ulps of x * sum(w) and the counts)
+        steps0 = start + done
+        lows = [(x0 * total_w - steps0) / n, (x1 * total_w - (steps0 + L)) / n]
+        bound = min(lows) - 1e-12 * (1.0 + x1 * (total_w + 1.0))
+        cand = [d for d in range(n) if w[d] * x1 - counts[d] >= bound]
+        wc = [w[d] for d in cand]
+        cc = [counts[d] for d in cand]
+        m = len(cand)
+        for k in range(L):
+            x = float(max(start + done + k, 1))
+            best = 0
+            best_err = wc[0] * x - cc[0]
+            for q in range(1, m):
+                err = wc[q] * x - cc[q]
+                if err > best_err:
+                    best_err = err
+                    best = q
+            dl.append(cand[best])
+            sl.append(cc[best])
+            cc[best] += 1
+        for q, d in enumerate(cand):
+            counts[d] = cc[q]
+        done += L
+    return dl, sl, counts
+
+
+class _Chunks:
+    """The chunked run of the greedy: chunk j owns steps ``j*B .. j*B+B-1`` of the output."""
+
+    def __init__(self, w: np.ndarray, size: int, chunks: int | None, warmup: int | None) -> None:
+        n = w.size
+        self.w, self.n, self.size = w, n, size
+        self.wl = w.tolist()
+        self.w_eff = _effective_weights(w)
+        if warmup is None:  # a few cycles of the datasets picked at least every ~500 steps
+            often = self.w_eff[self.w_eff >= 2e-3]
+            warmup = int(np.clip(8.0 / often.min(), 32, 512)) if often.size else 64
+        self.K = K = int(warmup)
+        if chunks is None:
+            chunks = 4000 if n <= 4 else max(64, 100_000 // (n + 8))
+        self.B = B = int(max(4 * K, 64, -(-size // int(chunks))))
+        self.P = P = -(-size // B)
+        self.di = np.empty(P * B, dtype=np.int16)
+        self.si = np.empty(P * B, dtype=np.int64)
+        self.top = np.empty(P * B)                     # the winning error of every step
+        self.D2, self.S2, self.T2 = (a.reshape(P, B) for a in (self.di, self.si, self.top))
+        self.firsts = np.arange(P, dtype=np.int64) * B
+        # count vectors every M local steps (at most ~32 MB): a proof restarts there after a re-run
+        self.count_dtype = np.int32 if size < 2**31 else np.int64
+        self.M = max(64, -(-B * n * P * 4 // (32 << 20)))
+        self.snaps = np.empty(((B - 1) // self.M, P, n), dtype=self.count_dtype)
+        self.start_state = np.zeros((P, n))
+        self.end_state = np.zeros((P, n))
+        self.wrong_chunks = self.reruns = self.rerun_steps = 0
+
+    def run(self, sub: np.ndarray, guess: np.ndarray, warmup: int | None = None) -> None:
+        """Phase 2: chunks ``sub`` (ascending ids) side by side from ``guess`` (len(sub), n), the
+        guessed counts ``warmup`` (default ``K``) steps before each chunk's first step; chunk 0
+        exactly from zeros."""
+        K = self.K if warmup is None else warmup
+        B, M = self.B, self.M
+        s0 = self.firsts[sub] - K
+        ls = _Lockstep(self.w, np.maximum(s0, 0).astype(np.float64), guess)
+        at_zero = sub[0] == 0
+        zeros = np.zeros(self.n)
+        D2, S2, T2 = self.D2, self.S2, self.T2
+        for t in range(B + K):
+            local = t - K
+            if local == 0:
+                if at_zero:
+                    ls.set_chunk(0, zeros, 1.0)               # the true start; x = max(0, 1)
+                self.start_state[sub] = ls.counts()
+            elif local > 0 and local % M == 0:
+                self.snaps[local // M - 1, sub] = ls.counts()
+            idx, before, best = ls.step()
+            if local == 0 and at_zero:
+                ls.x[0] = 1.0                                 # step 1 is x = 1 too
+            if local >= 0:
+                D2[sub, local] = idx
+                S2[sub, local] = before
+                T2[sub, local] = best
+        self.end_state[sub] = ls.counts()
+
+    def prove(self) -> None:
+        """Phase 3: make every chunk exact, in order (module docstring)."""
+        true = np.zeros(self.n)
+        for j in range(self.P):
+            true = self._prove_chunk(j, true)
+
+    def _prove_chunk(self, j: int, true: np.ndarray) -> np.ndarray:
+        """Prove chunk ``j`` from its exact start ``true``, fixing its records in place; returns
+        its exact end state."""
+        B, M, n = self.B, self.M, self.n
+        t0, guess = 0, self.start_state[j]
+        while True:
+            D = true - guess
+            moved = np.flatnonzero(D)
+            if moved.size == 0:
+                return self.end_state[j].copy()
+            if t0 == 0:
+                self.wrong_chunks += 1
+            wrong = self._first_wrong_step(j, t0, moved, D, true)
+            stop = B if wrong is None else wrong
+            seg = self.D2[j, t0:stop]
+            shift = np.zeros(n, dtype=np.int64)
+            shift[moved] = D[moved]
+            self.S2[j, t0:stop] += shift[seg]
+            if wrong is None:
+                return self.end_state[j] + D
+            state = true + np.bincount(seg, minlength=n)
+            stop = min((wrong // M + 1) * M, B)
+            dl, sl, counts = _sequential_pruned(self.wl, stop - wrong, state.astype(np.int64).tolist(),
+                                                int(self.firsts[j]) + wrong)
+            self.D2[j, wrong:stop] = dl
+            self.S2[j, wrong:stop] = sl
+            self.reruns += 1
+            self.rerun_steps += stop - wrong
+            true = np.array(counts, dtype=np.float64)
+            if stop == B:
+                return true
+            t0, guess = stop, self.snaps[stop // M - 1, j].astype(np.float64)
+
+    def _first_wrong_step(self, j: int, t0: int, moved: np.ndarray, D: np.ndarray,
+                          true: np.ndarray) -> int | None:
+        """The first recorded step of chunk ``j`` (from local step ``t0``, where the true counts
+        are ``true`` and the recorded ones ``true - D``) that the true state decides otherwise."""
+        picks = self.D2[j, t0:].astype(np.intp)
+        top = self.T2[j, t0:]
+        first = int(self.firsts[j]) + t0
+        x = np.maximum(np.arange(first, first + picks.size, dtype=np.float64), 1.0)
+        hit = picks[None, :] == moved[:, None]                       # (|S|, L)
+        counts = np.cumsum(hit, axis=1, dtype=np.int64)
+        counts -= hit                                                # picks before each step
+        err = np.multiply(self.w[moved][:, None], x[None, :])        # fl(w * x)
+        err -= counts + true[moved][:, None]                         # fl(... - count)
+        picked_moved = hit.any(axis=0)
+        best = top
+        wrong = np.zeros(picks.size, dtype=bool)
+        if picked_moved.any():
+            # the winner itself moved: still the winner over the unmoved ones only if its true
+            # error did not fall below the recorded one
+            mine = err[hit.argmax(axis=0), np.arange(picks.size)]
+            best = np.where(picked_moved, mine, top)
+            wrong |= picked_moved & (mine < top)
+        beaten = (err > best) | ((err == best) & (moved[:, None] < picks[None, :]))
+        wrong |= (beaten & ~hit).any(axis=0)
+        k = int(wrong.argmax())
+        return t0 + k if wrong[k] else None
+
+
+def chunked_blending_indices(w: np.ndarray, size: int, *, chunks: int | None = None,
+                             warmup: int | None = None, stats: dict | None = None
+                             ) -> tuple[np.ndarray, np.ndarray]:
+    """Megatron's blending indices for ``size`` ≥ 1 steps and float64 weights ``w`` (n ≥ 2):
+    ``(dataset_index int16[size], dataset_sample_index int64[size])``, exactly the sequential
+    loop's.  ``chunks``/``warmup`` override the chunking (tests); ``stats`` receives counters."""
+    ch = _Chunks(w, size, chunks, warmup)
+    # the exact counts after a short prefix seed the guesses (a dataset taken once on an early
+    # exact tie and never again keeps that count everywhere)
+    t0 = int(max(0, min(ch.B - ch.K, 512)))
+    _, _, seed = _sequential(ch.wl, t0, [0] * ch.n, 0)
+    seed = np.array(seed, dtype=np.float64)
+    steps = np.maximum(ch.firsts - ch.K, t0)
+    guess = _guess_counts(ch.w_eff, steps, seed, t0)
+    everything = np.arange(ch.P)
+    ch.run(everything, guess)
+    ch.prove()
+    if stats is not None:
+        stats.update(chunks=ch.P, chunk_steps=ch.B, warmup=ch.K, snapshot_every=ch.M,
+                     chunks_guessed_wrong=ch.wrong_chunks, reruns=ch.reruns, rerun_steps=ch.rerun_steps)
+    return ch.di[:size], ch.si[:size]
