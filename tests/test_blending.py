@@ -203,6 +203,7 @@ def test_indices_equal_the_loop_on_skewed_and_tied_weights(seed):
              np.exp(rng.uniform(np.log(1e-5), 0.0, int(rng.choice([20, 100])))),
              np.repeat(rng.dirichlet(np.ones(4)), 5),                   # every weight five times
              np.concatenate([rng.dirichlet(np.full(30, 0.1)), np.zeros(3)])]
+    run_again = 0
     for w in cases:
         w = np.asarray(bl.normalize_weights(w))
         size = 30_000
@@ -210,6 +211,8 @@ def test_indices_equal_the_loop_on_skewed_and_tied_weights(seed):
         got = bl._chunked(w, size, stats=stats)
         want = bl.reference_blending_indices(w, size)
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), (seed, w.size)
+        run_again += stats["chunks_run_again"]
+    assert run_again > 0  # the predicted second run really ran
 
 
 def test_pruned_rerun_equals_the_loop():

@@ -24,21 +24,27 @@ compiled speed with numpy only, in three phases:
    under both states, so a recorded step stays right exactly when no dataset of ``S``, with its
    true count, beats the recorded winner (:meth:`_Chunks._first_wrong_step`, vectorised over the
    chunk).  The recorded sample indices are shifted by ``D``; from the first wrong step, if any,
-   the chunk is re-run exactly in Python up to its next recorded count vector, where the check
-   starts again.
+   the chunk is re-run exactly in Python (scanning only the datasets that can win) up to its
+   next recorded count vector, where the check starts again.
+4. **Run again what a rare dataset spoiled**: a guess off by one in a dataset the chunk never
+   picks leaves the chunk's other datasets one pick off to its end, so it would be re-run whole
+   in Python.  From the first such chunk the proof only *predicts* states (recorded counts
+   moved by ``D``, which keeps the rare datasets right), runs the spoiled chunks again side by
+   side from their predecessors' predicted states ``K`` steps early, and proves from there.
 
 By induction every chunk is the sequential loop's output, whatever the weights: a wrong guess
 costs a vectorised check, never a wrong answer.  Errors are evaluated with the same IEEE
 operations as the C++ (``fl(fl(w * x) - count)``: numpy's separate multiply and subtract, no
 fused multiply-add; the shipped ``helpers_cpp`` contains no FMA instruction).
 
-Where the time goes (10 M samples): phase 2 is ``B + K`` numpy steps of about six array
-operations over ``P × n`` numbers — the same ``size × n`` multiply-subtract-compare work as the
-C++ loop, plus a per-call overhead that large chunks amortise; phase 3 is one small vectorised
-check per chunk whose guess was off, and a few hundred Python steps per chunk that really
-diverged.  The previous engine re-ran a whole chunk whenever its guessed count vector differed
-in any dataset, and a dataset with weight 1e-5 keeps a wrong guess for 10⁵ steps, so with many
-tiny weights every chunk was re-run one after the other: 50–230× the C++ time.
+Where the time goes: phase 2 is ``B + K`` numpy steps of about six array operations over
+``P × n`` numbers — the same ``size × n`` multiply-subtract-compare work as the C++ loop, done
+in ~3 memory passes instead of one register loop, plus the warm-up (``K/B``, up to 25 %) and a
+per-call overhead.  Phases 3–4 cost little when every dataset is picked at least every few
+hundred steps; with many datasets of weight 1e-3…1e-7 many chunk starts are guessed wrong in
+one of them, and the time goes into running those chunks again and into Python re-runs.  The
+previous engine re-ran a whole chunk whenever its guessed count vector differed in any dataset,
+one chunk after the other: 50–230× the C++ time on such weights.
 """
 from __future__ import annotations
 
@@ -237,7 +243,7 @@ class _Chunks:
         self.snaps = np.empty(((B - 1) // self.M, P, n), dtype=self.count_dtype)
         self.start_state = np.zeros((P, n))
         self.end_state = np.zeros((P, n))
-        self.wrong_chunks = self.reruns = self.rerun_steps = 0
+        self.wrong_chunks = self.reruns = self.rerun_steps = self.chunks_run_again = 0
 
     def run(self, sub: np.ndarray, guess: np.ndarray, warmup: int | None = None) -> None:
         """Phase 2: chunks ``sub`` (ascending ids) side by side from ``guess`` (len(sub), n), the
@@ -267,17 +273,86 @@ class _Chunks:
                 T2[sub, local] = best
         self.end_state[sub] = ls.counts()
 
-    def prove(self) -> None:
-        """Phase 3: make every chunk exact, in order (module docstring)."""
-        true = np.zeros(self.n)
-        for j in range(self.P):
-            true = self._prove_chunk(j, true)
+    def prove(self, rounds: int = 1) -> None:
+        """Phase 3: make every chunk exact, in order (module docstring).
 
-    def _prove_chunk(self, j: int, true: np.ndarray) -> np.ndarray:
-        """Prove chunk ``j`` from its exact start ``true``, fixing its records in place; returns
-        its exact end state."""
+        Most wrong guesses are fixed by the check and a few short re-runs.  A chunk that keeps
+        diverging had a guess off in a dataset it rarely picks (so its other datasets stay one
+        pick off to the end).  From the first such chunk on, the pass only predicts each
+        chunk's states (:meth:`_predict_state`: the recorded ones moved by ``D``, where the rare
+        datasets' counts come out right) and notes the chunks whose guess was off in a rare
+        dataset; those run again side by side, each from its predecessor's (predicted) state
+        ``K2`` steps before it, and the next pass begins at the first of them; after ``rounds``
+        such runs the last pass re-runs in Python whatever still differs.
+        """
         B, M, n = self.B, self.M, self.n
-        t0, guess = 0, self.start_state[j]
+        L = ((B - self.K) // M) * M                     # a recorded step K2 = B - L before the end
+        if L < M:
+            L = B
+        rare = self.w_eff * B < 1
+        begin, true, prev_at_L = 0, np.zeros(n), None
+        for round_ in range(rounds + 1):
+            last = round_ == rounds
+            first = None
+            again, starts = [], []
+            for j in range(begin, self.P):
+                start = true
+                if first is None:
+                    end = self._prove_chunk(j, true, give_up_after=None if last else 4)
+                    if end is not None:
+                        at_L = start + np.bincount(self.D2[j, :L], minlength=n) if L < B else end
+                    else:
+                        first, first_true, first_prev = j, true.copy(), prev_at_L
+                        again.append(j)
+                        starts.append(prev_at_L)
+                else:
+                    if ((true - self.start_state[j]) * rare).any():
+                        again.append(j)
+                        starts.append(prev_at_L)
+                    end = None
+                if end is None:
+                    end = self._predict_state(j, start, B, rare)
+                    at_L = self._predict_state(j, start, L, rare) if L < B else end
+                prev_at_L, true = at_L, end
+            if first is None:
+                return
+            self.chunks_run_again += len(again)
+            self.run(np.array(again), np.array(starts), warmup=B - L)
+            begin, true, prev_at_L = first, first_true, first_prev
+
+    def _predict_state(self, j: int, true: np.ndarray, local: int, rare: np.ndarray) -> np.ndarray:
+        """A guess of chunk ``j``'s counts before its local step ``local`` (``B``: its end, else a
+        recorded step) from its true start ``true``: the recorded counts moved by ``D``; a rare
+        dataset whose guess was off is picked once if its true error ever beats the recorded
+        winner, else not, and the steps that adds or takes go to the dataset most behind (or
+        ahead of) its share."""
+        D = true - self.start_state[j]
+        rec = self.end_state[j] if local >= self.B else self.snaps[local // self.M - 1, j]
+        state = rec + D
+        slow = np.flatnonzero(D * rare)
+        if slow.size == 0:
+            return state
+        first = int(self.firsts[j])
+        x = np.maximum(np.arange(first, first + local, dtype=np.float64), 1.0)
+        err = self.w[slow][:, None] * x[None, :] - true[slow][:, None]
+        picked = (err > self.T2[j, :local][None, :]).any(axis=1).astype(np.float64)
+        new = true[slow] + picked
+        delta = int((new - state[slow]).sum())
+        state[slow] = new
+        behind = self.w_eff * float(first + local) - state
+        behind[slow] = np.nan
+        for _ in range(abs(delta)):
+            d = int(np.nanargmin(behind) if delta > 0 else np.nanargmax(behind))
+            state[d] -= np.sign(delta)
+            behind[d] += np.sign(delta)
+        return state
+
+    def _prove_chunk(self, j: int, true: np.ndarray, give_up_after: int | None = None) -> np.ndarray | None:
+        """Prove chunk ``j`` from its exact start ``true``, fixing its records in place; returns
+        its exact end state — or None, with ``give_up_after``, when it diverged more often than
+        that while a rarely picked dataset's count was off."""
+        B, M, n = self.B, self.M, self.n
+        t0, guess, fails = 0, self.start_state[j], 0
         while True:
             D = true - guess
             moved = np.flatnonzero(D)
@@ -293,6 +368,9 @@ class _Chunks:
             self.S2[j, t0:stop] += shift[seg]
             if wrong is None:
                 return self.end_state[j] + D
+            fails += 1
+            if give_up_after is not None and fails > give_up_after and (self.w_eff[moved] * B < 1).any():
+                return None
             state = true + np.bincount(seg, minlength=n)
             stop = min((wrong // M + 1) * M, B)
             dl, sl, counts = _sequential_pruned(self.wl, stop - wrong, state.astype(np.int64).tolist(),
@@ -353,5 +431,6 @@ def chunked_blending_indices(w: np.ndarray, size: int, *, chunks: int | None = N
     ch.prove()
     if stats is not None:
         stats.update(chunks=ch.P, chunk_steps=ch.B, warmup=ch.K, snapshot_every=ch.M,
-                     chunks_guessed_wrong=ch.wrong_chunks, reruns=ch.reruns, rerun_steps=ch.rerun_steps)
+                     chunks_guessed_wrong=ch.wrong_chunks, reruns=ch.reruns, rerun_steps=ch.rerun_steps,
+                     chunks_run_again=ch.chunks_run_again)
     return ch.di[:size], ch.si[:size]
