@@ -74,7 +74,6 @@ class _Lockstep:
         self.x = np.array(x0, dtype=np.float64)
         self.idx = np.empty(P, dtype=np.intp)
         self.flat = np.empty(P, dtype=np.intp)
-        self.best = np.empty(P)
         self.before = np.empty(P)
         if self.small:
             self.C = np.ascontiguousarray(counts.T, dtype=np.float64)   # (n, P)
@@ -98,9 +97,9 @@ class _Lockstep:
         self.counts()[j] = counts
         self.x[j] = x
 
-    def step(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """One step of every chunk: returns (picked dataset (P,), its count before the step (P,),
-        the winning error (P,)); counts updated in place, x += 1."""
+    def step(self) -> tuple[np.ndarray, np.ndarray]:
+        """One step of every chunk: returns (picked dataset (P,), its count before the step (P,));
+        counts updated in place, x += 1."""
         E, idx, flat = self.E, self.idx, self.flat
         if self.small:
             n = self.n
@@ -123,11 +122,10 @@ class _Lockstep:
             np.argmax(E, axis=1, out=idx)
             np.add(self.base, idx, out=flat)
         Cf = self.C.reshape(-1)
-        np.take(E.reshape(-1), flat, out=self.best)
         np.take(Cf, flat, out=self.before)
         Cf[flat] = self.before + 1.0
         self.x += 1.0
-        return idx, self.before, self.best
+        return idx, self.before
 
 
 def _effective_weights(w: np.ndarray) -> np.ndarray:
@@ -232,10 +230,11 @@ class _Chunks:
             chunks = 4000 if n <= 4 else max(64, 100_000 // (n + 8))
         self.B = B = int(max(4 * K, 64, -(-size // int(chunks))))
         self.P = P = -(-size // B)
-        self.di = np.empty(P * B, dtype=np.int16)
-        self.si = np.empty(P * B, dtype=np.int64)
-        self.top = np.empty(P * B)                     # the winning error of every step
-        self.D2, self.S2, self.T2 = (a.reshape(P, B) for a in (self.di, self.si, self.top))
+        # the records, one row per local step (a step writes one contiguous row), (B, P): picks
+        # and their sample indices (the count before the pick, so the winning error of a step
+        # is fl(w[pick] * x) - sample index: :meth:`_top`)
+        self.D2 = np.empty((B, P), dtype=np.int16)
+        self.S2 = np.empty((B, P), dtype=np.int64)
         self.firsts = np.arange(P, dtype=np.int64) * B
         # count vectors every M local steps (at most ~32 MB): a proof restarts there after a re-run
         self.count_dtype = np.int32 if size < 2**31 else np.int64
@@ -254,24 +253,24 @@ class _Chunks:
         s0 = self.firsts[sub] - K
         ls = _Lockstep(self.w, np.maximum(s0, 0).astype(np.float64), guess)
         at_zero = sub[0] == 0
+        rows = slice(None) if sub.size == self.P else sub   # a slice writes much faster
         zeros = np.zeros(self.n)
-        D2, S2, T2 = self.D2, self.S2, self.T2
+        D2, S2 = self.D2, self.S2
         for t in range(B + K):
             local = t - K
             if local == 0:
                 if at_zero:
                     ls.set_chunk(0, zeros, 1.0)               # the true start; x = max(0, 1)
-                self.start_state[sub] = ls.counts()
+                self.start_state[rows] = ls.counts()
             elif local > 0 and local % M == 0:
-                self.snaps[local // M - 1, sub] = ls.counts()
-            idx, before, best = ls.step()
+                self.snaps[local // M - 1, rows] = ls.counts()
+            idx, before = ls.step()
             if local == 0 and at_zero:
                 ls.x[0] = 1.0                                 # step 1 is x = 1 too
             if local >= 0:
-                D2[sub, local] = idx
-                S2[sub, local] = before
-                T2[sub, local] = best
-        self.end_state[sub] = ls.counts()
+                D2[local, rows] = idx
+                S2[local, rows] = before
+        self.end_state[rows] = ls.counts()
 
     def prove(self, rounds: int = 1) -> None:
         """Phase 3: make every chunk exact, in order (module docstring).
@@ -300,8 +299,11 @@ class _Chunks:
                 if first is None:
                     end = self._prove_chunk(j, true, give_up_after=None if last else 4)
                     if end is not None:
-                        at_L = start + np.bincount(self.D2[j, :L], minlength=n) if L < B else end
+                        at_L = (j, start, end)       # proven: its state at L when needed
                     else:
+                        if isinstance(prev_at_L, tuple):
+                            pj, pstart, pend = prev_at_L
+                            prev_at_L = pstart + np.bincount(self.D2[:L, pj], minlength=n) if L < B else pend
                         first, first_true, first_prev = j, true.copy(), prev_at_L
                         again.append(j)
                         starts.append(prev_at_L)
@@ -335,7 +337,7 @@ class _Chunks:
         first = int(self.firsts[j])
         x = np.maximum(np.arange(first, first + local, dtype=np.float64), 1.0)
         err = self.w[slow][:, None] * x[None, :] - true[slow][:, None]
-        picked = (err > self.T2[j, :local][None, :]).any(axis=1).astype(np.float64)
+        picked = (err > self._top(j, 0, local)[None, :]).any(axis=1).astype(np.float64)
         new = true[slow] + picked
         delta = int((new - state[slow]).sum())
         state[slow] = new
@@ -362,10 +364,10 @@ class _Chunks:
                 self.wrong_chunks += 1
             wrong = self._first_wrong_step(j, t0, moved, D, true)
             stop = B if wrong is None else wrong
-            seg = self.D2[j, t0:stop]
+            seg = self.D2[t0:stop, j]
             shift = np.zeros(n, dtype=np.int64)
             shift[moved] = D[moved]
-            self.S2[j, t0:stop] += shift[seg]
+            self.S2[t0:stop, j] += shift[seg]
             if wrong is None:
                 return self.end_state[j] + D
             fails += 1
@@ -375,8 +377,8 @@ class _Chunks:
             stop = min((wrong // M + 1) * M, B)
             dl, sl, counts = _sequential_pruned(self.wl, stop - wrong, state.astype(np.int64).tolist(),
                                                 int(self.firsts[j]) + wrong)
-            self.D2[j, wrong:stop] = dl
-            self.S2[j, wrong:stop] = sl
+            self.D2[wrong:stop, j] = dl
+            self.S2[wrong:stop, j] = sl
             self.reruns += 1
             self.rerun_steps += stop - wrong
             true = np.array(counts, dtype=np.float64)
@@ -384,12 +386,21 @@ class _Chunks:
                 return true
             t0, guess = stop, self.snaps[stop // M - 1, j].astype(np.float64)
 
+    def _top(self, j: int, a: int, b: int) -> np.ndarray:
+        """The winning error of chunk ``j``'s recorded local steps ``a..b-1``, recomputed exactly
+        as the run computed it: ``fl(fl(w[pick] * x) - count before)``."""
+        first = int(self.firsts[j])
+        x = np.maximum(np.arange(first + a, first + b, dtype=np.float64), 1.0)
+        top = self.w[self.D2[a:b, j]] * x
+        top -= self.S2[a:b, j]
+        return top
+
     def _first_wrong_step(self, j: int, t0: int, moved: np.ndarray, D: np.ndarray,
                           true: np.ndarray) -> int | None:
         """The first recorded step of chunk ``j`` (from local step ``t0``, where the true counts
         are ``true`` and the recorded ones ``true - D``) that the true state decides otherwise."""
-        picks = self.D2[j, t0:].astype(np.intp)
-        top = self.T2[j, t0:]
+        picks = self.D2[t0:, j].astype(np.intp)
+        top = self._top(j, t0, self.B)
         first = int(self.firsts[j]) + t0
         x = np.maximum(np.arange(first, first + picks.size, dtype=np.float64), 1.0)
         hit = picks[None, :] == moved[:, None]                       # (|S|, L)
@@ -433,4 +444,6 @@ def chunked_blending_indices(w: np.ndarray, size: int, *, chunks: int | None = N
         stats.update(chunks=ch.P, chunk_steps=ch.B, warmup=ch.K, snapshot_every=ch.M,
                      chunks_guessed_wrong=ch.wrong_chunks, reruns=ch.reruns, rerun_steps=ch.rerun_steps,
                      chunks_run_again=ch.chunks_run_again)
-    return ch.di[:size], ch.si[:size]
+    di = np.ascontiguousarray(ch.D2.T).reshape(-1)[:size]
+    si = np.ascontiguousarray(ch.S2.T).reshape(-1)[:size]
+    return di, si
