@@ -60,49 +60,74 @@ __all__ = ["chunked_blending_indices"]
 class _Lockstep:
     """Advances P chunks of the greedy by one step per call.
 
-    ``C`` (P, n) float64 holds each chunk's counts (exact integers), ``x`` (P,) its
-    ``max(step, 1)``.  For n > 4 the errors are ``E = w * x[:, None] - C`` and the first maximum
-    of each row is ``argmax(E, axis=1)``.  For n ≤ 4 a row is too short for argmax to pay off:
-    the counts are kept transposed (n, P) and a strict ``>`` scan from d = 0 runs across all
-    chunks at once, as in the C++.
+    Counts ``C`` (n, P) float64 (exact integers), one column per chunk; ``x`` (P,) holds each
+    chunk's ``max(step, 1)``.  The first maximum of each column: for n ≤ 4 a strict ``>`` scan
+    from d = 0 across all chunks at once, as in the C++; for n > 4 the column maxima, then the
+    first row equal to its column's maximum (``n - max((E == m) * (n - d))``) — long contiguous
+    operations, where ``argmax`` along short rows would pay a call per row.  ``x`` is also kept
+    broadcast as ``X`` (n, P) because a full-array multiply is faster than a broadcasting one.
+    From :data:`ROWS_FROM` datasets on, rows are long enough: the counts are laid out (P, n) and
+    ``argmax`` along each row gives the first maximum directly.
     """
+
+    #: datasets from which a chunk's counts are one row and argmax finds the winner
+    ROWS_FROM = 128
 
     def __init__(self, w: np.ndarray, x0: np.ndarray, counts: np.ndarray) -> None:
         n, P = w.size, x0.size
         self.n, self.P = n, P
         self.small = n <= 4
+        self.rows = n >= self.ROWS_FROM
         self.x = np.array(x0, dtype=np.float64)
+        if self.rows:
+            self.C = np.array(counts, dtype=np.float64)                   # (P, n)
+            self.E = np.empty((P, n))
+        else:
+            self.C = np.ascontiguousarray(counts.T, dtype=np.float64)   # (n, P)
+            self.E = np.empty((n, P))
+        self.m = np.empty(P)
         self.idx = np.empty(P, dtype=np.intp)
         self.flat = np.empty(P, dtype=np.intp)
         self.before = np.empty(P)
-        if self.small:
-            self.C = np.ascontiguousarray(counts.T, dtype=np.float64)   # (n, P)
-            self.E = np.empty((n, P))
-            self.wcol = w[:, None]
-            self.m = np.empty(P)
-            self.gt = np.empty(P, dtype=bool)
-            self.base = np.arange(P, dtype=np.intp)
-        else:
-            self.C = np.array(counts, dtype=np.float64)                  # (P, n)
-            self.E = np.empty((P, n))
+        self.cols = np.arange(P, dtype=np.intp)
+        if self.rows:
             self.w = w
-            self.base = np.arange(P, dtype=np.intp) * n
+            self.cols *= n
+        elif self.small:
+            self.wcol = w[:, None]
+            self.gt = np.empty(P, dtype=bool)
+        else:
+            self.W = np.repeat(w[:, None], P, axis=1)
+            self.X = np.repeat(self.x[None, :], n, axis=0)
+            self.eq = np.empty((n, P), dtype=bool)
+            small = np.uint8 if n < 255 else np.uint16
+            self.rev = (n - np.arange(n)).astype(small)[:, None]
+            self.tmp = np.empty((n, P), dtype=small)
+            self.r = np.empty(P, dtype=small)
 
     def counts(self) -> np.ndarray:
-        """The count vectors, (P, n)."""
-        return self.C.T if self.small else self.C
+        """The count vectors, (P, n) (a view)."""
+        return self.C if self.rows else self.C.T
+
+    def set_x(self, j: int, x: float) -> None:
+        self.x[j] = x
+        if not (self.small or self.rows):
+            self.X[:, j] = x
 
     def set_chunk(self, j: int, counts: np.ndarray, x: float) -> None:
         """Put chunk ``j`` at a known state: its counts and x."""
         self.counts()[j] = counts
-        self.x[j] = x
+        self.set_x(j, x)
 
     def step(self) -> tuple[np.ndarray, np.ndarray]:
         """One step of every chunk: returns (picked dataset (P,), its count before the step (P,));
         counts updated in place, x += 1."""
-        E, idx, flat = self.E, self.idx, self.flat
-        if self.small:
-            n = self.n
+        E, idx, n = self.E, self.idx, self.n
+        if self.rows:
+            np.multiply(self.w, self.x[:, None], out=E)
+            np.subtract(E, self.C, out=E)
+            np.argmax(E, axis=1, out=idx)
+        elif self.small:
             np.multiply(self.wcol, self.x, out=E)
             np.subtract(E, self.C, out=E)
             np.greater(E[1], E[0], out=self.gt)
@@ -114,17 +139,25 @@ class _Lockstep:
                     np.copyto(idx, d, where=self.gt)
                     if d + 1 < n:
                         np.maximum(self.m, E[d], out=self.m)
-            np.multiply(idx, self.P, out=flat)
-            flat += self.base
         else:
-            np.multiply(self.w, self.x[:, None], out=E)
+            np.multiply(self.W, self.X, out=E)
             np.subtract(E, self.C, out=E)
-            np.argmax(E, axis=1, out=idx)
-            np.add(self.base, idx, out=flat)
-        Cf = self.C.reshape(-1)
-        np.take(Cf, flat, out=self.before)
-        Cf[flat] = self.before + 1.0
+            np.maximum.reduce(E, axis=0, out=self.m)
+            np.equal(E, self.m, out=self.eq)
+            eq = self.eq.view(np.uint8) if self.tmp.dtype == np.uint8 else self.eq
+            np.multiply(eq, self.rev, out=self.tmp)
+            np.maximum.reduce(self.tmp, axis=0, out=self.r)
+            np.subtract(n, self.r, out=idx, casting="unsafe")
+            self.X += 1.0
         self.x += 1.0
+        if self.rows:
+            np.add(self.cols, idx, out=self.flat)
+        else:
+            np.multiply(idx, self.P, out=self.flat)
+            self.flat += self.cols
+        Cf = self.C.reshape(-1)
+        np.take(Cf, self.flat, out=self.before)
+        Cf[self.flat] = self.before + 1.0
         return idx, self.before
 
 
@@ -227,7 +260,7 @@ class _Chunks:
             warmup = int(np.clip(8.0 / often.min(), 32, 512)) if often.size else 64
         self.K = K = int(warmup)
         if chunks is None:
-            chunks = 4000 if n <= 4 else max(64, 100_000 // (n + 8))
+            chunks = 4000 if n <= 4 else max(64, 50_000 // (n + 8))
         self.B = B = int(max(4 * K, 64, -(-size // int(chunks))))
         self.P = P = -(-size // B)
         # the records, one row per local step (a step writes one contiguous row), (B, P): picks
@@ -266,7 +299,7 @@ class _Chunks:
                 self.snaps[local // M - 1, rows] = ls.counts()
             idx, before = ls.step()
             if local == 0 and at_zero:
-                ls.x[0] = 1.0                                 # step 1 is x = 1 too
+                ls.set_x(0, 1.0)                              # step 1 is x = 1 too
             if local >= 0:
                 D2[local, rows] = idx
                 S2[local, rows] = before
