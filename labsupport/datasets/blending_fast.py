@@ -56,6 +56,9 @@ from labsupport.datasets.blending import _sequential
 
 __all__ = ["chunked_blending_indices"]
 
+#: the longest chunk (steps), whatever the size: more chunks side by side instead
+MAX_CHUNK_STEPS = 4096
+
 
 class _Lockstep:
     """Advances P chunks of the greedy by one step per call.
@@ -261,7 +264,8 @@ class _Chunks:
         self.K = K = int(warmup)
         if chunks is None:
             chunks = 4000 if n <= 4 else max(64, 50_000 // (n + 8))
-        self.B = B = int(max(4 * K, 64, -(-size // int(chunks))))
+        # at most MAX_CHUNK_STEPS steps a chunk: a chunk spoiled by a rare dataset costs its length
+        self.B = B = int(max(4 * K, 64, min(-(-size // int(chunks)), MAX_CHUNK_STEPS)))
         self.P = P = -(-size // B)
         # the records, one row per local step (a step writes one contiguous row), (B, P): picks
         # and their sample indices (the count before the pick, so the winning error of a step
