@@ -331,8 +331,18 @@ class _Chunks:
             last = round_ == rounds
             first = None
             again, starts = [], []
-            for j in range(begin, self.P):
+            # runs of chunks that start exactly where the one before ends are proven together
+            chained = np.ones(self.P, dtype=bool)
+            chained[1:] = (self.start_state[1:] == self.end_state[:-1]).all(axis=1)
+            breaks = np.flatnonzero(~chained)
+            j = begin
+            while j < self.P:
                 start = true
+                if first is None and j > 0 and chained[j] and np.array_equal(true, self.end_state[j - 1]):
+                    k = int(breaks[np.searchsorted(breaks, j)]) if breaks.size and breaks[-1] >= j else self.P
+                    prev_at_L, true = (k - 1, self.start_state[k - 1], self.end_state[k - 1]), self.end_state[k - 1].copy()
+                    j = k
+                    continue
                 if first is None:
                     end = self._prove_chunk(j, true, give_up_after=None if last else 4)
                     if end is not None:
@@ -353,6 +363,7 @@ class _Chunks:
                     end = self._predict_state(j, start, B, rare)
                     at_L = self._predict_state(j, start, L, rare) if L < B else end
                 prev_at_L, true = at_L, end
+                j += 1
             if first is None:
                 return
             self.chunks_run_again += len(again)
