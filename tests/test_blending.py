@@ -177,9 +177,9 @@ def test_indices_equal_the_loop_random():
 
 
 def test_chunk_repairs_are_exact():
-    """Tiny warm-ups make the guessed chunk starts wrong: the verification must repair them."""
+    """Tiny warm-ups make the guessed chunk starts wrong: the proof must repair them."""
     rng = np.random.default_rng(3)
-    rounds = reseeds = 0
+    wrong = reruns = 0
     for trial in range(30):
         n = int(rng.choice([2, 3, 6, 20]))
         w = rng.dirichlet(np.ones(n) * rng.choice([0.2, 1.0]))
@@ -189,9 +189,46 @@ def test_chunk_repairs_are_exact():
                           stats=stats)
         want = bl.reference_blending_indices(w, size)
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
-        rounds += stats["repair_rounds"]
-        reseeds += stats["reseeds"]
-    assert rounds > 0 and reseeds > 0                      # both repair paths really ran
+        wrong += stats["chunks_guessed_wrong"]
+        reruns += stats["reruns"]
+    assert wrong > 0 and reruns > 0                        # both repair paths really ran
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_indices_equal_the_loop_on_skewed_and_tied_weights(seed):
+    """No weight vector is special: Dirichlet(0.1) (weights far below 1e-15), log-uniform weights
+    down to 1e-5, exact ties and zeros — the fast engine equals the plain loop."""
+    rng = np.random.default_rng(100 + seed)
+    cases = [rng.dirichlet(np.full(int(rng.choice([50, 200])), 0.1)),
+             np.exp(rng.uniform(np.log(1e-5), 0.0, int(rng.choice([20, 100])))),
+             np.repeat(rng.dirichlet(np.ones(4)), 5),                   # every weight five times
+             np.concatenate([rng.dirichlet(np.full(30, 0.1)), np.zeros(3)])]
+    run_again = 0
+    for w in cases:
+        w = np.asarray(bl.normalize_weights(w))
+        size = 30_000
+        stats: dict = {}
+        got = bl._chunked(w, size, stats=stats)
+        want = bl.reference_blending_indices(w, size)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), (seed, w.size)
+        run_again += stats["chunks_run_again"]
+    assert run_again > 0  # the predicted second run really ran
+
+
+def test_pruned_rerun_equals_the_loop():
+    from labsupport.datasets.blending_fast import _sequential_pruned
+
+    rng = np.random.default_rng(8)
+    for trial in range(20):
+        w = rng.dirichlet(np.full(int(rng.integers(2, 60)), rng.choice([0.1, 1.0])))
+        if trial % 4 == 0:
+            w = w * rng.uniform(0.3, 3.0)                                # unnormalised
+        wl = w.tolist()
+        start = int(rng.integers(0, 5_000))
+        _, _, counts = bl._sequential(wl, start, [0] * w.size, 0)
+        want = bl._sequential(wl, 3_000, list(counts), start)
+        got = _sequential_pruned(wl, 3_000, list(counts), start, window=int(rng.integers(1, 200)))
+        assert got == want, trial
 
 
 @pytest.mark.parametrize("weights", [[0.0, 0.0, 0.749, 0.251], [0.818, 0.0, 0.0, 0.175, 0.007], [0.0, 0.5, 0.5]])

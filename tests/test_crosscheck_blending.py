@@ -81,6 +81,26 @@ def test_blending_indices_random(megatron, seed):
                     f"seed {seed} trial {trial}: n={n} kind={kind} size={size}")
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_blending_indices_on_any_weights(megatron, seed):
+    """Skewed weights (Dirichlet α=0.1 over 50 and 200 datasets: weights below 1e-15), log-uniform
+    weights down to 1e-5, repeated (tied) weights: identical to megatron-core's helper."""
+    rng = np.random.default_rng(3000 + seed)
+    cases = {
+        "dirichlet0.1x50": rng.dirichlet(np.full(50, 0.1)),
+        "dirichlet0.1x200": rng.dirichlet(np.full(200, 0.1)),
+        "loguniform": np.exp(rng.uniform(np.log(1e-5), 0.0, int(rng.choice([20, 100])))),
+        "ties": np.repeat(rng.dirichlet(np.ones(5)), 4),
+    }
+    for name, w in cases.items():
+        w = np.asarray(bl.normalize_weights(w))
+        if name.startswith("dirichlet"):
+            assert w.min() < 1e-6
+        size = int(rng.integers(100_000, 300_000))
+        assert_same(bl.build_blending_indices(w, size), mega_indices(megatron, w, size),
+                    f"seed {seed} {name} size {size}")
+
+
 def test_blending_indices_large(megatron):
     rng = np.random.default_rng(7)
     for n in (3, 50):

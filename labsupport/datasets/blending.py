@@ -25,20 +25,11 @@ Public names (the chapter's contract):
 * :func:`expected_epochs`, :func:`cap_weights`, :func:`exact_duplicates` — the arithmetic of
   the chapter's exercises and its dedup note.
 
-How the indices are built without compiled code (numpy only).  The greedy is sequential, but
-its state is just the count vector, and from a state close to the true one it usually falls back
-into the true sequence within a few cycles.  So the ``size`` steps are cut into ``P`` chunks that
-run *side by side* (each numpy operation advances every chunk by one step); each chunk starts
-``K`` steps early from a guessed count vector (the exact counts after a short prefix plus the
-largest remainder of ``w * steps``), and every guess is then **verified**: chunk ``j`` is exact
-when its count vector at its first step equals chunk ``j-1``'s at that same step (an exact
-predecessor gives the true state, and the greedy is deterministic from a state).  Chunks that
-fail are re-run from their predecessor's state (stopping where they rejoin their stored
-trajectory), or re-guessed from the last proven state, until every chunk is proven exact; the
-result is identical to the sequential loop by induction, whatever the weights.  Every error is
-evaluated with the same IEEE operations as the C++ (``fl(fl(w * x) - count)``, no fused
-multiply-add; the shipped ``helpers_cpp`` contains no FMA instruction), and the argmax takes the
-first maximum.
+How the indices are built without compiled code: the loop above is sequential, so
+:mod:`labsupport.datasets.blending_fast` runs it in chunks side by side from guessed states and
+then proves every chunk exact (re-running in Python only the steps a wrong guess changed); its
+output equals :func:`reference_blending_indices` for every weight vector
+(``tests/test_blending.py``) and megatron-core's (``tests/test_crosscheck_blending.py``).
 """
 from __future__ import annotations
 
@@ -277,242 +268,17 @@ def _sequential(w: list[float], size: int, counts: list[int], start: int
     return dl, sl, counts
 
 
-class _Lockstep:
-    """Advances P chunks of the greedy by one step per call; counts laid out (n, P), float64.
-
-    ``x`` (P,) holds each chunk's ``max(step, 1)`` as float64 (exact integers); for n > 4 it is
-    also kept broadcast as ``X`` (n, P) because a full-array multiply is faster than a
-    broadcasting one.  The argmax over datasets (first maximum) is computed across all chunks at
-    once: column maxima, then the first row equal to its column maximum
-    (``n - max((E == m) * (n - d))``); for n ≤ 4 a strict ``>`` scan from d = 0, as in the C++.
-    """
-
-    def __init__(self, w: np.ndarray, x0: np.ndarray) -> None:
-        n, P = w.size, x0.size
-        self.n, self.P = n, P
-        self.x = np.array(x0, dtype=np.float64)
-        self.E = np.empty((n, P))
-        self.m = np.empty(P)
-        self.gt = np.empty(P, dtype=bool)
-        self.idx = np.empty(P, dtype=np.intp)
-        self.flat = np.empty(P, dtype=np.intp)
-        self.cols = np.arange(P, dtype=np.intp)
-        if n <= 4:
-            self.wcol = w[:, None]
-        else:
-            self.W = np.repeat(w[:, None], P, axis=1)
-            self.X = np.repeat(self.x[None, :], n, axis=0)
-            self.eq = np.empty((n, P), dtype=bool)
-            small = np.uint8 if n < 255 else np.uint16
-            self.rev = (n - np.arange(n)).astype(small)[:, None]
-            self.tmp = np.empty((n, P), dtype=small)
-            self.r = np.empty(P, dtype=small)
-
-    def set_x(self, col: int, value: float) -> None:
-        """Override one chunk's x (step 0 of the blend uses max(0, 1) = 1)."""
-        self.x[col] = value
-        if self.n > 4:
-            self.X[:, col] = value
-
-    def step(self, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Errors ``fl(fl(w*x) - C)``, first argmax per chunk; counts updated in place, x += 1.
-
-        Returns (dataset index (P,), the chosen dataset's count before the step (P,)).
-        """
-        E, n = self.E, self.n
-        idx = self.idx
-        if n <= 4:
-            np.multiply(self.wcol, self.x, out=E)
-            np.subtract(E, C, out=E)
-            np.greater(E[1], E[0], out=self.gt)
-            np.copyto(idx, self.gt, casting="unsafe")
-            if n > 2:
-                np.maximum(E[0], E[1], out=self.m)
-                for d in range(2, n):
-                    np.greater(E[d], self.m, out=self.gt)
-                    np.copyto(idx, d, where=self.gt)
-                    if d + 1 < n:
-                        np.maximum(self.m, E[d], out=self.m)
-        else:
-            np.multiply(self.W, self.X, out=E)
-            np.subtract(E, C, out=E)
-            np.maximum.reduce(E, axis=0, out=self.m)
-            np.equal(E, self.m, out=self.eq)
-            eq = self.eq.view(np.uint8) if self.tmp.dtype == np.uint8 else self.eq
-            np.multiply(eq, self.rev, out=self.tmp)
-            np.maximum.reduce(self.tmp, axis=0, out=self.r)
-            np.subtract(n, self.r, out=idx, casting="unsafe")
-            self.X += 1.0
-        self.x += 1.0
-        np.multiply(idx, self.P, out=self.flat)
-        self.flat += self.cols
-        Cf = C.reshape(-1)
-        before = Cf[self.flat]
-        Cf[self.flat] += 1.0
-        return idx, before
-
-
-def _effective_weights(w: np.ndarray) -> np.ndarray:
-    """Weights summing to 1 that make the same choices as ``w`` (exact arithmetic), for guessing.
-
-    Moving every active dataset's weight by the same amount does not change the argmax of
-    ``w_d * x - c_d``, so unnormalised weights act like ``w - lam`` with
-    ``lam = (sum - 1) / n_active``; datasets pushed to ≤ 0 are never picked and drop out.
-    """
-    total = float(w.sum())
-    if abs(total - 1.0) < 1e-12:
-        return w
-    active = np.ones(w.size, dtype=bool)
-    while True:
-        lam = (float(w[active].sum()) - 1.0) / int(active.sum())
-        out = np.where(active, w - lam, 0.0)
-        drop = active & (out <= 0)
-        if not drop.any() or drop.sum() == active.sum():
-            return np.maximum(out, 0.0)
-        active &= ~drop
-
-
-def _guess_counts(w_eff: np.ndarray, steps: np.ndarray, base: np.ndarray | None = None,
-                  base_step: int = 0) -> np.ndarray:
-    """Count vectors (n, P) near the greedy's state at each of ``steps`` (all ≥ ``base_step``):
-    ``base`` (the exact counts at ``base_step``, default zeros) plus the largest remainder of
-    ``w_eff * (step - base_step)``.  Counts of datasets that stopped being picked (a zero weight
-    taken once on an exact tie, say) are carried over from ``base`` instead of guessed."""
-    n = w_eff.size
-    delta = (steps - base_step).astype(np.float64)
-    ideal = w_eff[:, None] * delta[None, :]
-    C = np.floor(ideal)
-    rem = delta - C.sum(axis=0)
-    order = np.argsort(-(ideal - C), axis=0, kind="stable")
-    ranks = np.empty_like(order)
-    np.put_along_axis(ranks, order, np.arange(n)[:, None], axis=0)
-    C += ranks < rem[None, :]
-    np.maximum(C, 0, out=C)
-    if base is not None:
-        C += np.asarray(base, dtype=np.float64)[:, None]
-    return C
-
-
 #: below this many step × dataset evaluations the plain Python loop is the fastest path
 _SEQUENTIAL_WORK = 20_000
 
 
-class _Chunks:
-    """The chunked run of the greedy: chunk j owns steps ``j*B .. j*B+B-1`` of the output."""
+def _chunked(w: np.ndarray, size: int, **options) -> tuple[np.ndarray, np.ndarray]:
+    """The greedy for ``size`` steps at compiled speed: :mod:`labsupport.datasets.blending_fast`
+    (imported here, as Megatron imports its compiled ``helpers``, because it uses this module's
+    loop to re-run the steps it must)."""
+    from labsupport.datasets.blending_fast import chunked_blending_indices
 
-    def __init__(self, w: np.ndarray, size: int, chunks: int | None, warmup: int | None) -> None:
-        n = w.size
-        self.w, self.n, self.size = w, n, size
-        self.w_eff = _effective_weights(w)
-        if warmup is None:
-            pos = self.w_eff[self.w_eff > 0]
-            warmup = int(np.clip(8.0 / pos.min(), 32, 512)) if pos.size else 64
-        self.K = K = int(warmup)
-        if chunks is None:
-            chunks = 4000 if n <= 4 else max(64, 50_000 // (n + 8))
-        self.B = B = int(max(4 * K, -(-size // int(chunks))))
-        self.P = P = -(-size // B)
-        self.di = np.empty(P * B, dtype=np.int16)
-        self.si = np.empty(P * B, dtype=np.int64)
-        self.D2, self.S2 = self.di.reshape(P, B), self.si.reshape(P, B)
-        self.firsts = np.arange(P, dtype=np.int64) * B
-        # count vectors every M local steps (int32, at most ~32 MB): a re-run chunk stops as soon
-        # as it is back on its stored trajectory
-        self.M = max(32, -(-B * n * P * 4 // (32 << 20)))
-        self.snaps = np.empty(((B - 1) // self.M, n, P), dtype=np.int32)
-        self.start_state = np.zeros((n, P))
-        self.end_state = np.zeros((n, P))
-
-    def run(self, sub: np.ndarray, first_state: np.ndarray, seed_state: np.ndarray, seed_step: int) -> None:
-        """Run chunks ``sub`` (ascending, contiguous) side by side, warm-up included.
-
-        ``sub[0]`` starts exactly from ``first_state``; the others from guesses around
-        ``seed_state`` (exact counts at ``seed_step``), ``K`` steps before their first step.
-        """
-        K, B, M = self.K, self.B, self.M
-        firsts = self.firsts[sub]
-        s0 = firsts - K                           # only sub[0] can start before seed_step: its
-        C = _guess_counts(self.w_eff, np.maximum(s0, seed_step), seed_state, seed_step)  # guess is replaced
-        full = sub.size == self.P
-        rows = slice(None) if full else sub
-        ls = _Lockstep(self.w, np.maximum(s0, 0).astype(np.float64))
-        at_zero = firsts[0] == 0
-        for t in range(B + K):
-            local = t - K
-            if local == 0:
-                C[:, 0] = first_state                         # the first chunk's exact start
-                if at_zero:
-                    ls.set_x(0, 1.0)                          # Megatron's max(step, 1) at step 0
-                self.start_state[:, rows] = C
-            elif local > 0 and local % M == 0:
-                self.snaps[local // M - 1][:, rows] = C
-            idx, before = ls.step(C)
-            if local == 0 and at_zero:
-                ls.set_x(0, 1.0)                              # step 1 is x = 1 too
-            if local >= 0:
-                self.D2[rows, local] = idx
-                self.S2[rows, local] = before
-        self.end_state[:, rows] = C
-
-    def rerun(self, todo: np.ndarray) -> None:
-        """Re-run chunks ``todo`` from their predecessors' end states, until each rejoins its
-        stored trajectory (a snapshot matches) or ends."""
-        B, M = self.B, self.M
-        Cr = np.ascontiguousarray(self.end_state[:, todo - 1])
-        self.start_state[:, todo] = Cr
-        lr = _Lockstep(self.w, self.firsts[todo].astype(np.float64))
-        for t in range(B):
-            if t and t % M == 0:
-                k = t // M - 1
-                if k < self.snaps.shape[0]:
-                    merged = (self.snaps[k][:, todo] == Cr).all(axis=0)
-                    if merged.any():
-                        keep = ~merged
-                        todo, Cr = todo[keep], np.ascontiguousarray(Cr[:, keep])
-                        if todo.size == 0:
-                            return
-                        lr = _Lockstep(self.w, (self.firsts[todo] + t).astype(np.float64))
-                    self.snaps[k][:, todo] = Cr
-            idx, before = lr.step(Cr)
-            self.D2[todo, t] = idx
-            self.S2[todo, t] = before
-        self.end_state[:, todo] = Cr
-
-    def unproven(self) -> np.ndarray:
-        """Chunks not yet proven exact (chunk 0 is; chunk j is when chunk j-1 is and j's start
-        state equals j-1's end state)."""
-        same = np.ones(self.P, dtype=bool)
-        same[1:] = (self.start_state[:, 1:] == self.end_state[:, :-1]).all(axis=0)
-        return np.flatnonzero(~np.logical_and.accumulate(same))
-
-
-def _chunked(w: np.ndarray, size: int, *, chunks: int | None = None, warmup: int | None = None,
-             stats: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The greedy for ``size`` steps, chunks run side by side and proven exact (module docstring)."""
-    ch = _Chunks(w, size, chunks, warmup)
-    n = w.size
-    # the exact counts after a short prefix seed the guesses (a dataset taken once on an early
-    # exact tie and never again keeps that count everywhere)
-    t0 = int(max(0, min(ch.B - ch.K, 512)))
-    _, _, seed = _sequential(w.tolist(), t0, [0] * n, 0)
-    ch.run(np.arange(ch.P), np.zeros(n), np.array(seed, dtype=np.float64), t0)
-    rounds = reseeds = 0
-    while True:
-        todo = ch.unproven()
-        if todo.size == 0:
-            break
-        rounds += 1
-        if rounds <= 2 or reseeds >= 3:
-            ch.rerun(todo if reseeds < 3 else todo[:1])
-        else:                                                # re-seed every unproven chunk from
-            reseeds += 1                                     # the last proven state
-            j = int(todo[0])
-            exact = ch.end_state[:, j - 1].copy()
-            ch.run(np.arange(j, ch.P), exact, exact, int(ch.firsts[j]))
-    if stats is not None:
-        stats.update(chunks=ch.P, chunk_steps=ch.B, warmup=ch.K, snapshot_every=ch.M,
-                     repair_rounds=rounds, reseeds=reseeds)
-    return ch.di[:size], ch.si[:size]
+    return chunked_blending_indices(w, size, **options)
 
 
 def _check_size(size: Any, what: str = "size") -> int:

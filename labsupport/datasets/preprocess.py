@@ -16,11 +16,12 @@ What it saves over Megatron's ``Pool(workers).imap(encode, lines, 32)``: the mai
 out ~512 KiB blocks of raw lines instead of pickled single lines, each worker parses, tokenizes
 and flattens its block into one numpy array (instead of pickling every document's ids as Python
 ints), and the main process only writes bytes.  Most of the time is SentencePiece's own BPE, so
-each worker also keeps a word-level cache (:class:`labsupport.datasets.tokenizer.WordCache`, what HF
-``tokenizers`` does): a word it has seen before is not run through BPE again.  The ids are
-exactly ``Tokenizer.encode``'s — the cache is only used for models where that is guaranteed
-(:meth:`~labsupport.datasets.tokenizer.Tokenizer.word_cache_problem`; the workbook's BPE models), every
-other model is encoded as before — and ``--no-word-cache`` turns it off; the output files are
+each worker also keeps a word-level cache (:class:`labsupport.datasets.word_cache.WordCache`,
+what HF ``tokenizers`` does): a word it has seen before is not run through BPE again.  The ids
+are exactly ``Tokenizer.encode``'s — the cache is only used for models where that is proven
+(:meth:`~labsupport.datasets.tokenizer.Tokenizer.word_cache_problem`: SentencePiece BPE models,
+whatever their normalization rule), every other model (unigram) is encoded as before and the
+reason is printed — and ``--no-word-cache`` turns it off; the output files are
 byte-identical either way (``benchmarks/bench_indexed.py`` measures both against Megatron).
 Order is preserved.  Bad lines (invalid JSON or UTF-8, not an object, missing key, non-string
 value, blank) are reported as ``file:line: reason``; by default they are skipped and counted,
@@ -43,7 +44,6 @@ import collections
 import gc
 import glob
 import hashlib
-import itertools
 import json
 import multiprocessing
 import os
@@ -167,9 +167,10 @@ def _init_worker(tokenizer, keys: tuple[str, ...], append_eod: bool, dtype: str,
         # Ctrl-C reaches every process of the terminal's group: let only the parent handle it
         # (it stops the pool and removes the partial output), so workers print no traceback.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # each worker process gets its own, empty cache (None: plain encode_batch)
-    exact = word_cache and tokenizer.word_cache_problem() is None
-    cache = tokenizer.word_cache(dtype) if exact else None
+    # each worker process gets its own, empty cache (not exact: plain encode_batch)
+    from labsupport.datasets.word_cache import WordCache
+
+    cache = WordCache(tokenizer, dtype, enabled=word_cache)
     _WORKER.update(tok=tokenizer, keys=keys, append_eod=append_eod, dtype=np.dtype(dtype),
                    eod=tokenizer.eod if append_eod else None, cache=cache)
 
@@ -186,7 +187,7 @@ def _encode_block(task: tuple[int, int, bytes]) -> tuple:
     block's word-cache lookups and BPE calls (zeros without a cache).
     """
     file_index, first_lineno, blob = task
-    keys, dtype = _WORKER["keys"], _WORKER["dtype"]
+    keys = _WORKER["keys"]
     lines = blob.split(b"\n")
     if lines[-1] == b"":
         lines.pop()
@@ -225,20 +226,10 @@ def _encode_block(task: tuple[int, int, bytes]) -> tuple:
     cache = _WORKER["cache"]
     words = misses = 0
     for k in keys:
-        if cache is not None:
-            before = cache.words, cache.misses
-            out[k] = cache.encode_flat(texts[k], append=eod)
-            words += cache.words - before[0]
-            misses += cache.misses - before[1]
-            continue
-        ids = _WORKER["tok"].encode_batch(texts[k], num_threads=1)
-        if eod is not None:
-            for doc in ids:
-                if doc:
-                    doc.append(eod)
-        lens = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=int(lens.sum()))
-        out[k] = (flat, lens)
+        before = cache.words, cache.misses
+        out[k] = cache.encode_flat(texts[k], append=eod)
+        words += cache.words - before[0]
+        misses += cache.misses - before[1]
     return file_index, len(blob), len(lines), len(texts[keys[0]]), out, bad, (words, misses)
 
 

@@ -12,11 +12,9 @@ What this module gives the other chapters:
   :class:`TokenizerMismatchError` naming both fingerprints (book §6.2.4 pitfall, §6.2.9).
 * :func:`workbook_tokenizer` — the standard model of the workbook, trained on the four
   domain corpora and cached in ``work_dir("tokenizer")``.
-* :class:`WordCache` — ``encode`` with a word-level cache (what HF ``tokenizers`` does): a word
-  seen before is not run through BPE again.  Exact — the same ids as ``Tokenizer.encode`` —
-  for the models where :meth:`Tokenizer.word_cache_problem` finds no reason it could differ
-  (the workbook's BPE models); for any other model it simply calls ``encode``.  Chapter 2's
-  preprocessing uses it.
+* :meth:`Tokenizer.word_cache` — the speed path of chapter 2's preprocessing, in a module of
+  its own beside this one (:mod:`labsupport.datasets.word_cache`): ``encode`` with a word-level
+  cache, proven to give the same ids for every SentencePiece BPE model.
 
 Special ids of the models trained here: ``pad=0, unk=1, bos=2, eos=3``.  **eod** (the end of
 document token that ``--append-eod`` appends in chapter 2) is the id of a piece named ``<eod>``
@@ -28,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import itertools
 import json
 import os
 import re
@@ -44,7 +41,6 @@ __all__ = [
     "CorpusError", "TokenizerMismatchError", "Tokenizer", "train_sentencepiece", "train_sentencepiece_bytes",
     "read_documents", "tokens_per_character", "tokens_per_byte", "compare_tokenizers",
     "workbook_tokenizer", "LOSSLESS_OPTIONS", "SPECIAL_IDS", "WORKBOOK_VOCAB_SIZE",
-    "WordCache", "WORD_CACHE_MAX_WORDS",
 ]
 
 #: Special ids of every model trained by :func:`train_sentencepiece` (unless overridden).
@@ -76,19 +72,10 @@ WORKBOOK_VOCAB_SIZE = 8000
 _META = "\u2581"  # SentencePiece's whitespace symbol "▁"
 
 
-def _a(noun: str) -> str:
-    """'a str' / 'an int': the article for a type name in error messages."""
+def with_article(noun: str) -> str:
+    """'a str' / 'an int': a type name with its article, for error messages."""
     return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
 
-#: Default bound of a :class:`WordCache`: past this many distinct words it is emptied and refilled.
-WORD_CACHE_MAX_WORDS = 500_000
-#: Longer words (base64, URLs, minified code) are encoded but not kept by a WordCache.
-_MAX_CACHED_WORD_CHARS = 128
-#: The words of :class:`WordCache`: a run of spaces with the non-spaces after it, or the
-#: non-spaces at the start of the text.  Only " " (U+0020) separates: tabs and newlines are
-#: part of words, like any other character.  A new word starts exactly where the normalized
-#: text has a "▁" whose previous character is not "▁" (see Tokenizer.word_cache_problem).
-_WORD_RE = re.compile(" +[^ ]*|[^ ]+")
 _MAX_TRAIN_CHARS = 1 << 14  # a training "sentence" is at most this many characters (≤ 64 KiB UTF-8)
 _RESERVED_OPTIONS = ("input", "model_prefix", "sentence_iterator", "model_writer", "vocab_size", "model_type")
 
@@ -150,7 +137,7 @@ def read_documents(path: PathLike, json_key: str = "text", limit: int | None = N
                                       "pass json_key=... naming the text field")
                 text = obj[json_key]
                 if not isinstance(text, str):
-                    raise CorpusError(f"{path}:{lineno}: field {json_key!r} is {_a(type(text).__name__)}, "
+                    raise CorpusError(f"{path}:{lineno}: field {json_key!r} is {with_article(type(text).__name__)}, "
                                       "expected a string")
             else:
                 text = line.rstrip("\r\n")
@@ -469,7 +456,7 @@ class Tokenizer:
         texts = list(texts)
         bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
         if bad is not None:
-            raise TypeError(f"encode_batch expects strings; texts[{bad}] is {_a(type(texts[bad]).__name__)}")
+            raise TypeError(f"encode_batch expects strings; texts[{bad}] is {with_article(type(texts[bad]).__name__)}")
         n = int(num_threads) if num_threads is not None else (os.cpu_count() or 1)
         if n < 1:
             raise ValueError(f"num_threads must be >= 1, got {num_threads}")
@@ -500,283 +487,32 @@ class Tokenizer:
         ids = self.encode(text_or_ids) if isinstance(text_or_ids, str) else list(text_or_ids)
         return [self.id_to_piece(i) for i in ids]
 
-    # -- word-level caching ------------------------------------------------------------------
+    # -- word-level caching (the speed path of chapter 2: labsupport.datasets.word_cache) --------
     def word_cache_problem(self) -> str | None:
         """None when encoding word by word gives exactly :meth:`encode`'s ids; else the reason why not.
 
-        Words are cut before every space that follows a non-space (``"a  b\\tc d "`` →
-        ``"a"``, ``"  b\\tc"``, ``" d"``, ``" "``).  SentencePiece's BPE encoder runs one merge
-        loop over the whole normalized text, so cutting it changes nothing exactly when no
-        piece can ever straddle a cut and nothing else looks across one.  Checked here from
-        the model proto: a BPE model; identity normalization (no charsmap), no dummy prefix,
-        extra whitespace kept, spaces escaped as "▁", whitespace not a suffix,
-        whitespace-only pieces allowed, byte fallback (so no run of ``<unk>`` is merged across
-        a cut); no piece of any type with "▁" after another character (such a piece is the
-        only way a merge or a user-defined symbol could span a cut) and no UNUSED piece (their
-        re-splitting table is shared by the whole text).  Then a few probe texts are encoded
-        both ways, a guard against a SentencePiece version whose algorithm differs.
-        The workbook's models (:data:`LOSSLESS_OPTIONS`, BPE) qualify; unigram models do not.
+        Proven per model by :func:`labsupport.datasets.word_cache.word_cache_problem` (a BPE
+        model whose pieces cannot span a space; any normalization rule).  Unigram models do not
+        qualify.
         """
         if not self._word_checked:
-            self._word_problem = _word_level_problem(self)
+            from labsupport.datasets.word_cache import word_cache_problem
+
+            self._word_problem = word_cache_problem(self)
             self._word_checked = True
         return self._word_problem
 
-    def word_cache(self, dtype=None, max_words: int = WORD_CACHE_MAX_WORDS) -> "WordCache":
-        """A new, empty :class:`WordCache` for this tokenizer."""
-        return WordCache(self, dtype=dtype, max_words=max_words)
+    def word_cache(self, dtype=None, max_words: int | None = None):
+        """A new, empty :class:`~labsupport.datasets.word_cache.WordCache` for this tokenizer."""
+        from labsupport.datasets.word_cache import WORD_CACHE_MAX_WORDS, WordCache
+
+        return WordCache(self, dtype=dtype, max_words=WORD_CACHE_MAX_WORDS if max_words is None else max_words)
 
 
 def _tokenizer_from_state(proto: bytes, name: str, in_memory: bool = False) -> Tokenizer:
     tok = Tokenizer.from_bytes(proto, name)
     tok._in_memory = in_memory
     return tok
-
-
-# ---------------------------------------------------------------------------------------------
-# word-level cache
-# ---------------------------------------------------------------------------------------------
-def _proto_fields(buf, wanted: frozenset | None = None) -> list[tuple[int, object]]:
-    """``(field number, value)`` of one serialized protobuf message (wire format only).
-
-    Varints come back as ints, length-delimited fields as bytes, fixed32/fixed64 as bytes;
-    with ``wanted`` only those field numbers are returned (the others are skipped unread).
-    Enough for reading a SentencePiece ModelProto without the ``protobuf`` package.
-    """
-    buf = memoryview(buf)
-    out: list[tuple[int, object]] = []
-    i, n = 0, len(buf)
-
-    def varint() -> int:
-        nonlocal i
-        shift = result = 0
-        while True:
-            if i >= n:
-                raise ValueError("truncated varint")
-            b = buf[i]
-            i += 1
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result
-            shift += 7
-
-    while i < n:
-        key = varint()
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            value: object = varint()
-        elif wire == 2:
-            length = varint()
-            if i + length > n:
-                raise ValueError("truncated field")
-            value = buf[i:i + length]
-            i += length
-        elif wire in (1, 5):
-            value = buf[i:i + (8 if wire == 1 else 4)]
-            i += 8 if wire == 1 else 4
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
-        if wanted is None or field in wanted:
-            out.append((field, bytes(value) if isinstance(value, memoryview) else value))
-    return out
-
-
-# TrainerSpec / NormalizerSpec field numbers (sentencepiece_model.proto: ModelProto.trainer_spec
-# is field 2, normalizer_spec field 3) and the proto2 defaults of the fields read here.
-_MODEL_BPE = 2
-_TRAINER_FIELDS = {3: ("model_type", 1), 24: ("treat_whitespace_as_suffix", 0),
-                   26: ("allow_whitespace_only_pieces", 0), 35: ("byte_fallback", 0)}
-_NORMALIZER_FIELDS = {2: ("precompiled_charsmap", b""), 3: ("add_dummy_prefix", 1),
-                      4: ("remove_extra_whitespaces", 1), 5: ("escape_whitespaces", 1)}
-#: A piece that could span a word boundary: "▁" after another character (or a raw space).
-_STRADDLE_RE = re.compile("[^\u2581\x00]\u2581| ")
-
-#: Texts encoded whole and word by word by the self-check of Tokenizer.word_cache_problem.
-_WORD_PROBES = (
-    "", " ", "   ", "a", "a ", " a", "a  b", "  leading and trailing  ", "x = 1  # comment\n",
-    "def f(x):\n    if x:\n        return  x\n\treturn None\n", "\t\ttabs\t and\n\n  newlines \n",
-    "many      spaces   between    words", "한국어 토크나이저는  어휘를 다룬다.", "이모지 😀 👨‍👩‍👧 🇰🇷 ok",
-    "numbers 1234567890  3.14159 -42", "<s> </s> <unk> text", "\x00 \x01\x7f \u00a0\u3000 end",
-)
-#: fingerprint → result of _word_level_problem (forked workers inherit it from the parent)
-_WORD_PROBLEMS: dict[str, str | None] = {}
-
-
-def _word_level_problem(tok: "Tokenizer") -> str | None:
-    if tok.fingerprint not in _WORD_PROBLEMS:
-        _WORD_PROBLEMS[tok.fingerprint] = _check_word_level(tok)
-    return _WORD_PROBLEMS[tok.fingerprint]
-
-
-def _check_word_level(tok: "Tokenizer") -> str | None:
-    sp = tok._sp
-    trainer = {name: default for name, default in _TRAINER_FIELDS.values()}
-    normalizer = {name: default for name, default in _NORMALIZER_FIELDS.values()}
-    try:
-        for field, value in _proto_fields(tok._proto, frozenset((2, 3))):
-            names, target = (_TRAINER_FIELDS, trainer) if field == 2 else (_NORMALIZER_FIELDS, normalizer)
-            for f, v in _proto_fields(value, frozenset(names)):
-                target[names[f][0]] = v
-    except ValueError as exc:
-        return f"the model proto could not be read ({exc})"
-    if trainer["model_type"] != _MODEL_BPE:
-        return "not a BPE model (a unigram model segments the whole text at once)"
-    wanted = {"precompiled_charsmap": (normalizer["precompiled_charsmap"], b"", "a normalization rule"),
-              "add_dummy_prefix": (normalizer["add_dummy_prefix"], 0, "add_dummy_prefix"),
-              "remove_extra_whitespaces": (normalizer["remove_extra_whitespaces"], 0,
-                                           "remove_extra_whitespaces"),
-              "escape_whitespaces": (normalizer["escape_whitespaces"], 1, "escape_whitespaces off"),
-              "treat_whitespace_as_suffix": (trainer["treat_whitespace_as_suffix"], 0,
-                                             "treat_whitespace_as_suffix"),
-              "allow_whitespace_only_pieces": (trainer["allow_whitespace_only_pieces"], 1,
-                                               "allow_whitespace_only_pieces off"),
-              "byte_fallback": (trainer["byte_fallback"], 1, "no byte_fallback")}
-    for have, want, label in wanted.values():
-        if have != want:
-            return f"the model has {label}"
-    n = sp.get_piece_size()
-    unused = next((i for i in range(n) if sp.is_unused(i)), None)
-    if unused is not None:
-        return f"the model has UNUSED pieces (e.g. {sp.id_to_piece(unused)!r})"
-    pieces = "\x00".join(sp.id_to_piece(i) for i in range(n))  # pieces never contain NUL
-    straddle = _STRADDLE_RE.search(pieces)
-    if straddle:
-        a, b = pieces.rfind("\x00", 0, straddle.start()) + 1, pieces.find("\x00", straddle.end())
-        return f"the piece {pieces[a:b if b >= 0 else None]!r} could span a word boundary"
-    for text in _WORD_PROBES:
-        words = _WORD_RE.findall(text)
-        by_word = [i for ids in sp.encode(words, num_threads=1) for i in ids]
-        if "".join(words) != text or by_word != sp.encode(text):
-            return f"self-check failed: {text!r} encodes differently word by word"
-    return None
-
-
-class WordCache:
-    """:meth:`Tokenizer.encode` with a word → ids cache: a word seen before skips BPE.
-
-    Each text is cut into words (a run of spaces plus the non-spaces after it; see
-    :meth:`Tokenizer.word_cache_problem`); the words not in the cache are encoded in one
-    SentencePiece call and stored as packed ``dtype`` bytes; a text's ids are then the
-    concatenation of its words' bytes.  The ids are exactly ``Tokenizer.encode(text)``'s:
-    texts containing a literal "▁" go through ``encode`` itself, and for a model that does not
-    qualify (``exact`` is False: unigram, other normalization, …) every text does.
-
-    ``dtype``: the integer dtype of the packed ids (default ``tokenizer.dtype``: uint16 below
-    65,500 pieces).  ``max_words``: when a batch would take the cache past this many words it is
-    emptied first; words longer than 128 characters are never kept, so memory stays bounded
-    (~150 bytes a typical word: tens of MB for the default 500,000).  ``num_threads``:
-    SentencePiece threads for the words it encodes.  ``words``/``misses`` count the words looked
-    up and those that had to be encoded (once per batch).  Not thread-safe; one per process (it
-    is not shared, so a pickled copy starts empty).
-    """
-
-    def __init__(self, tokenizer: Tokenizer, dtype=None, max_words: int = WORD_CACHE_MAX_WORDS,
-                 num_threads: int = 1):
-        if not isinstance(tokenizer, Tokenizer):
-            raise TypeError(f"WordCache needs a Tokenizer, got {type(tokenizer).__name__}")
-        self.tokenizer = tokenizer
-        self.dtype = np.dtype(tokenizer.dtype if dtype is None else dtype)
-        if self.dtype.kind not in "iu" or np.iinfo(self.dtype).max < tokenizer.vocab_size - 1:
-            raise ValueError(f"dtype {self.dtype} cannot hold ids up to {tokenizer.vocab_size - 1}")
-        if int(max_words) < 1:
-            raise ValueError(f"max_words must be >= 1, got {max_words}")
-        self.max_words = int(max_words)
-        self.num_threads = int(num_threads)
-        self.problem = tokenizer.word_cache_problem()
-        self.exact = self.problem is None
-        self.words = self.misses = self.clears = 0
-        self._cache: dict[str, bytes] = {}
-
-    def __reduce__(self):
-        return (WordCache, (self.tokenizer, self.dtype, self.max_words, self.num_threads))
-
-    def __len__(self) -> int:
-        return len(self._cache)
-
-    def __repr__(self) -> str:
-        state = "exact" if self.exact else f"off: {self.problem}"
-        return f"WordCache({len(self)} words, dtype={self.dtype}, {state})"
-
-    def clear(self) -> None:
-        """Forget every cached word (the counters are kept)."""
-        self._cache.clear()
-
-    def encode(self, text: str) -> list[int]:
-        """``tokenizer.encode(text)``, through the cache."""
-        if not isinstance(text, str):
-            raise TypeError(f"encode expects a str, got {type(text).__name__}")
-        flat, _ = self.encode_flat([text])
-        return flat.tolist()
-
-    def encode_flat(self, texts: Sequence[str],
-                    append: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """All ``texts`` encoded back to back: ``(ids, lengths)``, ids of ``self.dtype``, lengths int64.
-
-        ``append``: an id added after every text that encodes to at least one token (the EOD of
-        chapter 2's ``--append-eod``; counted in that text's length).  Equal to flattening
-        ``[tokenizer.encode(t) (+ [append]) for t in texts]``.
-        """
-        texts = texts if isinstance(texts, list) else list(texts)
-        bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
-        if bad is not None:
-            raise TypeError(f"encode_flat expects strings; texts[{bad}] is {_a(type(texts[bad]).__name__)}")
-        if append is not None and not 0 <= int(append) < self.tokenizer.vocab_size:
-            raise ValueError(f"append id {append} is outside 0..{self.tokenizer.vocab_size - 1}")
-        if not self.exact:
-            return self._plain(texts, append)
-        findall = _WORD_RE.findall
-        words = [findall(t) if _META not in t else None for t in texts]
-        cache = self._cache
-        new = set(itertools.chain.from_iterable(w for w in words if w is not None))
-        self.words += sum(len(w) for w in words if w is not None)
-        new.difference_update(cache)
-        if new and len(cache) + len(new) > self.max_words:
-            cache.clear()
-            self.clears += 1
-            new = set(itertools.chain.from_iterable(w for w in words if w is not None))
-        if new:
-            self.misses += len(new)
-            new_words = list(new)
-            try:
-                encoded = self.tokenizer._sp.encode(new_words, num_threads=self.num_threads)
-            except (TypeError, RuntimeError):
-                # e.g. a lone surrogate from a JSON escape: fail exactly like encode_batch
-                return self._plain(texts, append)
-            sizes = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
-            buf = np.fromiter(itertools.chain.from_iterable(encoded), dtype=self.dtype,
-                              count=int(sizes.sum())).tobytes()
-            ends = (np.cumsum(sizes) * self.dtype.itemsize).tolist()
-            starts = [0] + ends[:-1]
-            cache.update(zip(new_words, map(buf.__getitem__, map(slice, starts, ends))))
-            too_long = [w for w in new_words if len(w) > _MAX_CACHED_WORD_CHARS]
-        else:
-            too_long = []
-        get, join, itemsize = cache.__getitem__, b"".join, self.dtype.itemsize
-        docs = []
-        for t, w in zip(texts, words):
-            if w is None:  # a literal "▁": encode() spells it as bytes
-                docs.append(np.asarray(self.tokenizer.encode(t), dtype=self.dtype).tobytes())
-            else:
-                docs.append(join(map(get, w)))
-        for w in too_long:  # used for this batch only
-            del cache[w]
-        lens = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs)) // itemsize
-        if append is not None:
-            tail = np.asarray([append], dtype=self.dtype).tobytes()
-            docs = [d + tail if d else d for d in docs]
-            lens += lens > 0
-        return np.frombuffer(join(docs), dtype=self.dtype), lens
-
-    def _plain(self, texts: list[str], append: int | None) -> tuple[np.ndarray, np.ndarray]:
-        """encode_flat without the cache: one SentencePiece call per text."""
-        ids = self.tokenizer.encode_batch(texts, num_threads=self.num_threads)
-        if append is not None:
-            for doc in ids:
-                if doc:
-                    doc.append(int(append))
-        lens = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=self.dtype, count=int(lens.sum()))
-        return flat, lens
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,314 @@
+"""The tokenizer's word cache — the speed path of chapter 2's preprocessing (book §6.2.4).
+
+:class:`WordCache` is :meth:`Tokenizer.encode <labsupport.datasets.tokenizer.Tokenizer.encode>`
+with a word → ids cache (what HF ``tokenizers`` does): a word seen before is not run through
+BPE again.  Same ids as ``Tokenizer.encode``, proven per model by :func:`word_cache_problem`;
+for a model where that proof fails, it calls ``encode`` itself and says why.
+
+Why cutting a text into words changes nothing, for a SentencePiece BPE model:
+
+1. ``encode(text)`` is ``BPE(normalize(text))``: the model's normalizer (NFKC and friends,
+   the dummy-prefix "▁", squeezed spaces, spaces → "▁") runs once over the whole text, then one
+   merge loop runs over the normalized text.  ``SentencePieceProcessor.normalize`` is that
+   normalizer, and a copy of the model with an identity normalizer
+   (:func:`normalization_free_proto`, edited through ``sentencepiece_model_pb2``) runs the
+   same merge loop on already-normalized text.
+2. The merge loop picks the best-scoring adjacent pair anywhere, leftmost on ties.  A merge
+   only joins symbols into a piece of the vocabulary, so no merge crosses a point where no
+   piece can span: a "▁" after a non-"▁" character, when no piece has "▁" after another
+   character.  The merges inside each word are then the same, in the same relative order, as
+   when the word is encoded alone.
+3. Nothing else looks across such a point: no UNUSED pieces (their re-splitting is shared by
+   the whole text) and, without byte fallback, "▁" is a known piece (so no run of ``<unk>``
+   is merged across words).
+
+So ``encode(text) == concat(copy.encode(w) for w in words(normalize(text)))``; the words are
+cut with :data:`_NORMALIZED_WORD_RE` (``"▁a▁▁b"`` → ``"▁a"``, ``"▁▁b"``).  Models whose
+normalizer changes nothing (the workbook's: identity rule, no dummy prefix, spaces kept) skip
+the normalize pass and cut the raw text at spaces (:data:`_WORD_RE`), the same cut.
+
+A unigram model is different: its Viterbi search scores whole paths, and word-by-word ids
+differ on real text (measured: 6–36 of 6,000 documents), so unigram models fall back.
+
+    >>> cache = WordCache(Tokenizer(workbook_tokenizer()))        # doctest: +SKIP
+    >>> cache.encode_flat(["a cat", "a dog"], append=3)           # doctest: +SKIP
+    (array([  97, 3211, 3, 97, 2804, 3], dtype=uint16), array([3, 3]))
+"""
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Sequence
+
+import numpy as np
+import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2 as model_pb2
+
+from labsupport.datasets.tokenizer import _META, Tokenizer, with_article
+
+__all__ = ["WordCache", "WORD_CACHE_MAX_WORDS", "word_cache_problem", "read_model_proto",
+           "normalization_free_proto"]
+
+#: Default bound of a :class:`WordCache`: past this many distinct words it is emptied and refilled.
+WORD_CACHE_MAX_WORDS = 500_000
+#: Longer words (base64, URLs, minified code) are encoded but not kept by a WordCache.
+_MAX_CACHED_WORD_CHARS = 128
+#: Words of a raw text for a model whose normalizer changes nothing: a run of spaces with the
+#: non-spaces after it, or the non-spaces at the start.  Only " " (U+0020) separates: tabs and
+#: newlines are part of words, like any other character.
+_WORD_RE = re.compile(" +[^ ]*|[^ ]+")
+#: The same cut on normalized text, where every space is already "▁".
+_NORMALIZED_WORD_RE = re.compile("\u2581+[^\u2581]*|[^\u2581]+")
+#: A piece that could span a word boundary: "▁" after another character (or a raw space).
+_STRADDLE_RE = re.compile("[^\u2581\x00]\u2581| ")
+
+#: Texts encoded whole and word by word by the self-check of :func:`word_cache_problem`:
+#: spaces, code, Korean, emoji, and what NFKC rewrites (full-width forms, ligatures,
+#: compatibility jamo, combining marks, CRLF, no-break and ideographic spaces).
+_WORD_PROBES = (
+    "", " ", "   ", "a", "a ", " a", "a  b", "  leading and trailing  ", "x = 1  # comment\n",
+    "def f(x):\n    if x:\n        return  x\n\treturn None\n", "\t\ttabs\t and\n\n  newlines \n",
+    "many      spaces   between    words", "한국어 토크나이저는  어휘를 다룬다.", "이모지 😀 👨‍👩‍👧 🇰🇷 ok",
+    "numbers 1234567890  3.14159 -42", "<s> </s> <unk> text", "\x00 \x01\x7f \u00a0\u3000 end",
+    "ｆｕｌｌ　ｗｉｄｔｈ ﬁne ﬂow ㄱㄴㄷ ㅏ e\u0301 a\u0308 Å \u212b ① ™ Ⅻ ½ x² ｶﾞ\r\nCRLF \r end ",
+)
+#: fingerprint → result of word_cache_problem (forked workers inherit it from the parent)
+_PROBLEMS: dict[str, str | None] = {}
+
+
+# ---------------------------------------------------------------------------------------------
+# the model proto
+# ---------------------------------------------------------------------------------------------
+def read_model_proto(tok: Tokenizer) -> model_pb2.ModelProto:
+    """The tokenizer's model as a ``sentencepiece_model_pb2.ModelProto`` (a fresh copy)."""
+    model = model_pb2.ModelProto()
+    model.ParseFromString(tok._proto)
+    return model
+
+
+def normalization_free_proto(tok: Tokenizer) -> bytes:
+    """The serialized model with an identity normalizer: no charsmap, no dummy prefix, spaces
+    kept, spaces still escaped as "▁".  Encoding ``normalize(text)`` with it gives
+    ``encode(text)`` (module docstring, step 1)."""
+    model = read_model_proto(tok)
+    norm = model.normalizer_spec
+    norm.name = "identity"
+    norm.precompiled_charsmap = b""
+    norm.add_dummy_prefix = False
+    norm.remove_extra_whitespaces = False
+    norm.escape_whitespaces = True
+    norm.ClearField("normalization_rule_tsv")
+    return model.SerializeToString()
+
+
+def _normalizes(model: model_pb2.ModelProto) -> bool:
+    """True when the model's normalizer changes more than " " → "▁"."""
+    norm = model.normalizer_spec
+    return bool(norm.precompiled_charsmap or norm.add_dummy_prefix or norm.remove_extra_whitespaces)
+
+
+# ---------------------------------------------------------------------------------------------
+# the proof, per model
+# ---------------------------------------------------------------------------------------------
+def word_cache_problem(tok: Tokenizer) -> str | None:
+    """None when word-by-word encoding gives exactly ``tok.encode``'s ids; else why not.
+
+    Checked from the model proto (module docstring): a BPE model, spaces escaped as "▁" and
+    not a suffix, no piece with "▁" after another character, no UNUSED piece, and with no byte
+    fallback a "▁" piece.  Then the probe texts are encoded both ways, a guard against a
+    SentencePiece version whose algorithm differs.  Cached per fingerprint.
+    """
+    if tok.fingerprint not in _PROBLEMS:
+        _PROBLEMS[tok.fingerprint] = _check(tok)
+    return _PROBLEMS[tok.fingerprint]
+
+
+def _check(tok: Tokenizer) -> str | None:
+    sp = tok._sp
+    try:
+        model = read_model_proto(tok)
+    except Exception as exc:  # protobuf's DecodeError, or a newer proto it cannot read
+        return f"the model proto could not be read ({exc})"
+    trainer, norm = model.trainer_spec, model.normalizer_spec
+    if trainer.model_type != model_pb2.TrainerSpec.BPE:
+        return "not a BPE model (a unigram model scores the whole text at once)"
+    if not norm.escape_whitespaces:
+        return "the model has escape_whitespaces off"
+    if trainer.treat_whitespace_as_suffix:
+        return "the model has treat_whitespace_as_suffix"
+    unused = next((i for i, p in enumerate(model.pieces)
+                   if p.type == model_pb2.ModelProto.SentencePiece.UNUSED), None)
+    if unused is not None:
+        return f"the model has UNUSED pieces (e.g. {model.pieces[unused].piece!r})"
+    pieces = "\x00".join(p.piece for p in model.pieces)  # pieces never contain NUL
+    straddle = _STRADDLE_RE.search(pieces)
+    if straddle:
+        a, b = pieces.rfind("\x00", 0, straddle.start()) + 1, pieces.find("\x00", straddle.end())
+        return f"the piece {pieces[a:b if b >= 0 else None]!r} could span a word boundary"
+    if not trainer.byte_fallback and sp.piece_to_id(_META) == sp.unk_id():
+        return "no byte_fallback and no '▁' piece (runs of <unk> could merge across words)"
+    cache = WordCache(tok, _proof=True)
+    for text in _WORD_PROBES:
+        if cache.encode(text) != sp.encode(text):
+            return f"self-check failed: {text!r} encodes differently word by word"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# the cache
+# ---------------------------------------------------------------------------------------------
+class WordCache:
+    """:meth:`Tokenizer.encode` with a word → ids cache: a word seen before skips BPE.
+
+    Each text is cut into words (normalized first when the model normalizes; module
+    docstring); the words not in the cache are encoded in one SentencePiece call and stored as
+    packed ``dtype`` bytes; a text's ids are then the concatenation of its words' bytes.  The
+    ids are exactly ``Tokenizer.encode(text)``'s: texts containing a literal "▁" go through
+    ``encode`` itself, and so does every text when ``exact`` is False (``problem`` says why: a
+    unigram model, …, or ``enabled=False``).
+
+    ``dtype``: the integer dtype of the packed ids (default ``tokenizer.dtype``: uint16 below
+    65,500 pieces).  ``max_words``: when a batch would take the cache past this many words it is
+    emptied first; words longer than 128 characters are never kept, so memory stays bounded
+    (~150 bytes a typical word: tens of MB for the default 500,000).  ``num_threads``:
+    SentencePiece threads for the words it encodes.  ``words``/``misses`` count the words looked
+    up and those that had to be encoded (once per batch).  Not thread-safe; one per process (it
+    is not shared, so a pickled copy starts empty).
+    """
+
+    def __init__(self, tokenizer: Tokenizer, dtype=None, max_words: int = WORD_CACHE_MAX_WORDS,
+                 num_threads: int = 1, *, enabled: bool = True, _proof: bool = False):
+        if not isinstance(tokenizer, Tokenizer):
+            raise TypeError(f"WordCache needs a Tokenizer, got {type(tokenizer).__name__}")
+        self.tokenizer = tokenizer
+        self.dtype = np.dtype(tokenizer.dtype if dtype is None else dtype)
+        if self.dtype.kind not in "iu" or np.iinfo(self.dtype).max < tokenizer.vocab_size - 1:
+            raise ValueError(f"dtype {self.dtype} cannot hold ids up to {tokenizer.vocab_size - 1}")
+        if int(max_words) < 1:
+            raise ValueError(f"max_words must be >= 1, got {max_words}")
+        self.max_words = int(max_words)
+        self.num_threads = int(num_threads)
+        self.enabled = bool(enabled)
+        if _proof:  # used by the self-check itself: the cut is tried, not yet proven
+            self.problem = None
+        else:
+            self.problem = word_cache_problem(tokenizer) if self.enabled else "turned off"
+        self.exact = self.problem is None
+        self.words = self.misses = self.clears = 0
+        self._cache: dict[str, bytes] = {}
+        self._normalize = None
+        self._word_sp = tokenizer._sp
+        self._findall = _WORD_RE.findall
+        if self.exact and _normalizes(read_model_proto(tokenizer)):
+            self._normalize = tokenizer._sp.normalize
+            self._word_sp = spm.SentencePieceProcessor()
+            self._word_sp.LoadFromSerializedProto(normalization_free_proto(tokenizer))
+            self._findall = _NORMALIZED_WORD_RE.findall
+
+    def __reduce__(self):
+        return (_word_cache_from_state, (self.tokenizer, self.dtype, self.max_words, self.num_threads,
+                                         self.enabled))
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def __repr__(self) -> str:
+        state = "exact" if self.exact else f"off: {self.problem}"
+        return f"WordCache({len(self)} words, dtype={self.dtype}, {state})"
+
+    def clear(self) -> None:
+        """Forget every cached word (the counters are kept)."""
+        self._cache.clear()
+
+    def encode(self, text: str) -> list[int]:
+        """``tokenizer.encode(text)``, through the cache."""
+        if not isinstance(text, str):
+            raise TypeError(f"encode expects a str, got {type(text).__name__}")
+        flat, _ = self.encode_flat([text])
+        return flat.tolist()
+
+    def encode_flat(self, texts: Sequence[str],
+                    append: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """All ``texts`` encoded back to back: ``(ids, lengths)``, ids of ``self.dtype``, lengths int64.
+
+        ``append``: an id added after every text that encodes to at least one token (the EOD of
+        chapter 2's ``--append-eod``; counted in that text's length).  Equal to flattening
+        ``[tokenizer.encode(t) (+ [append]) for t in texts]``.
+        """
+        texts = texts if isinstance(texts, list) else list(texts)
+        bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
+        if bad is not None:
+            raise TypeError(f"encode_flat expects strings; texts[{bad}] is {with_article(type(texts[bad]).__name__)}")
+        if append is not None and not 0 <= int(append) < self.tokenizer.vocab_size:
+            raise ValueError(f"append id {append} is outside 0..{self.tokenizer.vocab_size - 1}")
+        if not self.exact:
+            return self._plain(texts, append)
+        try:
+            words = self._words(texts)
+            docs = self._lookup(words)
+        except (TypeError, RuntimeError):
+            # e.g. a lone surrogate from a JSON "\ud800" escape: fail exactly like encode_batch
+            return self._plain(texts, append)
+        for k, w in enumerate(words):
+            if w is None:  # a literal "▁": encode() spells it as bytes
+                docs[k] = np.asarray(self.tokenizer.encode(texts[k]), dtype=self.dtype).tobytes()
+        itemsize = self.dtype.itemsize
+        lens = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs)) // itemsize
+        if append is not None:
+            tail = np.asarray([append], dtype=self.dtype).tobytes()
+            docs = [d + tail if d else d for d in docs]
+            lens += lens > 0
+        return np.frombuffer(b"".join(docs), dtype=self.dtype), lens
+
+    def _words(self, texts: list[str]) -> list[list[str] | None]:
+        """Each text's words (None for a text with a literal "▁")."""
+        findall = self._findall
+        if self._normalize is None:
+            return [findall(t) if _META not in t else None for t in texts]
+        plain = [t for t in texts if _META not in t]
+        normalized = iter(self._normalize(plain) if plain else [])
+        return [findall(next(normalized)) if _META not in t else None for t in texts]
+
+    def _lookup(self, words: list[list[str] | None]) -> list[bytes]:
+        """The packed ids of each text from its words, encoding the words not cached yet."""
+        cache = self._cache
+        listed = [w for w in words if w is not None]
+        new = set(itertools.chain.from_iterable(listed))
+        self.words += sum(map(len, listed))
+        new.difference_update(cache)
+        if new and len(cache) + len(new) > self.max_words:
+            cache.clear()
+            self.clears += 1
+            new = set(itertools.chain.from_iterable(listed))
+        too_long: list[str] = []
+        if new:
+            self.misses += len(new)
+            new_words = list(new)
+            encoded = self._word_sp.encode(new_words, num_threads=self.num_threads)
+            sizes = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+            buf = np.fromiter(itertools.chain.from_iterable(encoded), dtype=self.dtype,
+                              count=int(sizes.sum())).tobytes()
+            ends = (np.cumsum(sizes) * self.dtype.itemsize).tolist()
+            starts = [0] + ends[:-1]
+            cache.update(zip(new_words, map(buf.__getitem__, map(slice, starts, ends))))
+            too_long = [w for w in new_words if len(w) > _MAX_CACHED_WORD_CHARS]
+        get, join = cache.__getitem__, b"".join
+        docs = [join(map(get, w)) if w is not None else b"" for w in words]
+        for w in too_long:  # used for this batch only
+            del cache[w]
+        return docs
+
+    def _plain(self, texts: list[str], append: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """encode_flat without the cache: one SentencePiece call per text."""
+        ids = self.tokenizer.encode_batch(texts, num_threads=self.num_threads)
+        if append is not None:
+            for doc in ids:
+                if doc:
+                    doc.append(int(append))
+        lens = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=self.dtype, count=int(lens.sum()))
+        return flat, lens
+
+
+def _word_cache_from_state(tokenizer, dtype, max_words, num_threads, enabled=True) -> WordCache:
+    return WordCache(tokenizer, dtype, max_words, num_threads, enabled=enabled)

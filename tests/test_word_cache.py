@@ -1,0 +1,321 @@
+"""labsupport.datasets.word_cache (chapter 2's speed path): the word cache gives exactly
+``Tokenizer.encode``'s ids — for every SentencePiece BPE model, whatever its normalization rule —
+or falls back to ``encode`` and says why.  Uses the synthetic corpus and models of
+``test_tokenizer.py``; the normalizing models are trained here with SentencePiece's defaults."""
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import random
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2 as model_pb2
+
+from labsupport.datasets import tokenizer as T
+from labsupport.datasets import word_cache as W
+from labsupport.datasets.tokenizer import Tokenizer, read_documents, train_sentencepiece
+# the shared corpus, models and text generators of the tokenizer tests (fixtures included)
+from test_tokenizer import EDGE_CASES, EN, KO, _random_text, corpus, model, synthetic_docs, tok  # noqa: F401
+
+
+# ---------------------------------------------------------------------------------------------
+# the word-level cache (WordCache): exactly encode()'s ids, or encode() itself
+# ---------------------------------------------------------------------------------------------
+def _split_into_words(text: str) -> list[str]:
+    """SentencePiece's SplitIntoWords (model_interface.cc, whitespace as prefix, whitespace-only
+    pieces allowed) on the normalized text (" " → "▁"), mapped back to the raw text."""
+    norm = text.replace(" ", "\u2581")
+    words: list[str] = []
+    in_ws = False
+    for k, ch in enumerate(norm):
+        is_ws = ch == "\u2581"
+        if k == 0 or (is_ws and not in_ws):
+            words.append("")
+            in_ws = True
+        if in_ws and not is_ws:
+            in_ws = False
+        words[-1] += ch
+    return [w.replace("\u2581", " ") for w in words]
+
+
+def test_word_split_equals_sentencepiece_split_into_words():
+    import itertools
+
+    assert W._WORD_RE.findall("a  b") == ["a", "  b"] and W._WORD_RE.findall("a ") == ["a", " "]
+    assert W._WORD_RE.findall("") == [] and W._WORD_RE.findall("   ") == ["   "]
+    assert W._WORD_RE.findall(" x\ty\n z  ") == [" x\ty\n", " z", "  "]  # only " " separates
+    n = 0
+    for length in range(8):
+        for chars in itertools.product(" a\t\n", repeat=length):
+            text = "".join(chars)
+            assert W._WORD_RE.findall(text) == _split_into_words(text), repr(text)
+            n += 1
+    rng = random.Random(7)
+    for _ in range(2000):
+        text = _spacey_text(rng).replace("\u2581", "")
+        assert W._WORD_RE.findall(text) == _split_into_words(text), repr(text)
+    assert n == sum(4 ** k for k in range(8))
+
+
+def _spacey_text(rng: random.Random) -> str:
+    """Random text heavy in what word splitting must get right: runs of spaces (also leading,
+    trailing and only spaces), tabs, newlines, digits, Korean, emoji, "▁", NUL, any character."""
+    pools = [
+        lambda: " " * rng.choice([1, 1, 1, 2, 3, 4, 8]),
+        lambda: rng.choice(["\t", "\n", "\r\n", "\t\t", "\n    ", " \n", "\u2581", "\u2581\u2581", "\x00"]),
+        lambda: rng.choice(EN) + rng.choice(["", "", ".", ",", "(", ")", ":", "'s"]),
+        lambda: "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 6))),
+        lambda: rng.choice(KO),
+        lambda: chr(rng.randint(0xAC00, 0xD7A3)),
+        lambda: rng.choice(["😀", "👨‍👩‍👧", "🇰🇷", "é", "e\u0301", "ｆ", "\u00a0", "\u3000", "—"]),
+        lambda: chr(rng.choice([rng.randint(0x21, 0x7E), rng.randint(0xA0, 0xD7FF),
+                                rng.randint(0xE000, 0x10FFFF)])),
+        lambda: "".join(rng.choice("bcdfghklmnprstvz") + rng.choice("aeiou")
+                        for _ in range(rng.randint(1, 5))),
+    ]
+    text = "".join(rng.choice(pools)() for _ in range(rng.randint(0, 40)))
+    if rng.random() < 0.2:
+        text = " " * rng.randint(1, 4) + text
+    if rng.random() < 0.2:
+        text += " " * rng.randint(1, 4)
+    return text
+
+
+def _flat_reference(tok: Tokenizer, texts, append=None):
+    ids = [tok.encode(t) for t in texts]
+    if append is not None:
+        ids = [x + [append] if x else x for x in ids]
+    return [i for x in ids for i in x], [len(x) for x in ids]
+
+
+def _assert_cache_exact(tok: Tokenizer, texts, cache=None, batch: int = 97):
+    cache = W.WordCache(tok) if cache is None else cache
+    expected, lens = _flat_reference(tok, texts, append=tok.eod)
+    flat, got_lens = [], []
+    for k in range(0, len(texts), batch):  # several batches: later ones hit the cache
+        f, n = cache.encode_flat(texts[k:k + batch], append=tok.eod)
+        assert f.dtype == cache.dtype and n.dtype == np.int64
+        flat.extend(f.tolist())
+        got_lens.extend(n.tolist())
+    assert got_lens == lens
+    assert flat == expected
+    return cache
+
+
+@pytest.fixture(scope="module")
+def workbook_tok() -> Tokenizer:
+    return Tokenizer(T.workbook_tokenizer())
+
+
+def test_workbook_models_qualify_for_the_word_cache(workbook_tok, tok, model):
+    assert workbook_tok.word_cache_problem() is None
+    assert W.WordCache(workbook_tok).exact
+    if "bpe" in model.parent.name:  # the module's BPE model: other data, vocabulary 800
+        assert tok.word_cache_problem() is None
+    else:
+        assert "not a BPE model" in tok.word_cache_problem()
+
+
+def test_word_cache_is_exact_on_the_shipped_corpora(workbook_tok):
+    from labsupport.paths import DOMAINS, data_file
+
+    cache = W.WordCache(workbook_tok)
+    for d in DOMAINS:
+        docs = read_documents(data_file(d))
+        _assert_cache_exact(workbook_tok, docs, cache)
+        assert [cache.encode(t) for t in docs[:50]] == [workbook_tok.encode(t) for t in docs[:50]]
+    assert 0 < cache.misses < cache.words  # it did cache
+
+
+def test_word_cache_is_exact_on_random_strings(workbook_tok, tok):
+    rng = random.Random(2024)
+    texts = [_spacey_text(rng) for _ in range(4000)] + [_random_text(rng) for _ in range(1000)]
+    texts += EDGE_CASES + ["", " ", "  ", "\t", "\n", "a", "a ", " a", "a  b", "\u2581", " \u2581 "]
+    for t in (workbook_tok, tok):  # tok: the module's models, trained on other data (BPE and unigram)
+        cache = _assert_cache_exact(t, texts)
+        assert [cache.encode(x) for x in texts[:300]] == [t.encode(x) for x in texts[:300]]
+    # a tiny cache is emptied again and again and stays exact
+    small = _assert_cache_exact(workbook_tok, texts, W.WordCache(workbook_tok, max_words=40), batch=5)
+    assert small.clears > 10 and len(small) <= 40 + 5 * 45
+
+
+def test_word_cache_dtype_counters_and_errors(workbook_tok):
+    cache = workbook_tok.word_cache()
+    assert cache.dtype == np.uint16 and len(cache) == 0 and "exact" in repr(cache)
+    flat, lens = cache.encode_flat([])
+    assert flat.size == 0 and lens.size == 0
+    assert cache.encode_flat(["", " hello world", "", "\u2581"], append=workbook_tok.eod)[1].tolist() == \
+        [0, len(workbook_tok.encode(" hello world")) + 1, 0, 4]
+    assert cache.words == 2 and cache.misses == 2 and len(cache) == 2  # "▁" text went to encode()
+    long_word = " " + "x" * W._MAX_CACHED_WORD_CHARS  # too long to keep: encoded, then dropped
+    assert cache.encode(long_word + " hello") == workbook_tok.encode(long_word + " hello")
+    assert len(cache) == 2 and cache.misses == 3
+    wide = W.WordCache(workbook_tok, dtype=np.int32)
+    assert wide.encode_flat(["hello  world"])[0].dtype == np.int32
+    assert wide.encode("hello  world") == workbook_tok.encode("hello  world")
+    copy = pickle.loads(pickle.dumps(cache))  # a pickled copy starts empty
+    assert len(copy) == 0 and copy.encode("hello world") == workbook_tok.encode("hello world")
+    with pytest.raises(ValueError, match="cannot hold"):
+        W.WordCache(workbook_tok, dtype=np.int8)
+    with pytest.raises(ValueError, match="max_words"):
+        W.WordCache(workbook_tok, max_words=0)
+    with pytest.raises(TypeError, match="texts\\[1\\]"):
+        cache.encode_flat(["ok", b"bytes"])
+    with pytest.raises(TypeError):
+        cache.encode(None)
+    with pytest.raises(ValueError, match="append"):
+        cache.encode_flat(["x"], append=workbook_tok.vocab_size)
+    # a lone surrogate (e.g. from a JSON "\ud800" escape) fails exactly like encode_batch
+    with pytest.raises(TypeError) as plain:
+        workbook_tok.encode_batch(["ok", "bad \ud800 text"], num_threads=1)
+    with pytest.raises(TypeError) as cached:
+        cache.encode_flat(["ok", "bad \ud800 text"])
+    assert str(cached.value) == str(plain.value)
+
+
+def _edit_piece(proto: bytes, index: int, piece: str | None = None, kind: int | None = None) -> bytes:
+    """The model proto with piece ``index``'s string and/or type replaced."""
+    model = model_pb2.ModelProto()
+    model.ParseFromString(proto)
+    if piece is not None:
+        model.pieces[index].piece = piece
+    if kind is not None:
+        model.pieces[index].type = kind
+    return model.SerializeToString()
+
+
+def test_word_cache_falls_back_for_models_that_do_not_qualify(corpus, tmp_path, tok):
+    docs = read_documents(corpus)
+    rng = random.Random(5)
+    texts = docs[:60] + [_spacey_text(rng) for _ in range(400)] + EDGE_CASES
+    cases = {
+        "unigram": ({"model_type": "unigram"}, "not a BPE model"),
+        "suffix": ({"treat_whitespace_as_suffix": True}, "treat_whitespace_as_suffix"),
+        "user_space": ({"user_defined_symbols": ["x y"]}, "could span a word boundary"),
+    }
+    for name, (options, reason) in cases.items():
+        options = dict(options)
+        model_type = options.pop("model_type", "bpe")
+        other = Tokenizer(train_sentencepiece(corpus, tmp_path / name, 600, model_type, **options))
+        problem = other.word_cache_problem()
+        assert problem is not None and reason in problem, (name, problem)
+        cache = other.word_cache()
+        assert not cache.exact and "off:" in repr(cache)
+        _assert_cache_exact(other, texts, cache)  # = encode(), which it calls
+        assert cache.words == 0 and len(cache) == 0
+    # hand-edited protos: a piece that could span a word boundary really changes the ids ...
+    proto = tok._proto
+    if tok.word_cache_problem() is not None:
+        return  # the unigram run of the module fixture: nothing more to check
+    last = tok.vocab_size - 1
+    assert tok.piece_to_id("\u2581t") != tok.unk and tok.piece_to_id("s\u2581t") == tok.unk
+    bridged = Tokenizer.from_bytes(_edit_piece(proto, last, piece="s\u2581t"))
+    assert "could span a word boundary" in bridged.word_cache_problem()
+    whole = bridged.encode("s t")
+    by_word = [i for w in W._WORD_RE.findall("s t") for i in bridged.encode(w)]
+    assert whole == [last] and by_word != whole  # so the check is needed
+    assert bridged.word_cache().encode("s t") == whole
+    # ... and UNUSED pieces (their re-splitting table is shared by the whole text) are refused
+    unused = Tokenizer.from_bytes(_edit_piece(proto, last, kind=model_pb2.ModelProto.SentencePiece.UNUSED))
+    assert "UNUSED" in unused.word_cache_problem()
+    _assert_cache_exact(unused, texts)
+
+
+# ---------------------------------------------------------------------------------------------
+# the word cache on normalizing models: normalize once, encode words with an identity copy
+# ---------------------------------------------------------------------------------------------
+#: What NFKC and case folding rewrite: full-width forms, ligatures, compatibility jamo,
+#: combining marks, CRLF and lone CR, compatibility numbers, no-break/ideographic/zero-width spaces.
+NFKC_SENSITIVE = [
+    "ｆｕｌｌ", "ｗｉｄｅ　ｓｐａｃｅ", "ﬁ", "ﬂ", "ﬀ", "ﬃ", "ㄱ", "ㅏ", "ㄳ", "ㅥ", "e\u0301", "a\u0308", "\u0301",
+    "\u0323\u0307", "Å", "\u212b", "①", "™", "Ⅻ", "½", "x²", "ｶﾞ", "ﾊﾟ", "\r\n", "\r", "\n", " ", "  ",
+    "   ", "\t", "\u00a0", "\u3000", "\u200b", "\ufeff", "ǅ", "ß", "İ", "Σς", "ＡＢＣ", "㍿", "㈜", "😀",
+    "한국어", "Hello", "WORLD", "123", "\u2581",
+]
+
+
+def _nfkc_text(rng: random.Random) -> str:
+    def piece() -> str:
+        r = rng.random()
+        if r < 0.55:
+            return rng.choice(NFKC_SENSITIVE)
+        if r < 0.8:
+            return rng.choice(EN)
+        return chr(rng.choice([rng.randint(0x20, 0x2FFF), rng.randint(0x3000, 0xD7FF),
+                               rng.randint(0xF900, 0xFFEF), rng.randint(0x1D400, 0x1D7FF)]))
+    return "".join(piece() for _ in range(rng.randint(0, 30)))
+
+
+@pytest.fixture(scope="module")
+def shipped_texts() -> list[str]:
+    """Every text field of the shipped corpora, data/*.jsonl."""
+    from labsupport.paths import REPO_ROOT
+
+    texts: list[str] = []
+    for path in sorted((REPO_ROOT / "data").glob("*.jsonl")):
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                obj = json.loads(line)
+                texts.extend(v for v in obj.values() if isinstance(v, str))
+    return texts
+
+
+@pytest.mark.parametrize("rule", ["identity", "nmt_nfkc", "nfkc_cf"])
+@pytest.mark.parametrize("byte_fallback,dummy_prefix", [(True, True), (True, False), (False, True), (False, False)])
+def test_word_cache_is_exact_for_normalizing_models(corpus, rule, byte_fallback, dummy_prefix, shipped_texts):
+    """SentencePiece defaults (squeezed spaces, no whitespace-only pieces) plus the rule under test:
+    the cache qualifies and gives SentencePieceProcessor.encode's ids on every shipped text and on
+    random NFKC-sensitive Unicode."""
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(synthetic_docs(seed=3) + NFKC_SENSITIVE * 3),
+                                   model_writer=buf, vocab_size=700, model_type="bpe", minloglevel=2,
+                                   num_threads=1, normalization_rule_name=rule,
+                                   byte_fallback=byte_fallback, add_dummy_prefix=dummy_prefix)
+    tok = Tokenizer.from_bytes(buf.getvalue(), f"{rule}.model")
+    assert tok.word_cache_problem() is None
+    cache = W.WordCache(tok)
+    assert cache.exact and cache._normalize is not None  # SentencePiece's default squeezes spaces
+    rng = random.Random(11)
+    texts = shipped_texts + [_nfkc_text(rng) for _ in range(3000)] + EDGE_CASES
+    flat, lens = cache.encode_flat(texts)
+    expected = tok._sp.encode([t for t in texts], num_threads=1)
+    meta = [i for i, t in enumerate(texts) if "\u2581" in t]  # Tokenizer.encode's own rule
+    for i in meta:
+        expected[i] = tok.encode(texts[i])
+    assert lens.tolist() == [len(x) for x in expected]
+    assert flat.tolist() == [i for x in expected for i in x]
+    assert 0 < cache.misses < cache.words // 2  # it did cache
+    assert sum(i < len(shipped_texts) for i in meta) < len(shipped_texts) // 100  # fast path nearly always
+
+
+def test_normalization_free_copy_encodes_normalized_text_like_the_model(corpus, tmp_path):
+    """Step 1 of the proof: encode(text) == copy.encode(normalize(text)); the copy is written
+    through sentencepiece_model_pb2 and changes only the normalizer."""
+    path = train_sentencepiece(corpus, tmp_path / "nfkc", 600, normalization_rule_name="nmt_nfkc",
+                               add_dummy_prefix=True, remove_extra_whitespaces=True)
+    tok = Tokenizer(path)
+    copy = model_pb2.ModelProto()
+    copy.ParseFromString(W.normalization_free_proto(tok))
+    original = W.read_model_proto(tok)
+    assert copy.normalizer_spec.name == "identity" and not copy.normalizer_spec.precompiled_charsmap
+    assert not copy.normalizer_spec.add_dummy_prefix and not copy.normalizer_spec.remove_extra_whitespaces
+    assert original.normalizer_spec.precompiled_charsmap  # the original still normalizes
+    assert copy.pieces == original.pieces and copy.trainer_spec == original.trainer_spec
+    plain = Tokenizer.from_bytes(copy.SerializeToString())
+    rng = random.Random(4)
+    texts = [_nfkc_text(rng).replace("\u2581", "") for _ in range(500)]
+    assert plain._sp.encode(tok._sp.normalize(texts)) == tok._sp.encode(texts)
+    assert any(plain._sp.encode(t) != tok._sp.encode(t) for t in texts)  # the copy alone differs
+
+
+def test_unigram_models_fall_back_and_say_why(corpus, tmp_path, capsys):
+    path = train_sentencepiece(corpus, tmp_path / "uni", 600, "unigram", normalization_rule_name="nfkc_cf")
+    tok = Tokenizer(path)
+    assert "not a BPE model" in tok.word_cache_problem()
+    cache = W.WordCache(tok)
+    texts = [_nfkc_text(random.Random(k)) for k in range(200)]
+    assert cache.encode_flat(texts)[0].tolist() == [i for t in texts for i in tok.encode(t)]
+    assert cache.words == 0 and "off: not a BPE model" in repr(cache)
