@@ -47,9 +47,9 @@ import time
 import warnings
 from pathlib import Path
 
-from benchmarks._common import Mismatch, machine_info, write_results
-
 import numpy as np
+
+from benchmarks._common import Mismatch, machine_info, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "indexed.json"
 
@@ -174,7 +174,7 @@ def train_foreign_tokenizer(corpus: Path, out: Path, vocab_size: int) -> dict:
     with open(out, "wb") as fh:
         spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=fh, **options)
     from labsupport.datasets.tokenizer import Tokenizer
-    from labsupport.datasets.word_cache import read_model_proto
+    from labsupport.datasets.word_cache import read_model_proto, word_cache_problem
 
     tok = Tokenizer(out)
     norm = read_model_proto(tok).normalizer_spec
@@ -182,7 +182,7 @@ def train_foreign_tokenizer(corpus: Path, out: Path, vocab_size: int) -> dict:
             "normalization_rule_name": norm.name, "add_dummy_prefix": norm.add_dummy_prefix,
             "remove_extra_whitespaces": norm.remove_extra_whitespaces,
             "vocab_size": tok.vocab_size, "fingerprint": tok.fingerprint,
-            "word_cache_problem": tok.word_cache_problem()}
+            "word_cache_problem": word_cache_problem(tok)}
 
 
 #: the timed preprocessing methods; "labsupport" is the default (word cache on)

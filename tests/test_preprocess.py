@@ -12,6 +12,7 @@ import pytest
 from labsupport.datasets import preprocess as pp
 from labsupport.datasets.indexed import IndexedDataset
 from labsupport.datasets.tokenizer import Tokenizer, train_sentencepiece
+from labsupport.datasets.word_cache import word_cache_problem
 
 
 @pytest.fixture(scope="module")
@@ -133,8 +134,8 @@ def _outputs(prefix):
 
 
 def test_word_cache_output_is_byte_identical_on_the_shipped_corpora(tmp_path):
-    from labsupport.paths import DOMAINS, data_file
     from labsupport.datasets.tokenizer import workbook_tokenizer
+    from labsupport.paths import DOMAINS, data_file
 
     model = workbook_tokenizer()
     tok = Tokenizer(model)
@@ -194,7 +195,7 @@ def test_tokenizer_without_exact_word_cache_is_encoded_as_before(tmp_path, capsy
 
     model = train_sentencepiece([data_file("code")], tmp_path / "u", 400, "unigram")
     tok = Tokenizer(model)
-    assert tok.word_cache_problem() is not None
+    assert word_cache_problem(tok) is not None
     src = write_jsonl(tmp_path / "a.jsonl", [{"text": t} for t in TEXTS])
     res = pp.preprocess([src], tmp_path / "o", model, append_eod=True, workers=2, show_progress=False)
     assert res.word_cache["used"] is False and "not a BPE model" in res.word_cache["reason"]
@@ -335,8 +336,8 @@ def isolated_work(tmp_path, monkeypatch):
 
 
 def test_workbook_prefixes_builds_caches_and_prints_nothing(isolated_work, capsys):
-    from labsupport.paths import DOMAINS, data_file
     from labsupport.datasets.tokenizer import workbook_tokenizer
+    from labsupport.paths import DOMAINS, data_file
 
     prefixes = pp.workbook_prefixes()
     assert capsys.readouterr().out == ""
@@ -486,7 +487,8 @@ def test_ctrl_c_prints_one_line_leaves_nothing_and_exits_130(tmp_path, tok_path)
     out_prefix = tmp_path / "out" / "big"
     out_prefix.parent.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "labsupport.preprocess", "--input", str(src), "--tokenizer-model",
-                             tok_path, "--output-prefix", str(out_prefix), "--workers", "2", "--append-eod"],
+                             tok_path, "--output-prefix", str(out_prefix), "--workers", "2", "--append-eod",
+                             "--no-word-cache"],   # repeated text would hit the word cache and finish too soon
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 60
     while not list(out_prefix.parent.glob("*.tmp-*")) or out_prefix.parent.joinpath("big_text_document.bin" + "").exists():

@@ -14,11 +14,22 @@ import pytest
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
+# the shared corpus, models and text generators of the tokenizer tests (fixtures included)
+from test_tokenizer import (  # noqa: F401
+    EDGE_CASES,
+    EN,
+    KO,
+    _random_text,
+    corpus,
+    model,
+    synthetic_docs,
+    tok,
+)
+
 from labsupport.datasets import tokenizer as T
 from labsupport.datasets import word_cache as W
 from labsupport.datasets.tokenizer import Tokenizer, read_documents, train_sentencepiece
-# the shared corpus, models and text generators of the tokenizer tests (fixtures included)
-from test_tokenizer import EDGE_CASES, EN, KO, _random_text, corpus, model, synthetic_docs, tok  # noqa: F401
+from labsupport.datasets.word_cache import WordCache, word_cache_problem
 
 
 # ---------------------------------------------------------------------------------------------
@@ -111,12 +122,12 @@ def workbook_tok() -> Tokenizer:
 
 
 def test_workbook_models_qualify_for_the_word_cache(workbook_tok, tok, model):
-    assert workbook_tok.word_cache_problem() is None
+    assert word_cache_problem(workbook_tok) is None
     assert W.WordCache(workbook_tok).exact
     if "bpe" in model.parent.name:  # the module's BPE model: other data, vocabulary 800
-        assert tok.word_cache_problem() is None
+        assert word_cache_problem(tok) is None
     else:
-        assert "not a BPE model" in tok.word_cache_problem()
+        assert "not a BPE model" in word_cache_problem(tok)
 
 
 def test_word_cache_is_exact_on_the_shipped_corpora(workbook_tok):
@@ -143,7 +154,7 @@ def test_word_cache_is_exact_on_random_strings(workbook_tok, tok):
 
 
 def test_word_cache_dtype_counters_and_errors(workbook_tok):
-    cache = workbook_tok.word_cache()
+    cache = WordCache(workbook_tok)
     assert cache.dtype == np.uint16 and len(cache) == 0 and "exact" in repr(cache)
     flat, lens = cache.encode_flat([])
     assert flat.size == 0 and lens.size == 0
@@ -200,27 +211,27 @@ def test_word_cache_falls_back_for_models_that_do_not_qualify(corpus, tmp_path, 
         options = dict(options)
         model_type = options.pop("model_type", "bpe")
         other = Tokenizer(train_sentencepiece(corpus, tmp_path / name, 600, model_type, **options))
-        problem = other.word_cache_problem()
+        problem = word_cache_problem(other)
         assert problem is not None and reason in problem, (name, problem)
-        cache = other.word_cache()
+        cache = WordCache(other)
         assert not cache.exact and "off:" in repr(cache)
         _assert_cache_exact(other, texts, cache)  # = encode(), which it calls
         assert cache.words == 0 and len(cache) == 0
     # hand-edited protos: a piece that could span a word boundary really changes the ids ...
     proto = tok._proto
-    if tok.word_cache_problem() is not None:
+    if word_cache_problem(tok) is not None:
         return  # the unigram run of the module fixture: nothing more to check
     last = tok.vocab_size - 1
     assert tok.piece_to_id("\u2581t") != tok.unk and tok.piece_to_id("s\u2581t") == tok.unk
     bridged = Tokenizer.from_bytes(_edit_piece(proto, last, piece="s\u2581t"))
-    assert "could span a word boundary" in bridged.word_cache_problem()
+    assert "could span a word boundary" in word_cache_problem(bridged)
     whole = bridged.encode("s t")
     by_word = [i for w in W._WORD_RE.findall("s t") for i in bridged.encode(w)]
     assert whole == [last] and by_word != whole  # so the check is needed
-    assert bridged.word_cache().encode("s t") == whole
+    assert WordCache(bridged).encode("s t") == whole
     # ... and UNUSED pieces (their re-splitting table is shared by the whole text) are refused
     unused = Tokenizer.from_bytes(_edit_piece(proto, last, kind=model_pb2.ModelProto.SentencePiece.UNUSED))
-    assert "UNUSED" in unused.word_cache_problem()
+    assert "UNUSED" in word_cache_problem(unused)
     _assert_cache_exact(unused, texts)
 
 
@@ -275,7 +286,7 @@ def test_word_cache_is_exact_for_normalizing_models(corpus, rule, byte_fallback,
                                    num_threads=1, normalization_rule_name=rule,
                                    byte_fallback=byte_fallback, add_dummy_prefix=dummy_prefix)
     tok = Tokenizer.from_bytes(buf.getvalue(), f"{rule}.model")
-    assert tok.word_cache_problem() is None
+    assert word_cache_problem(tok) is None
     cache = W.WordCache(tok)
     assert cache.exact and cache._normalize is not None  # SentencePiece's default squeezes spaces
     rng = random.Random(11)
@@ -314,7 +325,7 @@ def test_normalization_free_copy_encodes_normalized_text_like_the_model(corpus, 
 def test_unigram_models_fall_back_and_say_why(corpus, tmp_path, capsys):
     path = train_sentencepiece(corpus, tmp_path / "uni", 600, "unigram", normalization_rule_name="nfkc_cf")
     tok = Tokenizer(path)
-    assert "not a BPE model" in tok.word_cache_problem()
+    assert "not a BPE model" in word_cache_problem(tok)
     cache = W.WordCache(tok)
     texts = [_nfkc_text(random.Random(k)) for k in range(200)]
     assert cache.encode_flat(texts)[0].tolist() == [i for t in texts for i in tok.encode(t)]

@@ -52,7 +52,6 @@ import math
 
 import numpy as np
 
-from labsupport.datasets.blending import _sequential
 
 __all__ = ["chunked_blending_indices"]
 
@@ -481,7 +480,7 @@ def chunked_blending_indices(w: np.ndarray, size: int, *, chunks: int | None = N
     # the exact counts after a short prefix seed the guesses (a dataset taken once on an early
     # exact tie and never again keeps that count everywhere)
     t0 = int(max(0, min(ch.B - ch.K, 512)))
-    _, _, seed = _sequential(ch.wl, t0, [0] * ch.n, 0)
+    _, _, seed = _sequential_pruned(ch.wl, t0, [0] * ch.n, 0)
     seed = np.array(seed, dtype=np.float64)
     steps = np.maximum(ch.firsts - ch.K, t0)
     guess = _guess_counts(ch.w_eff, steps, seed, t0)

@@ -19,7 +19,7 @@ ints), and the main process only writes bytes.  Most of the time is SentencePiec
 each worker also keeps a word-level cache (:class:`labsupport.datasets.word_cache.WordCache`,
 what HF ``tokenizers`` does): a word it has seen before is not run through BPE again.  The ids
 are exactly ``Tokenizer.encode``'s — the cache is only used for models where that is proven
-(:meth:`~labsupport.datasets.tokenizer.Tokenizer.word_cache_problem`: SentencePiece BPE models,
+(:func:`~labsupport.datasets.word_cache.word_cache_problem`: SentencePiece BPE models,
 whatever their normalization rule), every other model (unigram) is encoded as before and the
 reason is printed — and ``--no-word-cache`` turns it off; the output files are
 byte-identical either way (``benchmarks/bench_indexed.py`` measures both against Megatron).
@@ -57,11 +57,17 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from labsupport.paths import shown_path
+from labsupport.datasets.indexed import (
+    IndexedDataset,
+    IndexedDatasetBuilder,
+    get_bin_path,
+    get_idx_path,
+    get_sidecar_path,
+    optimal_dtype,
+)
+from labsupport.datasets.word_cache import WordCache, word_cache_problem
 from labsupport.fileio import PathLike
-from labsupport.datasets.indexed import IndexedDataset, IndexedDatasetBuilder, get_bin_path, get_idx_path, \
-    get_sidecar_path, optimal_dtype
-
+from labsupport.paths import shown_path
 
 #: Raw input bytes per work item (a block of whole lines).
 CHUNK_BYTES = 512 * 1024
@@ -168,8 +174,6 @@ def _init_worker(tokenizer, keys: tuple[str, ...], append_eod: bool, dtype: str,
         # (it stops the pool and removes the partial output), so workers print no traceback.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     # each worker process gets its own, empty cache (not exact: plain encode_batch)
-    from labsupport.datasets.word_cache import WordCache
-
     cache = WordCache(tokenizer, dtype, enabled=word_cache)
     _WORKER.update(tok=tokenizer, keys=keys, append_eod=append_eod, dtype=np.dtype(dtype),
                    eod=tokenizer.eod if append_eod else None, cache=cache)
@@ -309,7 +313,7 @@ def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *
                     yield fi, lineno, blob
                     lineno += blob.count(b"\n") + (0 if blob.endswith(b"\n") else 1)
 
-    cache_problem = tok.word_cache_problem() if word_cache else "turned off (--no-word-cache)"
+    cache_problem = word_cache_problem(tok) if word_cache else "turned off (--no-word-cache)"
     init = (tok, keys, append_eod, dtype.str, cache_problem is None)
     cache_words = cache_misses = 0
     pool = bar = None
@@ -570,8 +574,8 @@ def workbook_prefixes(domains: Sequence[str] | None = None) -> dict[str, str]:
     processes call it at once (each builds under temporary names and renames identical
     bytes into place) and prints nothing.
     """
-    from labsupport.paths import DOMAINS, data_file, work_dir
     from labsupport.datasets.tokenizer import Tokenizer, workbook_tokenizer
+    from labsupport.paths import DOMAINS, data_file, work_dir
 
     domains = tuple(DOMAINS if domains is None else domains)
     tok = Tokenizer(workbook_tokenizer())

@@ -12,9 +12,10 @@ What this module gives the other chapters:
   :class:`TokenizerMismatchError` naming both fingerprints (book §6.2.4 pitfall, §6.2.9).
 * :func:`workbook_tokenizer` — the standard model of the workbook, trained on the four
   domain corpora and cached in ``work_dir("tokenizer")``.
-* :meth:`Tokenizer.word_cache` — the speed path of chapter 2's preprocessing, in a module of
-  its own beside this one (:mod:`labsupport.datasets.word_cache`): ``encode`` with a word-level
-  cache, proven to give the same ids for every SentencePiece BPE model.
+The speed path of chapter 2's preprocessing lives in a module of its own beside this one,
+:mod:`labsupport.datasets.word_cache` (``WordCache(tok)``: ``encode`` with a word-level cache,
+proven per model by ``word_cache_problem(tok)`` to give the same ids for SentencePiece BPE models);
+it imports this module, never the other way round.
 
 Special ids of the models trained here: ``pad=0, unk=1, bos=2, eos=3``.  **eod** (the end of
 document token that ``--append-eod`` appends in chapter 2) is the id of a piece named ``<eod>``
@@ -304,8 +305,6 @@ class Tokenizer:
         has_bytes = all(i != sp.unk_id() and sp.is_byte(i) for i in self._meta_bytes)
         no_prefix = not sp.encode("a", out_type=str)[0].startswith(_META)
         self._escape_meta = has_bytes and no_prefix
-        self._word_problem: str | None = None
-        self._word_checked = False
 
     # pickling (multiprocessing workers in chapter 2): ship the proto, not the C++ object
     def __reduce__(self):
@@ -486,27 +485,6 @@ class Tokenizer:
         """The piece strings of a text or of ids, for display."""
         ids = self.encode(text_or_ids) if isinstance(text_or_ids, str) else list(text_or_ids)
         return [self.id_to_piece(i) for i in ids]
-
-    # -- word-level caching (the speed path of chapter 2: labsupport.datasets.word_cache) --------
-    def word_cache_problem(self) -> str | None:
-        """None when encoding word by word gives exactly :meth:`encode`'s ids; else the reason why not.
-
-        Proven per model by :func:`labsupport.datasets.word_cache.word_cache_problem` (a BPE
-        model whose pieces cannot span a space; any normalization rule).  Unigram models do not
-        qualify.
-        """
-        if not self._word_checked:
-            from labsupport.datasets.word_cache import word_cache_problem
-
-            self._word_problem = word_cache_problem(self)
-            self._word_checked = True
-        return self._word_problem
-
-    def word_cache(self, dtype=None, max_words: int | None = None):
-        """A new, empty :class:`~labsupport.datasets.word_cache.WordCache` for this tokenizer."""
-        from labsupport.datasets.word_cache import WORD_CACHE_MAX_WORDS, WordCache
-
-        return WordCache(self, dtype=dtype, max_words=WORD_CACHE_MAX_WORDS if max_words is None else max_words)
 
 
 def _tokenizer_from_state(proto: bytes, name: str, in_memory: bool = False) -> Tokenizer:
