@@ -249,21 +249,9 @@ def _load_tokenizer(tokenizer):
         raise PreprocessError(f"--tokenizer-model: {exc}") from None
 
 
-def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *,
-               json_keys: Sequence[str] = ("text",), append_eod: bool = False, workers: int = 1,
-               strict: bool = False, show_progress: bool = True, log=None,
-               chunk_bytes: int = CHUNK_BYTES, word_cache: bool = True) -> PreprocessResult:
-    """Tokenize jsonl ``inputs`` into ``<output_prefix>_<key>_document.{bin,idx,json}`` per key.
-
-    ``tokenizer``: a :class:`labsupport.datasets.tokenizer.Tokenizer` or the path of a ``.model``.
-    ``workers``: processes that parse and tokenize (1 = in this process).  ``word_cache``: let
-    each worker keep a word-level cache when the tokenizer allows it (same output, faster; see
-    the module docstring); False = one SentencePiece call per document, as before.  Bad lines go to
-    ``log`` (default stderr) as ``file:line: reason`` and are skipped, or raise PreprocessError
-    with ``strict``; nothing is left on disk when an error stops the run.  The progress bar
-    (documents, tokens, MB/s) goes to stderr.  Prints nothing to stdout.
-    """
-    log = sys.stderr if log is None else log
+def _checked_arguments(inputs: Sequence[PathLike], json_keys: Sequence[str], workers: int, tokenizer,
+                       append_eod: bool):
+    """Phase 1: the input files, keys, worker count and tokenizer, or PreprocessError saying what is wrong."""
     files = expand_inputs(inputs)
     keys = tuple(json_keys)
     if not keys or len(set(keys)) != len(keys):
@@ -277,13 +265,14 @@ def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *
             tok.eod
         except ValueError as exc:
             raise PreprocessError(f"--append-eod: {exc}") from None
-    dtype = np.dtype(optimal_dtype(tok.vocab_size))
-    shown = [shown_path(f) for f in files]
-    prefixes = {k: f"{os.fspath(output_prefix)}_{k}_document" for k in keys}
-    total_bytes = sum(f.stat().st_size for f in files)
-    start = time.perf_counter()
+    return files, keys, workers, tok
 
-    for k, p in prefixes.items():
+
+def _open_builders(prefixes: dict[str, str], dtype: np.dtype, vocab_size: int, output_prefix: PathLike,
+                   log) -> dict[str, IndexedDatasetBuilder]:
+    """Phase 2: remove what an interrupted run left under these prefixes, then one builder per key
+    (writing under temporary names); PreprocessError naming the folder when it cannot be written."""
+    for p in prefixes.values():
         removed = remove_stale_temporaries(p)
         if removed:
             print(f"preprocess: removed {len(removed)} temporary file(s) left by an interrupted run: "
@@ -291,19 +280,103 @@ def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *
     builders: dict[str, IndexedDatasetBuilder] = {}
     try:
         for k, p in prefixes.items():
-            builders[k] = IndexedDatasetBuilder(get_bin_path(p), dtype, vocab_size=tok.vocab_size)
+            builders[k] = IndexedDatasetBuilder(get_bin_path(p), dtype, vocab_size=vocab_size)
     except OSError as exc:
         for b in builders.values():
             b.abort()
-        folder = Path(get_bin_path(prefixes[keys[0]])).parent
+        folder = Path(get_bin_path(next(iter(prefixes.values())))).parent
         why = "does not exist" if not folder.is_dir() else f"cannot be written ({exc.strerror})"
         raise PreprocessError(f"--output-prefix {shown_path(output_prefix)}: folder {shown_path(folder)} {why}; "
                               "choose a folder you can write to") from None
+    return builders
+
+
+def _start_pool(workers: int, init: tuple):
+    """Phase 3: the worker pool (None for ``workers == 1``, which encodes in this process)."""
+    if workers == 1:
+        _init_worker(*init)
+        return None
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    # Ctrl-C while the pool is half-built would leave worker processes that block the exit:
+    # hold SIGINT until the pool exists, so the caller's cleanup can terminate it.
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if hasattr(signal, "pthread_sigmask") else None
+    try:
+        return multiprocessing.get_context(method).Pool(workers, _init_worker, init + (True,))
+    finally:
+        if held is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+@dataclass
+class _Tally:
+    """Phase 4's running counts: documents, tokens per key, bad lines, word-cache hits."""
+
+    keys: tuple[str, ...]
+    shown: list[str]
+    strict: bool
+    log: Any
+    lines_per_file: list[int]
+    tokens: dict[str, int] = field(default_factory=dict)
+    bad_lines: list[BadLine] = field(default_factory=list)
+    n_bad: int = 0
+    n_docs: int = 0
+    n_empty: int = 0
+    cache_words: int = 0
+    cache_misses: int = 0
+
+    def add(self, result, builders: dict[str, IndexedDatasetBuilder], bar) -> int:
+        """Count one encoded block, append its documents to the builders; returns its bytes."""
+        fi, nbytes, n_lines, docs, encoded, bad, (n_words, n_misses) = result
+        self.lines_per_file[fi] += n_lines
+        self.cache_words += n_words
+        self.cache_misses += n_misses
+        for lineno, reason in bad:
+            self.n_bad += 1
+            item = BadLine(self.shown[fi], lineno, reason)
+            if self.strict:
+                raise PreprocessError(f"{item} (--strict stops at the first bad line; "
+                                      "fix the line or drop --strict to skip bad lines)")
+            if len(self.bad_lines) < MAX_REPORTED:
+                self.bad_lines.append(item)
+                _warn(f"warning: {item} — skipped", self.log, bar)
+            elif self.n_bad == MAX_REPORTED + 1:
+                _warn("warning: more bad lines; from now on they are only counted", self.log, bar)
+        for k in self.keys:
+            flat, lens = encoded[k]
+            builders[k].add_documents(flat, lens, empty_as_no_sequence=True)
+            self.tokens[k] = self.tokens.get(k, 0) + flat.size
+        self.n_empty += int((encoded[self.keys[0]][1] == 0).sum())
+        self.n_docs += docs
+        return nbytes
+
+
+def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *,
+               json_keys: Sequence[str] = ("text",), append_eod: bool = False, workers: int = 1,
+               strict: bool = False, show_progress: bool = True, log=None,
+               chunk_bytes: int = CHUNK_BYTES, word_cache: bool = True) -> PreprocessResult:
+    """Tokenize jsonl ``inputs`` into ``<output_prefix>_<key>_document.{bin,idx,json}`` per key.
+
+    ``tokenizer``: a :class:`labsupport.datasets.tokenizer.Tokenizer` or the path of a ``.model``.
+    ``workers``: processes that parse and tokenize (1 = in this process).  ``word_cache``: let
+    each worker keep a word-level cache when the tokenizer allows it (same output, faster; see
+    the module docstring); False = one SentencePiece call per document, as before.  Bad lines go to
+    ``log`` (default stderr) as ``file:line: reason`` and are skipped, or raise PreprocessError
+    with ``strict``; nothing is left on disk when an error stops the run.  The progress bar
+    (documents, tokens, MB/s) goes to stderr.  Prints nothing to stdout.
+
+    Phases: check the arguments → open one builder per key → encode blocks (in a pool) and
+    append them in input order → write each ``.idx`` and sidecar.
+    """
+    log = sys.stderr if log is None else log
+    files, keys, workers, tok = _checked_arguments(inputs, json_keys, workers, tokenizer, append_eod)
+    dtype = np.dtype(optimal_dtype(tok.vocab_size))
+    shown = [shown_path(f) for f in files]
+    prefixes = {k: f"{os.fspath(output_prefix)}_{k}_document" for k in keys}
+    total_bytes = sum(f.stat().st_size for f in files)
+    start = time.perf_counter()
+    builders = _open_builders(prefixes, dtype, tok.vocab_size, output_prefix, log)
     hashers = [hashlib.sha256() for _ in files]
-    lines_per_file = [0] * len(files)
-    bad_lines: list[BadLine] = []
-    n_bad = n_docs = n_empty = 0
-    tokens = dict.fromkeys(keys, 0)
+    tally = _Tally(keys, shown, strict, log, [0] * len(files), dict.fromkeys(keys, 0))
 
     def tasks() -> Iterator[tuple[int, int, bytes]]:
         for fi, path in enumerate(files):
@@ -314,59 +387,26 @@ def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *
                     lineno += blob.count(b"\n") + (0 if blob.endswith(b"\n") else 1)
 
     cache_problem = word_cache_problem(tok) if word_cache else "turned off (--no-word-cache)"
-    init = (tok, keys, append_eod, dtype.str, cache_problem is None)
-    cache_words = cache_misses = 0
     pool = bar = None
     try:  # from here on, any exception (Ctrl-C included) removes the partial output
-        if workers > 1:
-            method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-            # Ctrl-C while the pool is half-built would leave worker processes that block the exit:
-            # hold SIGINT until `pool` exists, so the cleanup below can terminate it.
-            held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if hasattr(signal, "pthread_sigmask") else None
-            try:
-                pool = multiprocessing.get_context(method).Pool(workers, _init_worker, init + (True,))
-            finally:
-                if held is not None:
-                    signal.pthread_sigmask(signal.SIG_SETMASK, held)
-            results = _ordered(pool, tasks(), window=2 * workers + 2)
-        else:
-            _init_worker(*init)
-            results = map(_encode_block, tasks())
+        pool = _start_pool(workers, (tok, keys, append_eod, dtype.str, cache_problem is None))
+        results = _ordered(pool, tasks(), window=2 * workers + 2) if pool is not None else map(_encode_block, tasks())
         if show_progress:
             from labsupport.progress import progress
 
             bar = progress(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1000,
                            desc="preprocess")
-        for fi, nbytes, n_lines, docs, encoded, bad, (n_words, n_misses) in results:
-            lines_per_file[fi] += n_lines
-            cache_words += n_words
-            cache_misses += n_misses
-            for lineno, reason in bad:
-                n_bad += 1
-                item = BadLine(shown[fi], lineno, reason)
-                if strict:
-                    raise PreprocessError(f"{item} (--strict stops at the first bad line; "
-                                          "fix the line or drop --strict to skip bad lines)")
-                if len(bad_lines) < MAX_REPORTED:
-                    bad_lines.append(item)
-                    _warn(f"warning: {item} — skipped", log, bar)
-                elif n_bad == MAX_REPORTED + 1:
-                    _warn("warning: more bad lines; from now on they are only counted", log, bar)
-            for k in keys:
-                flat, lens = encoded[k]
-                builders[k].add_documents(flat, lens, empty_as_no_sequence=True)
-                tokens[k] += flat.size
-            n_empty += int((encoded[keys[0]][1] == 0).sum())
-            n_docs += docs
+        for result in results:
+            nbytes = tally.add(result, builders, bar)
             if bar is not None:
-                bar.set_postfix_str(f"{n_docs:,} docs, {sum(tokens.values()):,} tokens", refresh=False)
+                bar.set_postfix_str(f"{tally.n_docs:,} docs, {sum(tally.tokens.values()):,} tokens", refresh=False)
                 bar.update(nbytes)
         if bar is not None:
             bar.refresh()  # the final counts and rate, however short the run
-        if n_docs == 0 and n_bad:
+        if tally.n_docs == 0 and tally.n_bad:
             found = _keys_found(files)
             raise PreprocessError(
-                f"no usable line: all {n_bad:,} lines were skipped (first: {bad_lines[0]}). "
+                f"no usable line: all {tally.n_bad:,} lines were skipped (first: {tally.bad_lines[0]}). "
                 + (f"--json-keys {' '.join(keys)}: the objects have keys {found}; pass one of them"
                    if found and not set(keys) & set(found) else "see the warnings above"))
         if pool is not None:
@@ -375,7 +415,7 @@ def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *
         sidecars = {}
         for k, prefix in prefixes.items():
             builders[k].metadata = _sidecar_extra(k, tok, append_eod, files, shown, hashers,
-                                                  lines_per_file, n_bad, n_empty)
+                                                  tally.lines_per_file, tally.n_bad, tally.n_empty)
             sidecars[k] = builders[k].finalize(get_idx_path(prefix))
     except BaseException:
         for b in builders.values():
@@ -388,10 +428,10 @@ def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *
         if bar is not None:
             bar.close()
     seconds = time.perf_counter() - start
-    return PreprocessResult(prefixes, n_docs, tokens, n_empty, total_bytes, bad_lines, n_bad,
-                            seconds, sidecars,
+    return PreprocessResult(prefixes, tally.n_docs, tally.tokens, tally.n_empty, total_bytes, tally.bad_lines,
+                            tally.n_bad, seconds, sidecars,
                             {"used": cache_problem is None, "reason": cache_problem,
-                             "words": cache_words, "misses": cache_misses})
+                             "words": tally.cache_words, "misses": tally.cache_misses})
 
 
 def _keys_found(files: Sequence[Path], max_lines: int = 1000) -> list[str]:
