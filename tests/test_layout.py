@@ -11,7 +11,7 @@ import pytest
 from labsupport.paths import REPO_ROOT
 
 PKG = REPO_ROOT / "labsupport"
-BASE = {"env", "paths", "progress", "config", "fileio"}
+BASE = {"env", "paths", "progress", "config", "fileio", "cli"}
 ENTRY = {"preprocess", "runall", "grade", "make_exercises", "train"}
 #: layer of each part; a module may import only from parts of its own layer or below
 LAYER = {"base": 0, "datasets": 1, "models": 2, "distributed": 2, "training": 3, "check": 4, "workbook": 4,

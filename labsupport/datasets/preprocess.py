@@ -66,6 +66,7 @@ from labsupport.datasets.indexed import (
     optimal_dtype,
 )
 from labsupport.datasets.word_cache import WordCache, word_cache_problem
+from labsupport.cli import run_command
 from labsupport.fileio import PathLike
 from labsupport.paths import shown_path
 
@@ -563,18 +564,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse has printed the usage error
         return int(exc.code or 0)
     sys.stdout.flush()  # what the caller printed comes before the progress bar (stderr)
-    try:
-        res = preprocess(args.input, args.output_prefix, args.tokenizer_model,
-                         json_keys=args.json_keys, append_eod=args.append_eod,
-                         workers=args.workers, strict=args.strict,
-                         show_progress=not args.no_progress, word_cache=not args.no_word_cache)
-    except PreprocessError as exc:
-        return _fail(f"preprocess: error: {exc}", 1)
-    except KeyboardInterrupt:
-        return _fail("preprocess: interrupted (Ctrl-C); no output was written", 130)
-    except OSError as exc:  # e.g. the disk filled up while writing
-        where = f" {shown_path(exc.filename)}" if exc.filename else ""
-        return _fail(f"preprocess: error:{where}: {exc.strerror or exc}", 1)
+    return run_command("preprocess", lambda: _run(args), {PreprocessError: 1},
+                       interrupted="interrupted (Ctrl-C); no output was written", shown=shown_path)
+
+
+def _run(args) -> int:
+    res = preprocess(args.input, args.output_prefix, args.tokenizer_model,
+                     json_keys=args.json_keys, append_eod=args.append_eod,
+                     workers=args.workers, strict=args.strict,
+                     show_progress=not args.no_progress, word_cache=not args.no_word_cache)
     sys.stderr.flush()
     side = next(iter(res.sidecars.values()))
     files = len(side["sources"])
@@ -598,10 +596,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _fail(message: str, status: int) -> int:
-    sys.stdout.flush()
-    print(message, file=sys.stderr, flush=True)
-    return status
 
 
 # ----------------------------------------------------------------------------------- workbook

@@ -18,6 +18,7 @@ from pathlib import Path
 import nbformat
 
 from labsupport.workbook.nbrun import write_notebook
+from labsupport.cli import run_command
 from labsupport.paths import REPO_ROOT
 
 BEGIN = "### BEGIN SOLUTION"
@@ -91,18 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command. Exit status: 0 done (or, with --check, nothing stale); 1 stale exercises
     (--check) or an error such as unbalanced solution markers (one line on stderr); 2 usage error;
     130 interrupted (Ctrl-C)."""
-    try:
-        return _main(argv)
-    except KeyboardInterrupt:
-        print("make_exercises: interrupted (Ctrl-C)", file=sys.stderr, flush=True)
-        return 130
-    except (SolutionMarkupError, nbformat.reader.NotJSONError) as exc:
-        print(f"make_exercises: error: {exc}", file=sys.stderr, flush=True)
-        return 1
-    except OSError as exc:
-        where = f" {exc.filename}" if exc.filename else ""
-        print(f"make_exercises: error:{where}: {exc.strerror or exc}", file=sys.stderr, flush=True)
-        return 1
+    return run_command("make_exercises", lambda: _main(argv),
+                       {SolutionMarkupError: 1, nbformat.reader.NotJSONError: 1})
 
 
 def _main(argv: list[str] | None) -> int:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from labsupport.workbook.nbrun import (KERNEL, RunResult, _first_line, execute_notebook, headless_env,
                                        process_env, write_notebook)
+from labsupport.cli import run_command
 from labsupport.paths import REPO_ROOT
 
 
@@ -100,18 +101,7 @@ def format_table(results: list[RunResult]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command; returns the exit status (see the module docstring)."""
-    try:
-        return _main(argv)
-    except KeyboardInterrupt:
-        print("runall: interrupted (Ctrl-C)", file=sys.stderr, flush=True)
-        return 130
-    except UsageError as exc:
-        print(f"runall: error: {exc}", file=sys.stderr, flush=True)
-        return 2
-    except OSError as exc:
-        where = f" {exc.filename}" if exc.filename else ""
-        print(f"runall: error:{where}: {exc.strerror or exc}", file=sys.stderr, flush=True)
-        return 1
+    return run_command("runall", lambda: _main(argv), {UsageError: 2})
 
 
 def _main(argv: list[str] | None) -> int:
