@@ -116,10 +116,27 @@ def sandbox_note(mode: str | None = None) -> str:
     }[mode]
 
 
+def _needed_under_tmp() -> list[str]:
+    """The interpreter, its virtualenv and the repository, where they lie under /tmp (outermost only)."""
+    tmp = Path("/tmp").resolve()
+    found: list[Path] = []
+    for raw in (sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)), REPO_ROOT):
+        path = Path(raw).resolve()
+        if path != tmp and tmp in path.parents:
+            found.append(path)
+    outer = [p for p in found if not any(q != p and q in p.parents for q in found)]
+    return sorted({str(p) for p in outer})
+
+
 def _prefix(mode: str, workdir: Path) -> list[str]:
     if mode == "bwrap":
+        # /tmp becomes an empty tmpfs; what the worker needs from it (a checkout or a virtualenv that
+        # lives under /tmp, e.g. a CI clone) is mounted back read-only on top, the worker's folder writable
+        keep = []
+        for path in _needed_under_tmp():
+            keep += ["--ro-bind", path, path]
         return [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-                "--tmpfs", "/tmp", "--bind", str(workdir), str(workdir), "--unshare-all", "--die-with-parent",
+                "--tmpfs", "/tmp", *keep, "--bind", str(workdir), str(workdir), "--unshare-all", "--die-with-parent",
                 "--new-session", "--chdir", str(workdir / "home"), "--"]
     if mode == "unshare":
         return [shutil.which("unshare") or "unshare", *_UNSHARE, "sh", "-c", _MOUNTS, "sh"]
