@@ -39,10 +39,11 @@ from benchmarks._common import machine_info, require, write_results
 
 RESULTS = Path(__file__).parent / "results" / "gpu.json"
 
-#: Link models for the single-GPU prediction (chapter 5's α–β model). The bandwidths are the
-#: vendors' per-direction numbers: NVLink 4 on H100/H200 is 900 GB/s bidirectional per GPU
-#: (NVIDIA H100/H200 datasheets), one NDR InfiniBand port is 400 Gb/s = 50 GB/s. The latencies
-#: are assumptions of the order nccl-tests shows for small messages, stated as such.
+#: Link models for the single-GPU prediction (chapter 5's α–β model). The bandwidths are per
+#: direction and the same as chapter 0's TP-across-nodes warning uses: NVLink 4 on H100/H200 is
+#: 900 GB/s bidirectional per GPU, 450 GB/s each way; one NDR InfiniBand port is 400 Gb/s = 50 GB/s
+#: (chapter 0 cites the DGX H100 User Guide for both). The latencies are assumptions of the order
+#: nccl-tests shows for small messages, stated as such, not measurements.
 LINKS = {
     "NVLink 4 (8 GPUs, one node)": {"world_size": 8, "alpha_s": 5e-6, "beta_s_per_byte": 1 / 450e9},
     "InfiniBand NDR (8 nodes × 1 port)": {"world_size": 8, "alpha_s": 15e-6, "beta_s_per_byte": 1 / 50e9},
@@ -200,14 +201,13 @@ def collectives(device, sizes: list[int]) -> dict[str, Any]:
             sec = (time.perf_counter() - start) / reps
             copies.append({"bytes": s, "seconds": sec, "GBps_read_plus_write": 2 * s / sec / 1e9})
         out["local_copy"] = copies
-    out["alpha_beta_predictions"] = {
-        name: {"assumptions": link, "all_reduce": [
-            {"bytes": s, "seconds": C.alpha_beta_time("all_reduce", s, link["world_size"], link["alpha_s"],
-                                                      link["beta_s_per_byte"]),
-             "busbw_GBps": C.bus_bandwidth("all_reduce", s, C.alpha_beta_time(
-                 "all_reduce", s, link["world_size"], link["alpha_s"], link["beta_s_per_byte"]), link["world_size"])}
-            for s in sizes]}
-        for name, link in LINKS.items()}
+    out["alpha_beta_predictions"] = {}
+    for name, link in LINKS.items():
+        rows = []
+        for s in sizes:
+            t = C.alpha_beta_time("all_reduce", s, link["world_size"], link["alpha_s"], link["beta_s_per_byte"])
+            rows.append({"bytes": s, "seconds": t, "busbw_GBps": C.bus_bandwidth("all_reduce", s, t, link["world_size"])})
+        out["alpha_beta_predictions"][name] = {"assumptions": link, "all_reduce": rows}
     return out
 
 

@@ -21,6 +21,6 @@ from labsupport.paths import DATA_DIR, REPO_ROOT, data_file, work_dir, display_p
 __version__ = "0.1.0"
 
 __all__ = [
-    "setup", "device", "NO_GPU_NOTE", "cuda_available", "is_headless",
+    "setup", "device", "NO_GPU_NOTE", "cuda_available", "is_headless", "measured_on_gpu",
     "DATA_DIR", "REPO_ROOT", "data_file", "work_dir", "display_path", "__version__",
 ]

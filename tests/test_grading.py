@@ -201,6 +201,19 @@ def test_honest_habits_are_not_punished(tmp_path):
         ("q1", "passed", []), ("q2", "passed", []), ("q3", "passed", [])]
 
 
+def _with_memory_gb(tmp_path: Path, folder: str, source: str) -> Path:
+    """solutions/00 as a submission in ``tmp_path/folder`` whose memory_gb answer cell is ``source``."""
+    nb = json.loads((REPO_ROOT / "solutions" / "00_orientation.ipynb").read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        if cell["cell_type"] == "code" and "def memory_gb" in src:
+            cell["source"] = source
+    path = tmp_path / folder / "00_orientation.ipynb"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    return path
+
+
 def test_the_students_process_has_no_network(tmp_path):
     """With namespaces the student's code cannot reach even this machine's loopback."""
     import socket
@@ -211,16 +224,9 @@ def test_the_students_process_has_no_network(tmp_path):
     port = server.getsockname()[1]
     probe = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2).close()\n"
              "    _reached = True\nexcept OSError:\n    _reached = False\n")
-    nb = json.loads((REPO_ROOT / "solutions" / "00_orientation.ipynb").read_text(encoding="utf-8"))
-    for cell in nb["cells"]:
-        src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-        if cell["cell_type"] == "code" and "def memory_gb" in src:
-            cell["source"] = probe + ("def memory_gb(n_params, method):\n"
-                                      "    assert not _reached, 'the network was reachable'\n"
-                                      "    return n_params * {'bf16_weights': 2, 'full_adam': 16}[method] / 1e9\n")
-    path = tmp_path / "net" / "00_orientation.ipynb"
-    path.parent.mkdir()
-    path.write_text(json.dumps(nb), encoding="utf-8")
+    path = _with_memory_gb(tmp_path, "net", probe + ("def memory_gb(n_params, method):\n"
+                                                     "    assert not _reached, 'the network was reachable'\n"
+                                                     "    return n_params * {'bf16_weights': 2, 'full_adam': 16}[method] / 1e9\n"))
     try:
         graded = grade_file(path, discover(), Options(seed="t", rounds=1))
     finally:
@@ -246,16 +252,9 @@ def test_sandbox_keeps_the_repository_and_other_students_read_only(tmp_path, mon
                  f"for target in ({str(marker)!r}, {str(other)!r}, 'mine.txt'):\n"
                  "    try:\n        pathlib.Path(target).write_text('x')\n        _written.append(target)\n"
                  "    except OSError:\n        pass\n")
-        nb = json.loads((REPO_ROOT / "solutions" / "00_orientation.ipynb").read_text(encoding="utf-8"))
-        for cell in nb["cells"]:
-            src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-            if cell["cell_type"] == "code" and "def memory_gb" in src:
-                cell["source"] = probe + ("def memory_gb(n_params, method):\n"
-                                          "    assert _written == ['mine.txt'], _written\n"
-                                          "    return n_params * {'bf16_weights': 2, 'full_adam': 16}[method] / 1e9\n")
-        path = tmp_path / "subs" / "eve" / "00_orientation.ipynb"
-        path.parent.mkdir()
-        path.write_text(json.dumps(nb), encoding="utf-8")
+        path = _with_memory_gb(tmp_path, "subs/eve", probe + ("def memory_gb(n_params, method):\n"
+                                                              "    assert _written == ['mine.txt'], _written\n"
+                                                              "    return n_params * {'bf16_weights': 2, 'full_adam': 16}[method] / 1e9\n"))
         graded = grade_file(path, discover(), Options(seed="t", rounds=1, protect=(tmp_path / "subs",)))
     finally:
         sandbox.sandbox_mode.cache_clear()

@@ -24,7 +24,6 @@ import csv
 import hashlib
 import io
 import json
-import os
 import secrets
 import shutil
 import sys

@@ -7,7 +7,6 @@ modules and printed lines of the submission are never read.  Only its answer cel
 from __future__ import annotations
 
 import builtins
-import copy
 import hashlib
 import json
 import os
@@ -20,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from labsupport.check import _core
-from labsupport.paths import REPO_ROOT
 from labsupport.workbook.grading import codec
 from labsupport.workbook.grading.exercise import (
     Chapter,
