@@ -215,6 +215,61 @@ def test_indices_equal_the_loop_on_skewed_and_tied_weights(seed):
     assert run_again > 0  # the predicted second run really ran
 
 
+@pytest.mark.parametrize("engine", ["numba", "numpy", "python"])
+def test_every_engine_equals_the_loop(engine):
+    """Forced engines on skewed, log-uniform, tied, zero and unnormalised weights, odd sizes."""
+    rng = np.random.default_rng(41)
+    cases = [rng.dirichlet(np.full(60, 0.1)), np.exp(rng.uniform(np.log(1e-5), 0.0, 37)),
+             np.repeat(rng.dirichlet(np.ones(3)), 4), [0.0, 0.5, 0.5], [1 / 3] * 3,
+             rng.random(7) * 3.7, [0.6, 0.25, 0.15]]
+    for w in cases:
+        size = int(rng.integers(1, 25_000))
+        want = bl.reference_blending_indices(w, size)
+        got = bl.build_blending_indices(w, size, engine=engine)
+        assert got[0].dtype == np.int16 and got[1].dtype == np.int64
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), (engine, len(w), size)
+
+
+def test_compiled_loop_has_no_fused_multiply_add():
+    """``w * x - count`` must round twice, as in the C++; an FMA rounds once and can flip a
+    near-tie.  Read from the machine code numba produced here."""
+    from labsupport.datasets import blending_numba
+
+    if blending_numba.numba_problem():
+        pytest.skip(blending_numba.numba_problem())
+    assert blending_numba.fused_multiply_add_in_machine_code() == []
+    assert blending_numba._FMA_RE.search("vfmadd231sd %xmm2, %xmm1, %xmm0")   # the check can fail
+
+
+def test_compiled_loop_resumes_exactly():
+    from labsupport.datasets.blending_numba import numba_blending_indices
+
+    w = np.random.default_rng(5).dirichlet(np.full(9, 0.5))
+    whole = numba_blending_indices(w, 5_000)
+    counts = np.bincount(whole[0][:1_234], minlength=9)
+    tail = numba_blending_indices(w, 5_000 - 1_234, start=1_234, counts=counts)
+    assert np.array_equal(tail[0], whole[0][1_234:]) and np.array_equal(tail[1], whole[1][1_234:])
+    with pytest.raises(ValueError, match="counts has shape"):
+        numba_blending_indices(w, 10, counts=[0, 0])
+
+
+def test_auto_engine_is_numba_and_falls_back_to_numpy(monkeypatch):
+    from labsupport.datasets import blending_numba
+
+    assert bl.blending_engine() == "numba"                     # numba is a dependency
+    monkeypatch.setattr(blending_numba, "_IMPORT_ERROR", "numba could not be imported (test)")
+    assert bl.blending_engine() == "numpy"
+    w = [0.5, 0.3, 0.2]
+    got = bl.build_blending_indices(w, 50_000)
+    want = bl.reference_blending_indices(w, 50_000)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    monkeypatch.setattr(blending_numba, "_kernel", None)
+    with pytest.raises(RuntimeError, match="numba could not be imported"):
+        blending_numba.numba_blending_indices(np.array(w), 10)
+    with pytest.raises(BlendError, match="engine must be one of"):
+        bl.build_blending_indices(w, 10, engine="c++")
+
+
 def test_pruned_rerun_equals_the_loop():
     from labsupport.datasets.blending_fast import _sequential_pruned
 

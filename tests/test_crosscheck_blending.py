@@ -51,13 +51,19 @@ TIES = [
 
 @pytest.mark.parametrize("weights", TIES, ids=lambda w: f"{len(w)}:{w[0]:.3g}")
 @pytest.mark.parametrize("size", [0, 1, 2, 3, 10, 999, 20_011, 150_000])
-def test_blending_indices_with_ties(megatron, weights, size):
-    assert_same(bl.build_blending_indices(weights, size), mega_indices(megatron, weights, size),
-                f"weights {weights[:4]}… size {size}")
+@pytest.mark.parametrize("engine", ["auto", "numpy"])
+def test_blending_indices_with_ties(megatron, weights, size, engine):
+    assert_same(bl.build_blending_indices(weights, size, engine=engine), mega_indices(megatron, weights, size),
+                f"weights {weights[:4]}… size {size} engine {engine}")
+
+
+#: every engine the workbook has for large inputs ("auto" is numba where it imports)
+ENGINES = ["numba", "numpy"]
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_blending_indices_random(megatron, seed):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_blending_indices_random(megatron, seed, engine):
     rng = np.random.default_rng(1000 + seed)
     for trial in range(12):
         n = int(rng.choice([2, 3, 4, 5, 8, 16, 50, 300]))
@@ -77,12 +83,13 @@ def test_blending_indices_random(megatron, seed):
         if kind != 4:
             w = w / w.sum()
         size = int(rng.choice([int(rng.integers(1, 5_000)), int(rng.integers(5_000, 400_000))]))
-        assert_same(bl.build_blending_indices(w, size), mega_indices(megatron, w, size),
-                    f"seed {seed} trial {trial}: n={n} kind={kind} size={size}")
+        assert_same(bl.build_blending_indices(w, size, engine=engine), mega_indices(megatron, w, size),
+                    f"seed {seed} trial {trial}: n={n} kind={kind} size={size} engine {engine}")
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_blending_indices_on_any_weights(megatron, seed):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_blending_indices_on_any_weights(megatron, seed, engine):
     """Skewed weights (Dirichlet α=0.1 over 50 and 200 datasets: weights below 1e-15), log-uniform
     weights down to 1e-5, repeated (tied) weights: identical to megatron-core's helper."""
     rng = np.random.default_rng(3000 + seed)
@@ -97,28 +104,31 @@ def test_blending_indices_on_any_weights(megatron, seed):
         if name.startswith("dirichlet"):
             assert w.min() < 1e-6
         size = int(rng.integers(100_000, 300_000))
-        assert_same(bl.build_blending_indices(w, size), mega_indices(megatron, w, size),
-                    f"seed {seed} {name} size {size}")
+        assert_same(bl.build_blending_indices(w, size, engine=engine), mega_indices(megatron, w, size),
+                    f"seed {seed} {name} size {size} engine {engine}")
 
 
-def test_blending_indices_large(megatron):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_blending_indices_large(megatron, engine):
     rng = np.random.default_rng(7)
     for n in (3, 50):
         w = rng.random(n)
         w /= w.sum()
-        assert_same(bl.build_blending_indices(w, 2_000_000), mega_indices(megatron, w, 2_000_000), f"n={n}")
+        assert_same(bl.build_blending_indices(w, 2_000_000, engine=engine), mega_indices(megatron, w, 2_000_000),
+                    f"n={n} engine {engine}")
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_exhaustive_indices(megatron, seed):
+@pytest.mark.parametrize("engine", ["auto", "numpy", "python"])
+def test_exhaustive_indices(megatron, seed, engine):
     rng = np.random.default_rng(2000 + seed)
     for trial in range(10):
         n = int(rng.integers(1, 12))
         sizes = rng.integers(1, int(rng.choice([3, 30, 3000, 30000])), n)
         if trial % 3 == 0:
             sizes[int(rng.integers(0, n))] = 1
-        assert_same(bl.build_exhaustive_blending_indices(sizes.tolist()), mega_exhaustive(megatron, sizes),
-                    f"sizes {sizes.tolist()[:6]}")
+        assert_same(bl.build_exhaustive_blending_indices(sizes.tolist(), engine=engine),
+                    mega_exhaustive(megatron, sizes), f"sizes {sizes.tolist()[:6]} engine {engine}")
     assert_same(bl.build_exhaustive_blending_indices([5, 5, 5]), mega_exhaustive(megatron, [5, 5, 5]), "equal")
 
 

@@ -25,11 +25,13 @@ Public names (the chapter's contract):
 * :func:`expected_epochs`, :func:`cap_weights`, :func:`exact_duplicates` — the arithmetic of
   the chapter's exercises and its dedup note.
 
-How the indices are built without compiled code: the loop above is sequential, so
-:mod:`labsupport.datasets.blending_fast` runs it in chunks side by side from guessed states and
-then proves every chunk exact (re-running in Python only the steps a wrong guess changed); its
-output equals :func:`reference_blending_indices` for every weight vector
-(``tests/test_blending.py``) and megatron-core's (``tests/test_crosscheck_blending.py``).
+How the indices are built at compiled speed: :mod:`labsupport.datasets.blending_numba` is the
+loop above, literally, compiled by numba (as fast as megatron-core's C++, measured in
+``benchmarks/results/blending.json``); where numba cannot be imported,
+:mod:`labsupport.datasets.blending_fast` runs the loop in numpy, in chunks side by side from
+guessed states, and then proves every chunk exact.  Every engine's output equals
+:func:`reference_blending_indices` for every weight vector (``tests/test_blending.py``) and
+megatron-core's (``tests/test_crosscheck_blending.py``).
 """
 from __future__ import annotations
 
@@ -52,7 +54,7 @@ from labsupport.datasets.tokenizer import TokenizerMismatchError
 __all__ = [
     "BlendError", "OverdrawError", "TokenizerMismatchError",
     "get_blend_from_list", "normalize_weights",
-    "build_blending_indices", "build_exhaustive_blending_indices",
+    "build_blending_indices", "build_exhaustive_blending_indices", "blending_engine", "ENGINES",
     "greedy_step", "reference_blending_indices",
     "samples_per_dataset", "megatron_blend_size", "DEFAULT_SURPLUS",
     "tokenizer_fingerprint", "check_same_tokenizer",
@@ -273,12 +275,40 @@ _SEQUENTIAL_WORK = 20_000
 
 
 def _chunked(w: np.ndarray, size: int, **options) -> tuple[np.ndarray, np.ndarray]:
-    """The greedy for ``size`` steps at compiled speed: :mod:`labsupport.datasets.blending_fast`
-    (imported here, as Megatron imports its compiled ``helpers``, because it uses this module's
-    loop to re-run the steps it must)."""
+    """The numpy engine: :mod:`labsupport.datasets.blending_fast` (imported here, as Megatron
+    imports its compiled ``helpers``, because it uses this module's loop to re-run the steps it
+    must)."""
     from labsupport.datasets.blending_fast import chunked_blending_indices
 
     return chunked_blending_indices(w, size, **options)
+
+
+#: the engines of :func:`build_blending_indices` ("auto" picks one)
+ENGINES = ("auto", "numba", "numpy", "python")
+
+
+def blending_engine(engine: str = "auto") -> str:
+    """The engine ``engine`` resolves to for large inputs: "numba" (Megatron's loop compiled,
+    :mod:`labsupport.datasets.blending_numba`) where numba imports, else "numpy"
+    (:mod:`labsupport.datasets.blending_fast`).  Small inputs always take the Python loop."""
+    if engine not in ENGINES:
+        raise BlendError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
+    if engine != "auto":
+        return engine
+    from labsupport.datasets.blending_numba import numba_problem
+
+    return "numpy" if numba_problem() else "numba"
+
+
+def _run_engine(engine: str, w: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``size`` steps of the greedy from step 0 with the resolved ``engine``."""
+    if engine == "numba":
+        from labsupport.datasets.blending_numba import numba_blending_indices
+
+        return numba_blending_indices(w, size)
+    if engine == "numpy":
+        return _chunked(w, size)
+    return reference_blending_indices(w.tolist(), size)
 
 
 def _check_size(size: Any, what: str = "size") -> int:
@@ -291,13 +321,17 @@ def _check_size(size: Any, what: str = "size") -> int:
     return s
 
 
-def build_blending_indices(weights: Sequence[float], size: int) -> tuple[np.ndarray, np.ndarray]:
+def build_blending_indices(weights: Sequence[float], size: int, *,
+                           engine: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """Megatron-Core's ``helpers.build_blending_indices``, output identical for every valid input.
 
     Args:
         weights: one weight ≥ 0 per dataset (finite, not all zero); used as given — Megatron's
             ``BlendedDataset`` passes normalised weights (see :func:`normalize_weights`).
         size: number of blended samples.
+        engine: "auto" (default: the Python loop for small inputs, else numba's compiled loop
+            where numba imports, else the numpy engine), or one of "numba", "numpy", "python"
+            to force it (:func:`blending_engine`).  Every engine gives the same output.
 
     Returns:
         ``(dataset_index, dataset_sample_index)``: int16 array of shape (size,) — the dataset of
@@ -306,24 +340,28 @@ def build_blending_indices(weights: Sequence[float], size: int) -> tuple[np.ndar
     """
     w = _weights_array(weights)
     size = _check_size(size)
+    chosen = blending_engine(engine)
     n = w.size
     if size == 0:
         return np.empty(0, dtype=np.int16), np.empty(0, dtype=np.int64)
     if n == 1:
         return np.zeros(size, dtype=np.int16), np.arange(size, dtype=np.int64)
-    if size * n <= _SEQUENTIAL_WORK:
-        return reference_blending_indices(w.tolist(), size)
-    return _chunked(w, size)
+    if engine == "auto" and size * n <= _SEQUENTIAL_WORK:
+        chosen = "python"
+    return _run_engine(chosen, w, size)
 
 
-def build_exhaustive_blending_indices(sizes: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+def build_exhaustive_blending_indices(sizes: Sequence[int], *, engine: str = "auto"
+                                      ) -> tuple[np.ndarray, np.ndarray]:
     """Megatron-Core's ``helpers.build_exhaustive_blending_indices``: every sample exactly once.
 
     ``sizes[d]`` samples are taken from dataset d (all of them), interleaved by the greedy rule
     with weights ``sizes / sum(sizes)`` and the argmax restricted to datasets not yet used up.
     Returns int16 and int64 arrays of shape (sum(sizes),).  Raises :class:`BlendError` for a size
-    ≤ 0 (megatron-core loops forever on an empty dataset).
+    ≤ 0 (megatron-core loops forever on an empty dataset).  ``engine``: as in
+    :func:`build_blending_indices`.
     """
+    chosen = blending_engine(engine)
     try:
         raw = [operator.index(s) for s in sizes]
     except TypeError:
@@ -344,10 +382,10 @@ def build_exhaustive_blending_indices(sizes: Sequence[int]) -> tuple[np.ndarray,
         return np.zeros(total, dtype=np.int16), np.arange(total, dtype=np.int64)
     # Before the first step at which the unrestricted greedy picks a used-up dataset, the
     # restricted argmax is the same; that step comes within a few samples of the end.
-    if total * n <= _SEQUENTIAL_WORK:
+    if total * n <= _SEQUENTIAL_WORK and engine == "auto" or chosen == "python":
         di, si, p, counts = np.empty(total, np.int16), np.empty(total, np.int64), 0, [0] * n
     else:
-        di, si = _chunked(w, total)
+        di, si = _run_engine(chosen, w, total)
         over = np.flatnonzero(si >= sz[di])
         p = int(over[0]) if over.size else total
         counts = np.bincount(di[:p], minlength=n).tolist()

@@ -408,19 +408,26 @@ class IndexedDataset:
         ``length=None`` means to the end. Unlike Megatron, out-of-range offsets or lengths raise
         IndexError instead of reading into the next sequence.
         """
-        i = self._index(idx)
+        # plain ints in range skip the general checks (this is the hot path of GPTDataset reads)
+        i = idx if type(idx) is int and 0 <= idx < self._n else self._index(idx)
         n = self._lengths.item(i)
-        offset = operator.index(offset)
-        if not 0 <= offset <= n:
-            raise IndexError(f"offset {offset} out of range for sequence {i} of length {n}")
+        if type(offset) is not int:
+            offset = operator.index(offset)
         if length is None:
             length = n - offset
-        length = operator.index(length)
-        if length < 0 or offset + length > n:
-            raise IndexError(f"length {length} at offset {offset} runs past the end of sequence "
-                             f"{i} (length {n})")
+        elif type(length) is not int:
+            length = operator.index(length)
+        if offset < 0 or length < 0 or offset + length > n:
+            self._bad_window(i, n, offset, length)
         return np.frombuffer(self._bin, dtype=self._dtype, count=length,
                              offset=self._pointers.item(i) + offset * self._itemsize)
+
+    @staticmethod
+    def _bad_window(i: int, n: int, offset: int, length: int) -> None:
+        if not 0 <= offset <= n:
+            raise IndexError(f"offset {offset} out of range for sequence {i} of length {n}")
+        raise IndexError(f"length {length} at offset {offset} runs past the end of sequence "
+                         f"{i} (length {n})")
 
     def document(self, k: int) -> np.ndarray:
         """All tokens of document k (its sequences are contiguous in the ``.bin``): a view."""

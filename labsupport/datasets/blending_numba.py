@@ -1,0 +1,104 @@
+"""The compiled engine of the blending indices — chapter 3 (데이터 블렌딩, book §6.2.5): Megatron's
+loop, literally, compiled by `numba <https://numba.pydata.org>`_.
+
+Megatron-Core compiles this loop from C++ (``megatron/core/datasets/helpers.cpp``,
+``build_blending_indices``) when it first imports ``megatron.core.datasets.helpers``.  The
+workbook gets the same machine code path without a C++ toolchain: :func:`_blending_loop` below
+is the plain loop of :func:`labsupport.datasets.blending.reference_blending_indices`, and
+``numba.njit`` turns it into native code the first time it runs (about half a second; the
+result is cached on disk next to this file, so later processes load it in milliseconds).
+
+Exactness: numba compiles without fast-math, so ``w[d] * x - count`` is two IEEE operations, a
+rounded multiply then a rounded subtract, as in the C++ (no fused multiply-add, which would
+round once and could flip a near-tie).  :func:`fused_multiply_add_in_machine_code` reads the
+compiled code back and ``tests/test_blending.py`` asserts it contains no FMA instruction; the
+output is compared with the Python loop and with megatron-core on random weight vectors.
+
+Where numba is not installed (it is a dependency of the workbook, so only on an unusual
+platform), :func:`numba_problem` says why and ``build_blending_indices`` uses the numpy
+engine (:mod:`labsupport.datasets.blending_fast`) instead — slower, same output.
+
+    >>> di, si = numba_blending_indices(np.array([0.6, 0.25, 0.15]), 8)    # doctest: +SKIP
+    >>> di.tolist(), si.tolist()                                             # doctest: +SKIP
+    ([0, 1, 2, 0, 0, 1, 0, 0], [0, 0, 0, 1, 2, 1, 3, 4])
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+try:
+    import numba
+except ImportError as exc:  # pragma: no cover - numba is a dependency; exercised by monkeypatching
+    numba = None
+    _IMPORT_ERROR: str | None = f"numba could not be imported ({exc})"
+else:
+    _IMPORT_ERROR = None
+
+__all__ = ["numba_blending_indices", "numba_problem", "fused_multiply_add_in_machine_code"]
+
+
+def _blending_loop(weights, start, counts, dataset_index, dataset_sample_index):  # pragma: no cover
+    """Megatron's ``build_blending_indices`` loop over ``dataset_index.size`` steps from step
+    ``start`` and the per-dataset ``counts`` reached there (int64, updated in place)."""
+    n = weights.size
+    for k in range(dataset_index.size):
+        x = max(float(start + k), 1.0)
+        best = 0
+        best_error = weights[0] * x - float(counts[0])
+        for d in range(1, n):
+            error = weights[d] * x - float(counts[d])
+            if error > best_error:
+                best_error = error
+                best = d
+        dataset_index[k] = best
+        dataset_sample_index[k] = counts[best]
+        counts[best] += 1
+
+
+_kernel = numba.njit(cache=True, nogil=True)(_blending_loop) if numba is not None else None
+
+
+def numba_problem() -> str | None:
+    """None when the compiled engine can run here; else why not (one line)."""
+    return _IMPORT_ERROR
+
+
+def numba_blending_indices(weights: np.ndarray, size: int, *, start: int = 0,
+                           counts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Megatron's blending indices for ``size`` steps: ``(dataset_index int16[size],
+    dataset_sample_index int64[size])``, exactly the C++ helper's output.
+
+    ``weights``: float64 (n,), used as given.  ``start``/``counts``: resume at step ``start`` from
+    the per-dataset counts reached there (default: step 0, all zero).  Raises RuntimeError when
+    numba is missing (:func:`numba_problem`).
+    """
+    if _kernel is None:
+        raise RuntimeError(f"the compiled blending engine is unavailable: {_IMPORT_ERROR}")
+    w = np.ascontiguousarray(weights, dtype=np.float64)
+    c = np.zeros(w.size, dtype=np.int64) if counts is None else np.array(counts, dtype=np.int64)
+    if c.shape != w.shape:
+        raise ValueError(f"counts has shape {c.shape}, weights {w.shape}")
+    dataset_index = np.empty(int(size), dtype=np.int16)
+    dataset_sample_index = np.empty(int(size), dtype=np.int64)
+    _kernel(w, int(start), c, dataset_index, dataset_sample_index)
+    return dataset_index, dataset_sample_index
+
+
+#: x86 FMA (vfmadd/vfmsub/vfnmadd…, 132/213/231 forms) and AArch64 fmadd/fmsub/fnmadd/fmla/fmls
+_FMA_RE = re.compile(r"\b(v?fn?m(add|sub)\d{3}\w*|fn?m(add|sub)|fml[as])\b", re.IGNORECASE)
+
+
+def fused_multiply_add_in_machine_code() -> list[str]:
+    """The fused multiply-add instructions in the compiled loop's machine code (should be none).
+
+    Compiles the kernel if needed and reads its assembly back from numba.
+    """
+    if _kernel is None:
+        raise RuntimeError(f"the compiled blending engine is unavailable: {_IMPORT_ERROR}")
+    numba_blending_indices(np.array([0.5, 0.5]), 2)                  # make sure it is compiled
+    found: list[str] = []
+    for asm in _kernel.inspect_asm().values():
+        found += [m.group(0) for m in _FMA_RE.finditer(asm)]
+    return found
