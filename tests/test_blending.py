@@ -241,6 +241,49 @@ def test_compiled_loop_has_no_fused_multiply_add():
     assert blending_numba._FMA_RE.search("vfmadd231sd %xmm2, %xmm1, %xmm0")   # the check can fail
 
 
+def test_fma_check_refuses_assembly_it_could_not_read(monkeypatch):
+    """numba returns placeholder text for cached code: the check must not call that FMA-free."""
+    from labsupport.datasets import blending_numba
+
+    if blending_numba.numba_problem():
+        pytest.skip(blending_numba.numba_problem())
+
+    class Unreadable:
+        def __init__(self, fn):
+            pass
+
+        def __call__(self, *args):
+            pass
+
+        def inspect_asm(self):
+            return {"sig": "Inspection disabled for cached code."}
+
+    monkeypatch.setattr(blending_numba.numba, "njit", lambda **kw: Unreadable)
+    with pytest.raises(RuntimeError, match="could not be read"):
+        blending_numba.fused_multiply_add_in_machine_code()
+
+
+def test_compiled_loop_compiles_without_a_writable_cache(monkeypatch):
+    """numba raises at decoration when cache=True finds no writable folder: compile uncached."""
+    from labsupport.datasets import blending_numba
+
+    if blending_numba.numba_problem():
+        pytest.skip(blending_numba.numba_problem())
+    real = blending_numba.numba.njit
+
+    def njit(*args, **kwargs):
+        if kwargs.get("cache"):
+            raise RuntimeError("cannot cache function '_blending_loop': no locator available")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(blending_numba.numba, "njit", njit)
+    kernel = blending_numba._compile(blending_numba._blending_loop)
+    di, si = np.empty(7, np.int16), np.empty(7, np.int64)
+    kernel(np.array([0.6, 0.25, 0.15]), 0, np.zeros(3, np.int64), di, si)
+    want = bl.reference_blending_indices([0.6, 0.25, 0.15], 7)
+    assert np.array_equal(di, want[0]) and np.array_equal(si, want[1])
+
+
 def test_compiled_loop_resumes_exactly():
     from labsupport.datasets.blending_numba import numba_blending_indices
 
