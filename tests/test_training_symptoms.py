@@ -29,6 +29,23 @@ def test_mmap_reads_a_small_part_of_the_corpus(setup):
     assert mem["mmap_bytes"] % S.PAGE_BYTES == 0
 
 
+def test_memory_as_the_corpus_grows(setup, tmp_path):
+    """Loading grows with the corpus; the pages one step reads through mmap do not."""
+    settings, blend = setup
+    rows = S.memory_as_corpus_grows(settings, [1, 3, 9], tmp_path)
+    base = S.memory_footprint(settings, blend, list(range(settings.global_batch_size)))
+    assert [r["copies"] for r in rows] == [1, 3, 9]
+    assert rows[0]["corpus_bytes"] == base["corpus_bytes"]
+    assert [r["corpus_bytes"] for r in rows] == [k * base["corpus_bytes"] for k in (1, 3, 9)]
+    assert all(r["mmap_bytes"] <= 2 * base["mmap_bytes"] for r in rows)
+    from labsupport.datasets.indexed import IndexedDataset
+
+    grown = IndexedDataset(str(tmp_path / f"x3_{settings.names[0]}_text_document"))
+    original = IndexedDataset(settings.prefixes[0])
+    assert grown.num_documents == 3 * original.num_documents
+    assert (grown.document(original.num_documents) == original.document(0)).all()
+
+
 def test_another_tokenizer_garbles_and_the_config_refuses_it(setup):
     settings, blend = setup
     other = workbook_tokenizer(4000)

@@ -28,7 +28,7 @@ from labsupport.training.data import NaiveTextDataset, build_blend, collate
 from labsupport.training.settings import Settings, load_settings
 
 __all__ = ["loader_and_padding", "cross_document_pairs", "tokenizer_mismatch", "small_domain_split",
-           "overfit_small_domain", "memory_footprint", "PAGE_BYTES"]
+           "overfit_small_domain", "memory_footprint", "memory_as_corpus_grows", "PAGE_BYTES"]
 
 PAGE_BYTES = 4096
 
@@ -213,3 +213,39 @@ def memory_footprint(settings: Settings, blend: Any, indices: Sequence[int]) -> 
             stop = int(ds.sequence_pointers[seq]) + max(last, first + 1) * item
             pages.update((d, q) for q in range(start // PAGE_BYTES, (stop - 1) // PAGE_BYTES + 1))
     return {"corpus_bytes": corpus, "mmap_bytes": len(pages) * PAGE_BYTES, "samples": len(indices)}
+
+
+def _repeated_corpus(prefix: str, copies: int, out_prefix: str) -> str:
+    """``prefix``'s documents written ``copies`` times back to back as ``out_prefix`` (same
+    dtype, same tokenizer metadata): a corpus ``copies`` times as large.  Returns ``out_prefix``."""
+    from labsupport.datasets.indexed import IndexedDataset, IndexedDatasetBuilder, get_bin_path, get_idx_path
+
+    with IndexedDataset(prefix) as ds:
+        tokens = np.fromfile(get_bin_path(prefix), dtype=ds.dtype)
+        docs = ds.document_indices
+        lengths = np.add.reduceat(ds.sequence_lengths.astype(np.int64), docs[:-1]) if len(ds) else np.zeros(0, np.int64)
+        meta = {k: v for k, v in (ds.metadata or {}).items() if k == "tokenizer"}
+        builder = IndexedDatasetBuilder(get_bin_path(out_prefix), ds.dtype, metadata=meta)
+    for _ in range(int(copies)):
+        builder.add_documents(tokens, lengths)
+    builder.finalize(get_idx_path(out_prefix))
+    return out_prefix
+
+
+def memory_as_corpus_grows(settings: Settings, copies: Sequence[int], folder: str | os.PathLike,
+                           indices: Sequence[int] | None = None) -> list[dict[str, int]]:
+    """:func:`memory_footprint` of the first global batch (or ``indices``) as the corpus grows:
+    for each ``k`` in ``copies`` every dataset of ``settings`` is written ``k`` times over into
+    ``folder`` and the run's blend rebuilt on it.  One dict per ``k``: ``copies``,
+    ``corpus_bytes`` (loading every ``.bin``), ``mmap_bytes`` (the 4 KiB pages those samples
+    touch), ``samples``."""
+    import dataclasses
+
+    indices = list(range(settings.global_batch_size)) if indices is None else list(indices)
+    rows = []
+    for k in copies:
+        prefixes = [_repeated_corpus(p, k, os.path.join(os.fspath(folder), f"x{k}_{name}_text_document"))
+                    for p, name in zip(settings.prefixes, settings.names)]
+        grown = dataclasses.replace(settings, prefixes=prefixes)
+        rows.append({"copies": int(k), **memory_footprint(grown, build_blend(grown), indices)})
+    return rows
