@@ -164,8 +164,6 @@ def test_default_sentencepiece_options_are_lossy(corpus, tmp_path):
 
 
 def io_train_with_defaults(docs) -> bytes:
-    import io
-
     buf = io.BytesIO()
     spm.SentencePieceTrainer.train(sentence_iterator=iter(docs), model_writer=buf, vocab_size=800,
                                    minloglevel=2)

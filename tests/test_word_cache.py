@@ -14,17 +14,12 @@ import pytest
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
-# the shared corpus, models and text generators of the tokenizer tests (fixtures included)
-from test_tokenizer import (  # noqa: F401
-    EDGE_CASES,
-    EN,
-    KO,
-    _random_text,
-    corpus,
-    model,
-    synthetic_docs,
-    tok,
-)
+# the shared corpus, models and text generators of the tokenizer tests
+import test_tokenizer
+from test_tokenizer import EDGE_CASES, EN, KO, _random_text, synthetic_docs
+
+# its fixtures, under the same names (bound here, not imported, so parameters may reuse the names)
+corpus, model, tok = test_tokenizer.corpus, test_tokenizer.model, test_tokenizer.tok
 
 from labsupport.datasets import tokenizer as T
 from labsupport.datasets import word_cache as W
