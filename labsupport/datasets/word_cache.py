@@ -27,6 +27,20 @@ cut with :data:`_NORMALIZED_WORD_RE` (``"▁a▁▁b"`` → ``"▁a"``, ``"▁�
 normalizer changes nothing (the workbook's: identity rule, no dummy prefix, spaces kept) skip
 the normalize pass and cut the raw text at spaces (:data:`_WORD_RE`), the same cut.
 
+4. The same argument cuts a new word finer (:func:`fine_cut_problem`, :func:`fine_word_re`).
+   Join two characters other than "▁" whenever they stand side by side in a NORMAL or
+   USER_DEFINED piece (the only pieces a merge or a user symbol can form); the groups are the
+   model's character classes (:func:`piece_classes`; for a model trained with SentencePiece's
+   default ``split_by_unicode_script``: letters, digits and punctuation, Hangul, ...).  Between
+   two characters of different classes no piece has that pair, so no merge and no user symbol
+   crosses there; and, without byte fallback, every character of a class must be a piece itself,
+   so at least one side is never ``<unk>`` and no run of ``<unk>`` is merged across.  So
+   ``"▁self.assertEqual(x,"`` → ``"▁self"``, ``"."``, ``"assertEqual"``, ``"("``, ``"x"``, ``","``
+   (a "▁" run stays with what follows it; characters in no class are never cut apart).  Only
+   the words not cached yet are cut this way, and only their new parts go through
+   SentencePiece (most parts of a new identifier were seen before); each word is then cached
+   as the concatenation of its parts' ids.
+
 A unigram model is different: its Viterbi search scores whole paths, and word-by-word ids
 differ on real text (measured: 6–36 of 6,000 documents), so unigram models fall back.
 
@@ -46,8 +60,8 @@ from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
 from labsupport.datasets.tokenizer import _META, Tokenizer, with_article
 
-__all__ = ["WordCache", "WORD_CACHE_MAX_WORDS", "word_cache_problem", "read_model_proto",
-           "normalization_free_proto"]
+__all__ = ["WordCache", "WORD_CACHE_MAX_WORDS", "word_cache_problem", "fine_cut_problem",
+           "piece_classes", "fine_word_re", "read_model_proto", "normalization_free_proto"]
 
 #: Default bound of a :class:`WordCache`: past this many distinct words it is emptied and refilled.
 WORD_CACHE_MAX_WORDS = 500_000
@@ -266,9 +280,13 @@ class WordCache:
     65,500 pieces).  ``max_words``: when a batch would take the cache past this many words it is
     emptied first; words longer than 128 characters are never kept, so memory stays bounded
     (~150 bytes a typical word: tens of MB for the default 500,000).  ``num_threads``:
-    SentencePiece threads for the words it encodes.  ``words``/``misses`` count the words looked
-    up and those that had to be encoded (once per batch).  Not thread-safe; one per process (it
-    is not shared, so a pickled copy starts empty).
+    SentencePiece threads for the words it encodes.  ``fine``: cut new words finer (module
+    docstring, step 4) where :func:`fine_cut_problem` allows it; ``fine_problem`` says why not
+    (None when used).  ``words``/``misses``/``encoded`` count the words looked up, those not
+    cached yet (once per batch), and the strings that went through SentencePiece (those words,
+    or with the fine cut their new parts; the parts are cached too, so a batch can add more
+    entries than words).  Not thread-safe; one per process (it is not shared, so a pickled copy
+    starts empty).
     """
 
     def __init__(self, tokenizer: Tokenizer, dtype=None, max_words: int = WORD_CACHE_MAX_WORDS,
