@@ -27,6 +27,13 @@ Measured side by side in one run, on the same input, tokenizer and worker count:
    inside the benchmark with SentencePiece's defaults (``nmt_nfkc`` normalization, dummy
    prefix, squeezed spaces) plus byte fallback — the word cache must work for normalizing
    models too.  Target: ≥ 1.5× for any SentencePiece BPE model.
+   ``preprocess_foreign_grid`` repeats the foreign case (Megatron against the default labsupport
+   only, byte-identical output checked per model) for 12 BPE models trained in the run on
+   ``--grid-sentences`` sampled lines of the same corpus, ``--foreign-vocab`` pieces each:
+   normalization rule identity / nmt_nfkc / nfkc_cf × byte fallback on/off × dummy prefix
+   on/off (spaces squeezed, SentencePiece's default); "ratios" gets the min and median over the
+   grid and each model's ratio.  ``--grid-only`` runs just the grid (to its own results file),
+   ``--no-grid`` skips it, ``--grid-cells`` picks models by name (e.g. ``nmt_nfkc+bf+dp``).
 2. **Random access** (reads/s): ``ds[i]`` for random sequence indices, and ``ds.get(i, offset,
    length)`` for random windows, ``labsupport.datasets.indexed.IndexedDataset`` against megatron-core's
    ``IndexedDataset`` on the same files.  Target: at least equal.
