@@ -27,6 +27,13 @@ Measured side by side in one run, on the same input, tokenizer and worker count:
    inside the benchmark with SentencePiece's defaults (``nmt_nfkc`` normalization, dummy
    prefix, squeezed spaces) plus byte fallback — the word cache must work for normalizing
    models too.  Target: ≥ 1.5× for any SentencePiece BPE model.
+   ``preprocess_foreign_grid`` repeats the foreign case (Megatron against the default labsupport
+   only, byte-identical output checked per model) for 12 BPE models trained in the run on
+   ``--grid-sentences`` sampled lines of the same corpus, ``--foreign-vocab`` pieces each:
+   normalization rule identity / nmt_nfkc / nfkc_cf × byte fallback on/off × dummy prefix
+   on/off (spaces squeezed, SentencePiece's default); "ratios" gets the min and median over the
+   grid and each model's ratio.  ``--grid-only`` runs just the grid (to its own results file),
+   ``--no-grid`` skips it, ``--grid-cells`` picks models by name (e.g. ``nmt_nfkc+bf+dp``).
 2. **Random access** (reads/s): ``ds[i]`` for random sequence indices, and ``ds.get(i, offset,
    length)`` for random windows, ``labsupport.datasets.indexed.IndexedDataset`` against megatron-core's
    ``IndexedDataset`` on the same files.  Target: at least equal.
@@ -160,21 +167,26 @@ def make_foreign_corpus(path: Path, max_bytes: int) -> dict:
             "python": sys.version.split()[0], "files": files, "bytes": path.stat().st_size}
 
 
-def train_foreign_tokenizer(corpus: Path, out: Path, vocab_size: int) -> dict:
-    """A BPE model trained on ``corpus`` with SentencePiece's default options plus byte fallback
-    (as the issue measured): nmt_nfkc, dummy prefix, squeezed spaces."""
+def train_foreign_tokenizer(corpus: Path, out: Path, vocab_size: int, rule: str = "nmt_nfkc",
+                            byte_fallback: bool = True, add_dummy_prefix: bool = True,
+                            sentences: int = 300_000) -> dict:
+    """A BPE model trained on ``corpus`` (its documents' non-blank lines, ``sentences`` of them
+    sampled) with SentencePiece's default options except ``rule`` (the normalization rule),
+    ``byte_fallback`` and ``add_dummy_prefix``; spaces are squeezed (SentencePiece's default).
+    The defaults are the case the issue measured: nmt_nfkc, byte fallback, dummy prefix."""
     import sentencepiece as spm
 
     lines = [ln for doc in (json.loads(x)["text"] for x in corpus.read_text(encoding="utf-8").splitlines())
              for ln in doc.splitlines() if ln.strip()]
-    options = {"vocab_size": vocab_size, "model_type": "bpe", "byte_fallback": True,
-               "num_threads": 2, "input_sentence_size": 300_000, "shuffle_input_sentence": True,
+    options = {"vocab_size": vocab_size, "model_type": "bpe", "byte_fallback": byte_fallback,
+               "normalization_rule_name": rule, "add_dummy_prefix": add_dummy_prefix,
+               "num_threads": 2, "input_sentence_size": sentences, "shuffle_input_sentence": True,
                "minloglevel": 2}
     spm.set_random_generator_seed(0)
     with open(out, "wb") as fh:
         spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=fh, **options)
     from labsupport.datasets.tokenizer import Tokenizer
-    from labsupport.datasets.word_cache import read_model_proto, word_cache_problem
+    from labsupport.datasets.word_cache import fine_cut_problem, read_model_proto, word_cache_problem
 
     tok = Tokenizer(out)
     norm = read_model_proto(tok).normalizer_spec
@@ -182,7 +194,48 @@ def train_foreign_tokenizer(corpus: Path, out: Path, vocab_size: int) -> dict:
             "normalization_rule_name": norm.name, "add_dummy_prefix": norm.add_dummy_prefix,
             "remove_extra_whitespaces": norm.remove_extra_whitespaces,
             "vocab_size": tok.vocab_size, "fingerprint": tok.fingerprint,
-            "word_cache_problem": word_cache_problem(tok)}
+            "word_cache_problem": word_cache_problem(tok), "fine_cut_problem": fine_cut_problem(tok)}
+
+
+#: the normalization rules of the foreign grid (× byte fallback × dummy prefix: 12 models)
+GRID_RULES = ("identity", "nmt_nfkc", "nfkc_cf")
+
+
+def grid_cells() -> list[dict]:
+    """The foreign grid: ``{"name", "rule", "byte_fallback", "add_dummy_prefix"}`` for every
+    normalization rule × byte fallback on/off × dummy prefix on/off; names like ``nmt_nfkc+bf+dp``
+    (``-bf``/``-dp`` when off)."""
+    return [{"name": f"{rule}{'+' if bf else '-'}bf{'+' if dp else '-'}dp", "rule": rule,
+             "byte_fallback": bf, "add_dummy_prefix": dp}
+            for rule in GRID_RULES for bf in (True, False) for dp in (True, False)]
+
+
+def bench_foreign_grid(corpus: Path, tmp: Path, workers: int, repeats: int, vocab: int,
+                       sentences: int, names: list[str] | None = None) -> dict:
+    """``megatron_preprocess`` against labsupport (word cache on) on the foreign corpus for each
+    model of :func:`grid_cells` (or those named), each trained here on ``sentences`` sampled lines
+    of the corpus; byte-identical output checked per model (:class:`Mismatch` otherwise)."""
+    cells = [c for c in grid_cells() if names is None or c["name"] in names]
+    if names is not None and len(cells) != len(set(names)):
+        raise ValueError(f"unknown grid cells: {sorted(set(names) - {c['name'] for c in cells})}")
+    out: dict = {"vocab_size": vocab, "train_sentences": sentences, "repeats": repeats, "cells": {}}
+    for cell in cells:
+        folder = tmp / f"grid_{cell['name']}"
+        folder.mkdir()
+        model = folder / "tok.model"
+        tok = train_foreign_tokenizer(corpus, model, vocab, cell["rule"], cell["byte_fallback"],
+                                      cell["add_dummy_prefix"], sentences)
+        row = bench_preprocess(corpus, str(model), folder, workers, repeats, tokenizer_only=False,
+                               methods=("megatron", "labsupport"))
+        row["tokenizer"] = tok
+        out["cells"][cell["name"]] = row
+        print(f"  grid {cell['name']:<16} {row['ratio_labsupport_over_megatron']:.2f}× "
+              f"(hit rate {row['word_cache']['hit_rate']:.1%}, fine cut: "
+              f"{'yes' if tok['fine_cut_problem'] is None else tok['fine_cut_problem']})", flush=True)
+    ratios = sorted(r["ratio_labsupport_over_megatron"] for r in out["cells"].values())
+    out["ratio_min"], out["ratio_median"] = ratios[0], float(np.median(ratios))
+    out["cells_below_1_5"] = [k for k, r in out["cells"].items() if r["ratio_labsupport_over_megatron"] < 1.5]
+    return out
 
 
 #: the timed preprocessing methods; "labsupport" is the default (word cache on)
@@ -190,14 +243,16 @@ METHODS = ("megatron", "labsupport", "labsupport_no_word_cache")
 
 
 def bench_preprocess(corpus: Path, model: str, out: Path, workers: int, repeats: int,
-                     tokenizer_only: bool = True) -> dict:
+                     tokenizer_only: bool = True, methods: tuple[str, ...] = METHODS) -> dict:
+    """Best-of-``repeats`` seconds of each of ``methods`` (interleaved, order rotated) on
+    ``corpus``; raises Mismatch unless every method wrote byte-identical ``.bin``/``.idx``."""
     from labsupport.datasets.preprocess import preprocess
 
-    best = dict.fromkeys(METHODS, float("inf"))
+    best = dict.fromkeys(methods, float("inf"))
     counts, cache_stats = {}, {}
     for r in range(repeats):
-        k = r % len(METHODS)  # rotate the order: no method is always first or last
-        for name in METHODS[k:] + METHODS[:k]:
+        k = r % len(methods)  # rotate the order: no method is always first or last
+        for name in methods[k:] + methods[:k]:
             prefix = out / name
             t0 = time.perf_counter()
             if name == "megatron":
@@ -211,15 +266,15 @@ def bench_preprocess(corpus: Path, model: str, out: Path, workers: int, repeats:
             counts[name] = c
     if len({json.dumps(c, sort_keys=True) for c in counts.values()}) != 1:
         raise Mismatch(f"different counts: {counts}")
-    if not cache_stats["labsupport"]["used"] or cache_stats["labsupport_no_word_cache"]["used"]:
+    if not cache_stats["labsupport"]["used"] or cache_stats.get("labsupport_no_word_cache", {}).get("used"):
         raise Mismatch(f"word cache not used as intended: {cache_stats}")
-    for name in ("labsupport", "labsupport_no_word_cache"):
+    for name in [m for m in methods if m != "megatron"]:
         for ext in (".bin", ".idx"):
             a = (out / f"{name}_text_document{ext}").read_bytes()
             b = (out / f"megatron_text_document{ext}").read_bytes()
             if a != b:
                 raise Mismatch(f"{name} and Megatron wrote different {ext} files")
-    if (out / "labsupport_text_document.json").read_bytes() \
+    if "labsupport_no_word_cache" in methods and (out / "labsupport_text_document.json").read_bytes() \
             != (out / "labsupport_no_word_cache_text_document.json").read_bytes():
         raise Mismatch("the word cache changed the sidecar .json")
     tokens = counts["labsupport"]["tokens"]
@@ -246,12 +301,16 @@ def bench_preprocess(corpus: Path, model: str, out: Path, workers: int, repeats:
         "workers": workers, "documents": counts["labsupport"]["documents"], "tokens": tokens,
         "input_bytes": corpus.stat().st_size, "byte_identical_output": True, "methods": rows,
         "ratio_labsupport_over_megatron": rows["labsupport"]["tokens_per_s"] / megatron,
-        "ratio_labsupport_no_word_cache_over_megatron":
-            rows["labsupport_no_word_cache"]["tokens_per_s"] / megatron,
-        "word_cache": {"words_looked_up": wc["words"], "words_through_bpe": wc["misses"],
+        "word_cache": {"words_looked_up": wc["words"], "words_not_cached": wc["misses"],
+                       "strings_through_bpe": wc.get("encoded"),
                        "hit_rate": 1 - wc["misses"] / wc["words"] if wc["words"] else None,
-                       "note": "summed over the workers, each with its own cache, last timed run"},
+                       "fine_cut": wc.get("fine_problem") is None, "fine_cut_problem": wc.get("fine_problem"),
+                       "note": "summed over the workers, each with its own cache, last timed run; "
+                               "strings_through_bpe: the new words, or with the fine cut their new parts"},
     }
+    if "labsupport_no_word_cache" in rows:
+        result["ratio_labsupport_no_word_cache_over_megatron"] = \
+            rows["labsupport_no_word_cache"]["tokens_per_s"] / megatron
     if tokenizer_only:
         result["ratio_tokenizer_only_over_megatron"] = rows["tokenizer_only"]["tokens_per_s"] / megatron
         result["labsupport_share_of_tokenizer_only"] = (rows["labsupport"]["tokens_per_s"]
@@ -332,10 +391,22 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--foreign-bytes", type=int, default=8_000_000,
                     help="bytes of Python standard-library source for the foreign tokenizer case")
     ap.add_argument("--foreign-vocab", type=int, default=8000)
+    ap.add_argument("--grid-sentences", type=int, default=50_000,
+                    help="lines of the foreign corpus sampled to train each model of the grid")
+    ap.add_argument("--grid-repeats", type=int, default=3, help="timed runs per method and grid model")
+    ap.add_argument("--grid-cells", nargs="+", metavar="NAME",
+                    help=f"only these grid models (default all: {' '.join(c['name'] for c in grid_cells())})")
+    ap.add_argument("--no-grid", action="store_true", help="skip the foreign grid")
+    ap.add_argument("--grid-only", action="store_true",
+                    help="run only the foreign grid; writes benchmarks/results/indexed_grid.json "
+                         "unless --out is given")
     ap.add_argument("--reads", type=int, default=200_000)
     ap.add_argument("--window", type=int, default=2049)
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--out", type=Path, default=None, help=f"default {RESULTS}")
     args = ap.parse_args(argv)
+    if args.grid_only:
+        return _grid_only(args)
+    args.out = RESULTS if args.out is None else args.out
 
     from labsupport.datasets.tokenizer import workbook_tokenizer
 
@@ -357,6 +428,9 @@ def main(argv: list[str] | None = None) -> dict:
         foreign = bench_preprocess(tmp / "foreign.jsonl", str(tmp / "foreign.model"), tmp / "foreign",
                                    args.workers, args.repeats, tokenizer_only=False)
         foreign.update(corpus=foreign_corpus, tokenizer=foreign_tok)
+        grid = None if args.no_grid else bench_foreign_grid(
+            tmp / "foreign.jsonl", tmp, args.workers, args.grid_repeats, args.foreign_vocab,
+            args.grid_sentences, args.grid_cells)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     machine["loadavg_1_5_15min_at_end"] = None
@@ -371,12 +445,16 @@ def main(argv: list[str] | None = None) -> dict:
                        "single_copy_repeats": args.single_copy_repeats,
                        "reads": args.reads, "window": args.window, "append_eod": True,
                        "megatron_imap_chunksize": 32, "tokenizer": "workbook_tokenizer()",
-                       "foreign_bytes": args.foreign_bytes, "foreign_vocab": args.foreign_vocab},
+                       "foreign_bytes": args.foreign_bytes, "foreign_vocab": args.foreign_vocab,
+                       "grid": None if args.no_grid else {"sentences": args.grid_sentences,
+                                                          "repeats": args.grid_repeats,
+                                                          "cells": args.grid_cells or "all"}},
         "corpus": corpus_info,
         "machine": machine,
         "preprocess": pre,
         "preprocess_single_copy": single,
         "preprocess_foreign": foreign,
+        "preprocess_foreign_grid": grid,
         "random_access": reads,
         "targets": {"preprocess_ratio_at_2_workers": 1.5, "random_access_ratio": 1.2},
         "ratios": {"preprocess": pre["ratio_labsupport_over_megatron"],
@@ -390,6 +468,8 @@ def main(argv: list[str] | None = None) -> dict:
                    "random_access_getitem": reads["ratio_labsupport_over_megatron"]["getitem"],
                    "random_access_get_window": reads["ratio_labsupport_over_megatron"]["get_window"]},
     }
+    if grid is not None:
+        result["ratios"].update(_grid_ratios(grid))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_results(args.out, result)
     r = result["ratios"]
@@ -406,9 +486,42 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"  foreign nmt_nfkc BPE on Python stdlib source: {r['preprocess_foreign_nmt_nfkc']:.2f}× "
           f"(without the word cache {r['preprocess_foreign_nmt_nfkc_no_word_cache']:.2f}×, "
           f"hit rate {foreign['word_cache']['hit_rate']:.1%})")
+    if grid is not None:
+        print(f"  foreign grid ({len(grid['cells'])} models): min {grid['ratio_min']:.2f}×, "
+              f"median {grid['ratio_median']:.2f}×; below 1.5×: {grid['cells_below_1_5'] or 'none'}")
     print(f"random access: ds[i] {r['random_access_getitem']:.2f}×, "
           f"get(i, offset, length) {r['random_access_get_window']:.2f}× (labsupport / megatron)")
     print(f"wrote {args.out}")
+    return result
+
+
+def _grid_ratios(grid: dict) -> dict:
+    """The grid's summary for the "ratios" section: min and median over its models, and each one."""
+    out = {"preprocess_foreign_grid_min": grid["ratio_min"],
+           "preprocess_foreign_grid_median": grid["ratio_median"]}
+    out.update({f"preprocess_foreign_grid_{k}": r["ratio_labsupport_over_megatron"]
+                for k, r in grid["cells"].items()})
+    return out
+
+
+def _grid_only(args) -> dict:
+    """``--grid-only``: the foreign corpus and grid alone, written to ``--out``
+    (default ``results/indexed_grid.json``, so the full results file is left alone)."""
+    out = RESULTS.with_name("indexed_grid.json") if args.out is None else args.out
+    tmp = Path(tempfile.mkdtemp(prefix="bench_indexed_grid_"))
+    try:
+        machine = _machine()
+        corpus = make_foreign_corpus(tmp / "foreign.jsonl", args.foreign_bytes)
+        grid = bench_foreign_grid(tmp / "foreign.jsonl", tmp, args.workers, args.grid_repeats,
+                                  args.foreign_vocab, args.grid_sentences, args.grid_cells)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    result = {"benchmark": "indexed", "parameters": {"workers": args.workers, "foreign_bytes": args.foreign_bytes,
+                                                     "foreign_vocab": args.foreign_vocab},
+              "machine": machine, "corpus": corpus, "preprocess_foreign_grid": grid,
+              "targets": {"preprocess_ratio_at_2_workers": 1.5}, "ratios": _grid_ratios(grid)}
+    write_results(out, result)
+    print(f"foreign grid: min {grid['ratio_min']:.2f}×, median {grid['ratio_median']:.2f}×; wrote {out}")
     return result
 
 

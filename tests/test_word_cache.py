@@ -14,17 +14,12 @@ import pytest
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
-# the shared corpus, models and text generators of the tokenizer tests (fixtures included)
-from test_tokenizer import (  # noqa: F401
-    EDGE_CASES,
-    EN,
-    KO,
-    _random_text,
-    corpus,
-    model,
-    synthetic_docs,
-    tok,
-)
+# the shared corpus, models and text generators of the tokenizer tests
+import test_tokenizer
+from test_tokenizer import EDGE_CASES, EN, KO, _random_text, synthetic_docs
+
+# its fixtures, under the same names (bound here, not imported, so parameters may reuse the names)
+corpus, model, tok = test_tokenizer.corpus, test_tokenizer.model, test_tokenizer.tok
 
 from labsupport.datasets import tokenizer as T
 from labsupport.datasets import word_cache as W
@@ -124,6 +119,7 @@ def workbook_tok() -> Tokenizer:
 def test_workbook_models_qualify_for_the_word_cache(workbook_tok, tok, model):
     assert word_cache_problem(workbook_tok) is None
     assert W.WordCache(workbook_tok).exact
+    assert W.fine_cut_problem(workbook_tok) is None and W.WordCache(workbook_tok).fine_problem is None
     if "bpe" in model.parent.name:  # the module's BPE model: other data, vocabulary 800
         assert word_cache_problem(tok) is None
     else:
@@ -300,6 +296,16 @@ def test_word_cache_is_exact_for_normalizing_models(corpus, rule, byte_fallback,
     assert flat.tolist() == [i for x in expected for i in x]
     assert 0 < cache.misses < cache.words // 2  # it did cache
     assert sum(i < len(shipped_texts) for i in meta) < len(shipped_texts) // 100  # fast path nearly always
+    # step 4: the new words were cut finer (fewer strings through BPE than new words) ...
+    assert cache.fine_problem is None and W.fine_cut_problem(tok) is None
+    assert 0 < cache.encoded < cache.misses
+    # ... and give the ids of the plain word cache, batch after batch
+    coarse = W.WordCache(tok, fine=False)
+    assert coarse.fine_problem == "turned off"
+    for k in range(0, len(texts), 500):
+        a, b = cache.encode_flat(texts[k:k + 500]), coarse.encode_flat(texts[k:k + 500])
+        assert a[0].tolist() == b[0].tolist() and a[1].tolist() == b[1].tolist()
+    assert coarse.encoded == coarse.misses
 
 
 def test_normalization_free_copy_encodes_normalized_text_like_the_model(corpus, tmp_path):
@@ -330,3 +336,88 @@ def test_unigram_models_fall_back_and_say_why(corpus, tmp_path, capsys):
     texts = [_nfkc_text(random.Random(k)) for k in range(200)]
     assert cache.encode_flat(texts)[0].tolist() == [i for t in texts for i in tok.encode(t)]
     assert cache.words == 0 and "off: not a BPE model" in repr(cache)
+
+
+# ---------------------------------------------------------------------------------------------
+# step 4: the fine cut of a new word between characters of different classes
+# ---------------------------------------------------------------------------------------------
+def _train(rule: str, byte_fallback: bool, dummy_prefix: bool = True, extra=()) -> Tokenizer:
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(synthetic_docs(seed=3) + NFKC_SENSITIVE * 3 + list(extra)),
+                                   model_writer=buf, vocab_size=700, model_type="bpe", minloglevel=2,
+                                   num_threads=1, normalization_rule_name=rule,
+                                   byte_fallback=byte_fallback, add_dummy_prefix=dummy_prefix)
+    return Tokenizer.from_bytes(buf.getvalue(), f"{rule}.model")
+
+
+CODE = ["self.assertEqual(x, y)", "def f(a, b=2):\n\treturn a[0] + b  # ok", "x.y.z(1, '2', \"3\")",
+        "for i in range(10): print(i ** 2)", "ｓｅｌｆ.ｆｏｏ（１）", "a_b__c = {'k': [1, 2]}\r\n"]
+
+
+@pytest.mark.parametrize("rule", ["identity", "nmt_nfkc", "nfkc_cf"])
+def test_fine_cut_splits_only_between_classes(rule):
+    """Every fine cut falls between two characters (not "▁") that share no NORMAL or
+    USER_DEFINED piece's bigram and lie in different classes; the parts give back the word."""
+    tok = _train(rule, byte_fallback=True, extra=CODE * 5)
+    model = W.read_model_proto(tok)
+    classes = W.piece_classes(model)
+    assert len(classes) >= 2  # letters and punctuation never share a piece (split_by_unicode_script)
+    where = {c: k for k, chars in enumerate(classes) for c in chars}
+    bigrams = {p.piece[i:i + 2] for p in model.pieces if p.type in W._MERGEABLE for i in range(len(p.piece) - 1)}
+    findall = W.fine_word_re(classes).findall
+    parts = findall("\u2581self.assertEqual(x,")
+    assert parts[:2] == ["\u2581self", "."] and parts[-3:] == ["(", "x", ","]  # "assertEqual": 1 or 2 parts
+    rng = random.Random(3)
+    words = [w for t in tok._sp.normalize([_nfkc_text(rng).replace("\u2581", "") for _ in range(800)] + CODE)
+             for w in W._NORMALIZED_WORD_RE.findall(t)]
+    for w in words:
+        parts = findall(w)
+        assert "".join(parts) == w
+        for left, right in zip(parts, parts[1:]):
+            a, b = left[-1], right[0]
+            assert a != "\u2581" and b != "\u2581" and a + b not in bigrams
+            assert where.get(a, -1) != where.get(b, -1)
+
+
+@pytest.mark.parametrize("rule", ["identity", "nmt_nfkc", "nfkc_cf"])
+@pytest.mark.parametrize("byte_fallback", [True, False])
+def test_fine_cut_is_exact_on_code_and_nfkc_sensitive_text(rule, byte_fallback, shipped_texts):
+    """Code (where the fine cut matters most), the shipped corpora and random NFKC-sensitive
+    Unicode with unknown characters: the fine-cut cache gives SentencePiece's ids."""
+    tok = _train(rule, byte_fallback, extra=CODE * 5)
+    cache = W.WordCache(tok)
+    assert cache.fine_problem is None
+    rng = random.Random(19)
+    code = ["".join(rng.choice(CODE + NFKC_SENSITIVE + ["\u2603", "\U0001F600", "\u00a0", "  "])
+                    for _ in range(rng.randint(1, 12))) for _ in range(1500)]
+    texts = code + shipped_texts[::7] + [_nfkc_text(rng) for _ in range(1500)] + EDGE_CASES
+    expected = [tok.encode(t) for t in texts]
+    for k in range(0, len(texts), 300):  # later batches find words and parts cached
+        flat, lens = cache.encode_flat(texts[k:k + 300])
+        assert flat.tolist() == [i for x in expected[k:k + 300] for i in x]
+        assert lens.tolist() == [len(x) for x in expected[k:k + 300]]
+    assert 0 < cache.encoded < cache.misses
+
+
+def test_fine_cut_falls_back_when_unk_runs_could_merge_across_it():
+    """Without byte fallback, a character that is in a piece but not a piece itself is <unk>
+    next to another unknown character, and SentencePiece merges the two into one <unk>: the fine
+    cut would split them, so the model does not qualify (the word cache still cuts at spaces).
+    With byte fallback the same edit is harmless (unknown characters become bytes, one by one)."""
+    for byte_fallback in (False, True):
+        tok = _train("nmt_nfkc", byte_fallback)
+        last = tok.vocab_size - 1
+        assert tok.piece_to_id("\u2603") == tok.unk and tok.piece_to_id("\u2604") == tok.unk
+        edited = Tokenizer.from_bytes(_edit_piece(tok._proto, last, piece="q\u2603"), "edited.model")
+        problem = W.fine_cut_problem(edited)
+        cache = W.WordCache(edited)
+        text = "a \u2604\u2603 b"
+        if byte_fallback:
+            assert problem is None and cache.fine_problem is None
+        else:
+            assert "is in a piece but not a piece itself" in problem and "'\u2603'" in problem
+            assert cache.exact and cache.fine_problem == problem
+            unchecked = W.WordCache(edited, _proof=True, _fine=True)  # the fine cut, not proven
+            assert unchecked.encode(text) != edited._sp.encode(text)  # so the check is needed
+        assert cache.encode(text) == edited._sp.encode(text)
+        _assert_cache_exact(edited, [text, "q\u2603 \u2604q\u2603", "x \u2603\u2603q"] + EDGE_CASES, cache)

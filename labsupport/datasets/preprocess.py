@@ -108,7 +108,9 @@ class PreprocessResult:
     seconds: float = 0.0                #: wall time
     sidecars: dict[str, dict] = field(default_factory=dict)  #: json key → sidecar dict
     #: ``{"used": bool, "reason": why not used or None, "words": words looked up, "misses": words
-    #: that went through BPE}`` summed over the workers (each keeps its own cache)
+    #: not cached yet, "encoded": strings that went through BPE (the new words, or their new fine
+    #: parts), "fine_problem": why new words are not cut finer or None}`` summed over the workers
+    #: (each keeps its own cache)
     word_cache: dict = field(default_factory=dict)
 
     @property
@@ -188,8 +190,9 @@ def _encode_block(task: tuple[int, int, bytes]) -> tuple:
     """Parse, tokenize and flatten one block of lines (runs in a worker).
 
     Returns ``(file_index, n_bytes, n_lines, n_docs, {key: (flat ids, doc lengths)}, bad,
-    (words, misses))`` where ``bad`` lists ``(lineno, reason)`` and the last item counts this
-    block's word-cache lookups and BPE calls (zeros without a cache).
+    (words, misses, encoded))`` where ``bad`` lists ``(lineno, reason)`` and the last item counts
+    this block's word-cache lookups, words not cached yet and strings run through BPE (zeros
+    without a cache).
     """
     file_index, first_lineno, blob = task
     keys = _WORKER["keys"]
@@ -229,13 +232,11 @@ def _encode_block(task: tuple[int, int, bytes]) -> tuple:
     out = {}
     eod = _WORKER["eod"]
     cache = _WORKER["cache"]
-    words = misses = 0
+    before = cache.words, cache.misses, cache.encoded
     for k in keys:
-        before = cache.words, cache.misses
         out[k] = cache.encode_flat(texts[k], append=eod)
-        words += cache.words - before[0]
-        misses += cache.misses - before[1]
-    return file_index, len(blob), len(lines), len(texts[keys[0]]), out, bad, (words, misses)
+    counts = (cache.words - before[0], cache.misses - before[1], cache.encoded - before[2])
+    return file_index, len(blob), len(lines), len(texts[keys[0]]), out, bad, counts
 
 
 # ----------------------------------------------------------------------------------- main loop
@@ -324,13 +325,15 @@ class _Tally:
     n_empty: int = 0
     cache_words: int = 0
     cache_misses: int = 0
+    cache_encoded: int = 0
 
     def add(self, result, builders: dict[str, IndexedDatasetBuilder], bar) -> int:
         """Count one encoded block, append its documents to the builders; returns its bytes."""
-        fi, nbytes, n_lines, docs, encoded, bad, (n_words, n_misses) = result
+        fi, nbytes, n_lines, docs, encoded, bad, (n_words, n_misses, n_encoded) = result
         self.lines_per_file[fi] += n_lines
         self.cache_words += n_words
         self.cache_misses += n_misses
+        self.cache_encoded += n_encoded
         for lineno, reason in bad:
             self.n_bad += 1
             item = BadLine(self.shown[fi], lineno, reason)
@@ -388,6 +391,9 @@ def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *
                     lineno += blob.count(b"\n") + (0 if blob.endswith(b"\n") else 1)
 
     cache_problem = word_cache_problem(tok) if word_cache else "turned off (--no-word-cache)"
+    fine_problem = cache_problem
+    if cache_problem is None:  # proven once here; forked workers inherit the result and the regex
+        fine_problem = WordCache(tok, dtype, max_words=1).fine_problem
     pool = bar = None
     try:  # from here on, any exception (Ctrl-C included) removes the partial output
         pool = _start_pool(workers, (tok, keys, append_eod, dtype.str, cache_problem is None))
@@ -432,7 +438,8 @@ def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *
     return PreprocessResult(prefixes, tally.n_docs, tally.tokens, tally.n_empty, total_bytes, tally.bad_lines,
                             tally.n_bad, seconds, sidecars,
                             {"used": cache_problem is None, "reason": cache_problem,
-                             "words": tally.cache_words, "misses": tally.cache_misses})
+                             "words": tally.cache_words, "misses": tally.cache_misses,
+                             "encoded": tally.cache_encoded, "fine_problem": fine_problem})
 
 
 def _keys_found(files: Sequence[Path], max_lines: int = 1000) -> list[str]:

@@ -27,6 +27,20 @@ cut with :data:`_NORMALIZED_WORD_RE` (``"▁a▁▁b"`` → ``"▁a"``, ``"▁�
 normalizer changes nothing (the workbook's: identity rule, no dummy prefix, spaces kept) skip
 the normalize pass and cut the raw text at spaces (:data:`_WORD_RE`), the same cut.
 
+4. The same argument cuts a new word finer (:func:`fine_cut_problem`, :func:`fine_word_re`).
+   Join two characters other than "▁" whenever they stand side by side in a NORMAL or
+   USER_DEFINED piece (the only pieces a merge or a user symbol can form); the groups are the
+   model's character classes (:func:`piece_classes`; for a model trained with SentencePiece's
+   default ``split_by_unicode_script``: letters, digits and punctuation, Hangul, ...).  Between
+   two characters of different classes no piece has that pair, so no merge and no user symbol
+   crosses there; and, without byte fallback, every character of a class must be a piece itself,
+   so at least one side is never ``<unk>`` and no run of ``<unk>`` is merged across.  So
+   ``"▁self.assertEqual(x,"`` → ``"▁self"``, ``"."``, ``"assertEqual"``, ``"("``, ``"x"``, ``","``
+   (a "▁" run stays with what follows it; characters in no class are never cut apart).  Only
+   the words not cached yet are cut this way, and only their new parts go through
+   SentencePiece (most parts of a new identifier were seen before); each word is then cached
+   as the concatenation of its parts' ids.
+
 A unigram model is different: its Viterbi search scores whole paths, and word-by-word ids
 differ on real text (measured: 6–36 of 6,000 documents), so unigram models fall back.
 
@@ -46,8 +60,8 @@ from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
 from labsupport.datasets.tokenizer import _META, Tokenizer, with_article
 
-__all__ = ["WordCache", "WORD_CACHE_MAX_WORDS", "word_cache_problem", "read_model_proto",
-           "normalization_free_proto"]
+__all__ = ["WordCache", "WORD_CACHE_MAX_WORDS", "word_cache_problem", "fine_cut_problem",
+           "piece_classes", "fine_word_re", "read_model_proto", "normalization_free_proto"]
 
 #: Default bound of a :class:`WordCache`: past this many distinct words it is emptied and refilled.
 WORD_CACHE_MAX_WORDS = 500_000
@@ -74,6 +88,8 @@ _WORD_PROBES = (
 )
 #: fingerprint → result of word_cache_problem (forked workers inherit it from the parent)
 _PROBLEMS: dict[str, str | None] = {}
+#: fingerprint → the fine-cut regex of the model on normalized text ("▁") and on raw text (" ")
+_FINE_RES: dict[tuple[str, str], re.Pattern] = {}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,6 +121,69 @@ def _normalizes(model: model_pb2.ModelProto) -> bool:
     """True when the model's normalizer changes more than " " → "▁"."""
     norm = model.normalizer_spec
     return bool(norm.precompiled_charsmap or norm.add_dummy_prefix or norm.remove_extra_whitespaces)
+
+
+#: Piece types SentencePiece's BPE merges into (``pieces_`` in model_interface.cc); CONTROL,
+#: UNKNOWN and BYTE pieces are never formed from text, UNUSED ones are refused by the proof.
+_MERGEABLE = (model_pb2.ModelProto.SentencePiece.NORMAL, model_pb2.ModelProto.SentencePiece.USER_DEFINED)
+
+
+def piece_classes(model: model_pb2.ModelProto) -> list[str]:
+    """The model's character classes (module docstring, step 4): characters other than "▁"
+    joined whenever they stand side by side in some NORMAL or USER_DEFINED piece (union-find over
+    the pieces' character bigrams).  Returns each class's characters, sorted, largest class
+    first; characters in no such bigram belong to no class."""
+    parent: dict[str, str] = {}
+
+    def root(c: str) -> str:
+        while parent.setdefault(c, c) != c:
+            parent[c] = parent[parent[c]]
+            c = parent[c]
+        return c
+
+    for p in model.pieces:
+        if p.type in _MERGEABLE:
+            for a, b in zip(p.piece, p.piece[1:]):
+                if a != _META and b != _META:
+                    parent[root(a)] = root(b)
+    classes: dict[str, list[str]] = {}
+    for c in parent:
+        classes.setdefault(root(c), []).append(c)
+    return sorted(("".join(sorted(v)) for v in classes.values()), key=lambda v: (-len(v), v))
+
+
+def _fine_re(tok: Tokenizer, space: str) -> re.Pattern:
+    """:func:`fine_word_re` of the tokenizer's classes, cached per fingerprint."""
+    key = (tok.fingerprint, space)
+    if key not in _FINE_RES:
+        _FINE_RES[key] = fine_word_re(piece_classes(read_model_proto(tok)), space)
+    return _FINE_RES[key]
+
+
+def _char_set(chars: str) -> str:
+    """``chars`` as the inside of a regex character class, consecutive code points as ranges."""
+    codes = sorted(set(map(ord, chars)))
+    out, k = [], 0
+    while k < len(codes):
+        j = k
+        while j + 1 < len(codes) and codes[j + 1] == codes[j] + 1:
+            j += 1
+        lo, hi = re.escape(chr(codes[k])), re.escape(chr(codes[j]))
+        out.append(lo if j == k else f"{lo}-{hi}" if j > k + 1 else lo + hi)
+        k = j + 1
+    return "".join(out)
+
+
+def fine_word_re(classes: Sequence[str], space: str = _META) -> re.Pattern:
+    """The fine cut of a word (module docstring, step 4): a run of ``space`` then a run of one
+    class, or of characters in no class; or a run of ``space`` alone.  ``"▁self.assertEqual(x,"``
+    → ``"▁self"``, ``"."``, ``"assertEqual"``, ``"("``, ``"x"``, ``","`` for a model whose
+    letters and punctuation never share a piece.  ``space``: "▁" on normalized text, " " on the raw
+    text of a model that does not normalize."""
+    runs = [f"[{_char_set(c)}]+" for c in classes]
+    runs.append(f"[^{_char_set(space + ''.join(classes))}]+")
+    sp = re.escape(space)
+    return re.compile(f"{sp}*(?:{'|'.join(runs)})|{sp}+")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,6 +233,36 @@ def _check(tok: Tokenizer) -> str | None:
     return None
 
 
+def fine_cut_problem(tok: Tokenizer) -> str | None:
+    """None when the fine cut (:func:`fine_word_re` over :func:`piece_classes`, module
+    docstring step 4) gives exactly ``tok.encode``'s ids; else why not (the word cache then cuts
+    at spaces only).  Needs :func:`word_cache_problem` to be None; without byte fallback every
+    character of a class must be a piece itself (so no run of ``<unk>`` crosses a fine cut).
+    Then the probe texts are encoded with fine cuts.  Cached per fingerprint."""
+    key = "fine:" + tok.fingerprint
+    if key not in _PROBLEMS:
+        _PROBLEMS[key] = word_cache_problem(tok) or _check_fine(tok)
+    return _PROBLEMS[key]
+
+
+def _check_fine(tok: Tokenizer) -> str | None:
+    model = read_model_proto(tok)
+    classes = piece_classes(model)
+    if not classes:
+        return "no piece joins two characters other than '▁' (nothing to cut finer)"
+    if not model.trainer_spec.byte_fallback:
+        unk = tok._sp.unk_id()
+        lone = next((c for c in "".join(classes) if tok._sp.piece_to_id(c) == unk), None)
+        if lone is not None:
+            return (f"no byte_fallback and {lone!r} is in a piece but not a piece itself "
+                    "(runs of <unk> could merge across a fine cut)")
+    cache = WordCache(tok, _proof=True, _fine=True)
+    for text in _WORD_PROBES:
+        if cache.encode(text) != tok._sp.encode(text):
+            return f"self-check failed: {text!r} encodes differently with fine cuts"
+    return None
+
+
 # ---------------------------------------------------------------------------------------------
 # the cache
 # ---------------------------------------------------------------------------------------------
@@ -171,13 +280,18 @@ class WordCache:
     65,500 pieces).  ``max_words``: when a batch would take the cache past this many words it is
     emptied first; words longer than 128 characters are never kept, so memory stays bounded
     (~150 bytes a typical word: tens of MB for the default 500,000).  ``num_threads``:
-    SentencePiece threads for the words it encodes.  ``words``/``misses`` count the words looked
-    up and those that had to be encoded (once per batch).  Not thread-safe; one per process (it
-    is not shared, so a pickled copy starts empty).
+    SentencePiece threads for the words it encodes.  ``fine``: cut new words finer (module
+    docstring, step 4) where :func:`fine_cut_problem` allows it; ``fine_problem`` says why not
+    (None when used).  ``words``/``misses``/``encoded`` count the words looked up, those not
+    cached yet (once per batch), and the strings that went through SentencePiece (those words,
+    or with the fine cut their new parts; the parts are cached too, so a batch can add more
+    entries than words).  Not thread-safe; one per process (it is not shared, so a pickled copy
+    starts empty).
     """
 
     def __init__(self, tokenizer: Tokenizer, dtype=None, max_words: int = WORD_CACHE_MAX_WORDS,
-                 num_threads: int = 1, *, enabled: bool = True, _proof: bool = False):
+                 num_threads: int = 1, *, enabled: bool = True, fine: bool = True,
+                 _proof: bool = False, _fine: bool = False):
         if not isinstance(tokenizer, Tokenizer):
             raise TypeError(f"WordCache needs a Tokenizer, got {type(tokenizer).__name__}")
         self.tokenizer = tokenizer
@@ -194,20 +308,32 @@ class WordCache:
         else:
             self.problem = word_cache_problem(tokenizer) if self.enabled else "turned off"
         self.exact = self.problem is None
-        self.words = self.misses = self.clears = 0
+        self.words = self.misses = self.encoded = self.clears = 0
         self._cache: dict[str, bytes] = {}
         self._normalize = None
         self._word_sp = tokenizer._sp
         self._findall = _WORD_RE.findall
-        if self.exact and _normalizes(read_model_proto(tokenizer)):
+        self._space = " "
+        normalizes = self.exact and _normalizes(read_model_proto(tokenizer))
+        if normalizes:
             self._normalize = tokenizer._sp.normalize
             self._word_sp = spm.SentencePieceProcessor()
             self._word_sp.LoadFromSerializedProto(normalization_free_proto(tokenizer))
             self._findall = _NORMALIZED_WORD_RE.findall
+            self._space = _META
+        #: why the misses are not cut finer (None: they are; module docstring, step 4)
+        self.fine_problem: str | None = "turned off" if not fine else self.problem
+        if _proof:  # used by the fine self-check itself
+            self.fine_problem = None if _fine else "not proven yet"
+        elif self.fine_problem is None:
+            self.fine_problem = fine_cut_problem(tokenizer)
+        self._fine_findall = None
+        if self.fine_problem is None:
+            self._fine_findall = _fine_re(tokenizer, self._space).findall
 
     def __reduce__(self):
         return (_word_cache_from_state, (self.tokenizer, self.dtype, self.max_words, self.num_threads,
-                                         self.enabled))
+                                         self.enabled, self.fine_problem != "turned off"))
 
     def __len__(self) -> int:
         return len(self._cache)
@@ -273,9 +399,9 @@ class WordCache:
         """The packed ids of each text from its words, encoding the words not cached yet."""
         cache = self._cache
         listed = [w for w in words if w is not None]
-        new = set(itertools.chain.from_iterable(listed))
+        # set.difference(dict) walks the set; difference_update would walk the whole cache
+        new = set(itertools.chain.from_iterable(listed)).difference(cache)
         self.words += sum(map(len, listed))
-        new.difference_update(cache)
         if new and len(cache) + len(new) > self.max_words:
             cache.clear()
             self.clears += 1
@@ -284,19 +410,66 @@ class WordCache:
         if new:
             self.misses += len(new)
             new_words = list(new)
-            encoded = self._word_sp.encode(new_words, num_threads=self.num_threads)
-            sizes = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
-            buf = np.fromiter(itertools.chain.from_iterable(encoded), dtype=self.dtype,
-                              count=int(sizes.sum())).tobytes()
-            ends = (np.cumsum(sizes) * self.dtype.itemsize).tolist()
-            starts = [0] + ends[:-1]
-            cache.update(zip(new_words, map(buf.__getitem__, map(slice, starts, ends))))
-            too_long = [w for w in new_words if len(w) > _MAX_CACHED_WORD_CHARS]
+            if self._fine_findall is not None:
+                too_long = self._store_fine(new_words)
+            else:
+                too_long = self._store(new_words)
         get, join = cache.__getitem__, b"".join
         docs = [join(map(get, w)) if w is not None else b"" for w in words]
-        for w in too_long:  # used for this batch only
-            del cache[w]
+        for w in too_long:  # used for this batch only (a part may also be a word)
+            cache.pop(w, None)
         return docs
+
+    def _store(self, words: list[str]) -> list[str]:
+        """Encode ``words`` (one SentencePiece call) into the cache; returns those too long to keep."""
+        self.encoded += len(words)
+        encoded = self._word_sp.encode(words, num_threads=self.num_threads)
+        sizes = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+        buf = np.fromiter(itertools.chain.from_iterable(encoded), dtype=self.dtype,
+                          count=int(sizes.sum())).tobytes()
+        ends = np.cumsum(sizes) * self.dtype.itemsize
+        self._store_slices(words, buf, ends)
+        return [w for w in words if len(w) > _MAX_CACHED_WORD_CHARS]
+
+    def _store_slices(self, words: list[str], buf: bytes, ends: np.ndarray) -> None:
+        """Cache ``words[k]`` → ``buf[ends[k-1]:ends[k]]`` (``ends``: byte offsets, int64)."""
+        ends = ends.tolist()
+        starts = [0] + ends[:-1]
+        self._cache.update(zip(words, map(buf.__getitem__, map(slice, starts, ends))))
+
+    def _store_fine(self, words: list[str]) -> list[str]:
+        """Encode new ``words`` through their fine parts (module docstring, step 4): the parts
+        not cached yet go through SentencePiece, each word is the concatenation of its parts'
+        ids.  The words starting with a space and ending with another character are cut in one
+        regex pass over their concatenation (every such word boundary is a cut); the others
+        (a text's first word, trailing spaces) are encoded whole.  Returns the words and
+        parts too long to keep."""
+        space = self._space
+        joined = [w for w in words if w[0] == space and w[-1] != space]
+        if len(joined) < len(words):
+            others = [w for w in words if not (w[0] == space and w[-1] != space)]
+            too_long = self._store(others)
+        else:
+            too_long = []
+        if not joined:
+            return too_long
+        parts = self._fine_findall("".join(joined))
+        n = len(parts)
+        part_ends = np.cumsum(np.fromiter(map(len, parts), dtype=np.int64, count=n))
+        word_ends = np.cumsum(np.fromiter(map(len, joined), dtype=np.int64, count=len(joined)))
+        last = np.searchsorted(part_ends, word_ends)  # index of each word's last part
+        if not np.array_equal(part_ends[np.minimum(last, n - 1)], word_ends):
+            raise RuntimeError("a fine cut missed a word boundary")  # never: encode_flat falls back
+        cache = self._cache
+        new = set(parts).difference(cache)
+        if new:
+            new_parts = list(new)
+            too_long += self._store(new_parts)
+        packed = list(map(cache.__getitem__, parts))
+        byte_ends = np.cumsum(np.fromiter(map(len, packed), dtype=np.int64, count=n))
+        self._store_slices(joined, b"".join(packed), byte_ends[last])
+        too_long += [w for w in joined if len(w) > _MAX_CACHED_WORD_CHARS]
+        return too_long
 
     def _plain(self, texts: list[str], append: int | None) -> tuple[np.ndarray, np.ndarray]:
         """encode_flat without the cache: one SentencePiece call per text."""
@@ -310,5 +483,5 @@ class WordCache:
         return flat, lens
 
 
-def _word_cache_from_state(tokenizer, dtype, max_words, num_threads, enabled=True) -> WordCache:
-    return WordCache(tokenizer, dtype, max_words, num_threads, enabled=enabled)
+def _word_cache_from_state(tokenizer, dtype, max_words, num_threads, enabled=True, fine=True) -> WordCache:
+    return WordCache(tokenizer, dtype, max_words, num_threads, enabled=enabled, fine=fine)
