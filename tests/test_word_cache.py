@@ -421,3 +421,20 @@ def test_fine_cut_falls_back_when_unk_runs_could_merge_across_it():
             assert unchecked.encode(text) != edited._sp.encode(text)  # so the check is needed
         assert cache.encode(text) == edited._sp.encode(text)
         _assert_cache_exact(edited, [text, "q\u2603 \u2604q\u2603", "x \u2603\u2603q"] + EDGE_CASES, cache)
+
+
+def test_split_cut_equals_the_regex_cut_and_shares_the_cache(workbook_tok):
+    """Texts without a run of spaces are cut by str.split, the others by the regex; a word
+    cached under its full key ("␣\\n" from a regex-cut text) stays there when the same word
+    turns up after a single space in a split text of a later batch."""
+    cache = WordCache(workbook_tok)
+    assert isinstance(cache._cut("a b\tc \n"), W._Split) and not isinstance(cache._cut("a  b"), W._Split)
+    assert list(cache._cut("a b  c")) == W._WORD_RE.findall("a b  c")
+    for text in ("a b\tc \n", " lead", "trail ", "", "one"):
+        split = cache._cut(text)
+        assert [split[0]] * bool(split[0]) + [" " + w for w in split[1:]] == W._WORD_RE.findall(text)
+    batches = [["x  y \n"], ["a \n", "b  c \n", "a \n"], ["x  y \n", "q \n"]]
+    for batch in batches:
+        flat, lens = cache.encode_flat(batch)
+        want = [workbook_tok.encode(t) for t in batch]
+        assert flat.tolist() == [i for w in want for i in w] and lens.tolist() == list(map(len, want))
