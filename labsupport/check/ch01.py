@@ -286,9 +286,8 @@ def q3(diagnose_tokenizer_mismatch) -> str:
     "the tokenizer that wrote them. A useful check looks at the two tokenizers themselves, not at training, "
     "hardware or batch sizes; a fix removes the cause rather than the symptom.",
     "Training was fine and the output is broken text: suspect the tokenizer the "
-    "serving stack loads (book §6.2.4 pitfall, §6.2.9). Checks compare the tokenizers themselves (file, "
-    "special ids, vocabulary, round-trip); fixes make the same .model travel with the model, fail fast when it "
-    "does not, and re-preprocess when the tokenizer must change."))
+    "serving stack loads (book §6.2.4 pitfall, §6.2.9). Checks compare the tokenizers themselves; fixes "
+    "make the same .model travel with the model and fail fast when it does not."))
 def q4(exercise_4) -> tuple[str, dict[str, str]]:
     answer = exercise_4()
     expect(isinstance(answer, dict), f"exercise_4() must return a dict, got {type(answer).__name__}")

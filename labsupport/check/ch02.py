@@ -246,8 +246,7 @@ def q2(document_byte_offset) -> str:
     "reaching document k without scanning, and data far larger than RAM. Padding is a real cost too, but "
     "packing (chapter 4) solves it, not .bin/.idx.",
     "Book §6.2.3: the three problems are re-tokenizing (CPU), random access, "
-    "and memory; tokenizing once offline, the .idx pointers and mmap solve them one each; padding is real but "
-    "solved by packing (chapter 4), not by .bin/.idx."))
+    "and memory; padding is real but solved by packing (chapter 4), not by .bin/.idx."))
 def q3(exercise_1) -> tuple[str, dict[str, str]]:
     answer = exercise_1()
     expect(isinstance(answer, dict), f"exercise_1() must return a dict, got {type(answer).__name__}")
