@@ -99,12 +99,10 @@ def _same_array(got, want) -> bool:
 
 
 def _q1_mistake(key: str, got: Any, raw: bytes, n: int, d: int) -> str:
-    """A known wrong array, named: read from an offset that takes the lengths (or pointers) as 8 (or 4) bytes."""
+    """A known wrong array, named: read from an offset that takes the lengths as 8 bytes or the pointers as 4."""
     wrong = {"sequence_pointers": [(34 + 8 * n, n, "the pointers start after N int32 lengths: 34 + 4N, not 34 + 8N")],
              "document_indices": [(34 + 8 * n, d, "the document indices start at 34 + 4N + 8N = 34 + 12N "
-                                   "(lengths 4 bytes each, pointers 8), not 34 + 8N"),
-                                  (34 + 16 * n, d, "the document indices start at 34 + 4N + 8N = 34 + 12N "
-                                   "(lengths are int32, 4 bytes each), not 34 + 16N")]}.get(key, [])
+                                   "(lengths 4 bytes each, pointers 8), not 34 + 8N")]}.get(key, [])
     for offset, count, text in wrong:
         if count and n and offset + 8 * count <= len(raw) and _same_array(got, np.frombuffer(raw, "<i8", count, offset)):
             return f" — {text}"
