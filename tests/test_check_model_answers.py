@@ -1,5 +1,5 @@
 """#13: a free-text exercise shows its model answer once (and only once) its check passes; the
-computing checks' hints come in tiers (a nudge first, the formula on a repeated failure)."""
+computing checks' hints come in tiers (a nudge first, then the idea, the formula on the third failure)."""
 from __future__ import annotations
 
 import pytest
@@ -41,6 +41,6 @@ def test_chapter5_q3_model_answer(capsys):
 ], ids=["ch03-q1", "ch04-q1"])
 def test_hints_come_in_tiers(module, question, wrong, formula, capsys):
     check = getattr(module, question)
-    first, second = check(wrong), check(wrong)
-    assert first.status == second.status == "failed"
-    assert formula not in first.hint and formula in second.hint
+    first, second, third = check(wrong), check(wrong), check(wrong)
+    assert first.status == second.status == third.status == "failed"
+    assert formula not in first.hint and formula not in second.hint and formula in third.hint

@@ -3,6 +3,7 @@ the data-parallel group of a GPU in Megatron's rank order. (The book's exercise 
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import numpy as np
 from omegaconf import OmegaConf
@@ -17,14 +18,30 @@ CHAPTER = "ch00"
 summary = chapter_summary(CHAPTER)
 
 
+def _q1_mistake(got: int, devices: int, nodes: int, tp: int, pp: int) -> str:
+    """A known wrong data-parallel size, named (only when ``got`` is exactly that wrong value)."""
+    world = devices * nodes
+    if nodes > 1 and got == devices // (tp * pp):
+        return f" — that is the replicas inside ONE node; the world is devices × num_nodes = {world} GPUs"
+    if pp > 1 and got == world // tp:
+        return f" — that divides by TP only; each replica also spans PP = {pp} pipeline stages"
+    return ""
+
+
 def _layout_cfg(devices: int, nodes: int, tp: int, pp: int):
     return OmegaConf.create({"trainer": {"devices": devices, "num_nodes": nodes},
                              "model": {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp}})
 
 
-@check(CHAPTER, "q1", hint="world size = devices × num_nodes; DP = world / (TP × PP); raise ValueError only "
-       "when TP × PP does not divide the world size. TP > devices is legal (Megatron-Core accepts it) but "
-       "slow: return DP and call warnings.warn(...) once; a layout inside one node must not warn.")
+@check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the formula
+    "reread chapter 0's 'Derived values: how 32 GPUs are divided': TP and PP split ONE copy of the model over "
+    "some GPUs; how many copies fit in all the GPUs, and when does that not come out whole?",
+    "world size = every GPU of every node; one model replica takes TP × PP of them and DP counts the replicas. "
+    "The only hard error is a world size that TP × PP does not divide. TP wider than one node is legal but slow "
+    "(its traffic leaves NVLink): warn once, do not raise.",
+    "world size = devices × num_nodes; DP = world / (TP × PP); raise ValueError only "
+    "when TP × PP does not divide the world size. TP > devices is legal (Megatron-Core accepts it) but "
+    "slow: return DP and call warnings.warn(...) once; a layout inside one node must not warn."))
 def q1(data_parallel_size) -> str:
     """Checked: DP for 30 valid random layouts (an int), ValueError for 30 that do not divide,
     exactly one warning for the valid layouts whose TP spans nodes and none for the others."""
@@ -62,7 +79,8 @@ def q1(data_parallel_size) -> str:
                               + (" — TP across nodes is slow, not impossible: warn instead" if tp > devices else ""))
         expect(isinstance(got, (int, np.integer)) and not isinstance(got, bool),
                f"{call} returned {short(got)} ({type(got).__name__}); expected an int")
-        expect(got == layout.data_parallel, f"{call} returned {got}, expected {layout.data_parallel}")
+        expect(got == layout.data_parallel, f"{call} returned {got}, expected {layout.data_parallel}"
+               + _q1_mistake(int(got), devices, nodes, tp, pp))
         if layout.tp_spans_nodes:
             expect(len(caught) == 1, f"{call}: tp={tp} spans {layout.tp_nodes} nodes of {devices} GPUs; "
                                      f"expected one warnings.warn(...), got {len(caught)}")
@@ -73,9 +91,31 @@ def q1(data_parallel_size) -> str:
     return "30 valid random layouts (5 or more with TP across nodes) and 30 that do not divide"
 
 
-@check(CHAPTER, "q2", hint="full fine-tuning with mixed-precision Adam keeps 16 bytes per parameter "
-       "(bf16 weights 2 + grads 2 + fp32 master 4 + Adam m 4 + v 4); bf16 weights alone are 2. "
-       "Answer in decimal GB (1e9 bytes).")
+def _q2_mistake(got: Any, n_params: float, want: float) -> str:
+    """A known wrong memory figure, named: bytes, GiB, or another whole number of bytes per parameter."""
+    if not isinstance(got, (int, float, np.floating)) or isinstance(got, bool) or not np.isfinite(got):
+        return ""
+    if np.isclose(got, want * 1e9, rtol=1e-6):
+        return " — that is bytes; divide by 1e9 for decimal GB"
+    if np.isclose(got, want * 1e9 / 2 ** 30, rtol=1e-6):
+        return " — that is GiB (2**30 bytes); the exercise asks for decimal GB (1e9 bytes)"
+    per_param = float(got) * 1e9 / n_params
+    want_per_param = round(want * 1e9 / n_params)
+    if round(per_param) != want_per_param and abs(per_param - round(per_param)) <= 1e-6 * max(per_param, 1.0) \
+            and 1 <= round(per_param) <= 32:
+        return f" — that is {round(per_param)} bytes per parameter; this method needs {want_per_param}"
+    return ""
+
+
+@check(CHAPTER, "q2", hint=(
+    "reread chapter 0's 'Checking a claim of the Kubernetes guide: \"8B on 1× A100 80GB\"': memory is the "
+    "number of parameters times the bytes each one needs; what is kept per parameter for each method?",
+    "inference-style weights need only the bf16 weights; full fine-tuning with mixed-precision Adam also keeps "
+    "the bf16 gradients, an fp32 master copy of the weights and Adam's two fp32 moments. Count bytes per "
+    "parameter, multiply by n_params and express the result in decimal GB.",
+    "full fine-tuning with mixed-precision Adam keeps 16 bytes per parameter "
+    "(bf16 weights 2 + grads 2 + fp32 master 4 + Adam m 4 + v 4); bf16 weights alone are 2. "
+    "GB = n_params × bytes per parameter / 1e9 (decimal GB, 1e9 bytes)."))
 def q2(memory_gb) -> str:
     rng = np.random.default_rng(check_seed())
     for _ in range(30):
@@ -84,12 +124,30 @@ def q2(memory_gb) -> str:
             got = memory_gb(n, method)
             want = training_memory_gb(n, method)
             expect(isinstance(got, (int, float, np.floating)) and abs(got - want) <= 1e-6 * want,
-                   f"memory_gb({n:.4g}, {method!r}) returned {short(got)}, expected {want:.4g}")
+                   f"memory_gb({n:.4g}, {method!r}) returned {short(got)}, expected {want:.4g}"
+                   + _q2_mistake(got, n, want))
     return "60 random model sizes"
 
 
-@check(CHAPTER, "q3", hint="Megatron's order tp-cp-ep-dp-pp: rank = tp_rank + TP·(dp_rank + DP·pp_rank). The "
-       "DP group of a rank keeps its tp_rank and pp_rank and runs dp_rank over 0..DP-1.")
+def _q3_mistake(got: list[int], rank: int, tp: int, pp: int, dp: int) -> str:
+    """A known wrong group, named: the TP group, the pipeline group, or the DP group in the order DP-fastest."""
+    t, p, d = megatron_coords(rank, tp, pp, dp)
+    if got == sorted(x + tp * (d + dp * p) for x in range(tp)):
+        return " — that is the tensor-parallel group (the GPUs that split one layer), not the replicas"
+    if got == sorted(t + tp * (d + dp * q) for q in range(pp)):
+        return " — that is the pipeline group (the stages of one replica), not the replicas"
+    if got == sorted(x + dp * (rank // dp % tp) + dp * tp * (rank // (dp * tp)) for x in range(dp)):
+        return " — that is the DP group if DP varied fastest; in Megatron's order TP varies fastest"
+    return ""
+
+
+@check(CHAPTER, "q3", hint=(
+    "reread chapter 0's 'Derived values' cell that printed every GPU's coordinates: the GPUs that average "
+    "gradients hold the same slice of the model — which coordinates do they share, which one differs?",
+    "split the rank into (tp_rank, dp_rank, pp_rank) in Megatron's order tp-cp-ep-dp-pp (TP varies fastest, "
+    "then DP, then PP); the DP group keeps tp_rank and pp_rank and takes every dp_rank; turn each back into a rank.",
+    "rank = tp_rank + TP·(dp_rank + DP·pp_rank), so tp_rank = rank mod TP and pp_rank = rank // (TP·DP). The "
+    "DP group of a rank keeps its tp_rank and pp_rank and runs dp_rank over 0..DP-1."))
 def q3(data_parallel_group) -> str:
     """Checked: for 40 random layouts and ranks, the sorted list of global ranks that all-reduce gradients with
     ``rank`` (same tp_rank and pp_rank, every dp_rank), including ``rank`` itself."""
@@ -104,5 +162,5 @@ def q3(data_parallel_group) -> str:
         expect(isinstance(got, (list, tuple)) and all(isinstance(x, (int, np.integer)) for x in got),
                f"{call} returned {short(got)}; expected a list of ints")
         expect(sorted(got) == want, f"{call} returned {sorted(got)}, expected {want} (GPU {rank} is "
-               f"tp_rank {t}, pp_rank {p})")
+               f"tp_rank {t}, pp_rank {p})" + _q3_mistake(sorted(int(x) for x in got), rank, tp, pp, dp))
     return "40 random layouts and ranks"

@@ -13,7 +13,9 @@ import math
 import random
 import shutil
 import tempfile
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from labsupport.datasets.bpe import ByteBPE, merge_step as _merge_step
 from labsupport.paths import DOMAINS, data_file
@@ -91,9 +93,27 @@ def _random_text(rng: random.Random) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-@check(CHAPTER, "q1", hint="count adjacent pairs (overlaps count), take the most frequent (ties: the pair "
-       "seen first), then scan left to right replacing each non-overlapping occurrence by new_id; return "
-       "(new_ids, pair), or (ids, None) when there are fewer than two tokens. Do not modify the input.")
+def _q1_mistake(before: list[int], got_pair: Any, want_pair: Any) -> str:
+    """Name a tie broken the wrong way: the learner's pair occurs exactly as often as the right one."""
+    if got_pair is None or want_pair is None or got_pair == want_pair:
+        return ""
+    counts = Counter(zip(before, before[1:]))
+    if got_pair in counts and counts[got_pair] == counts[want_pair]:
+        return (f" — both occur {counts[want_pair]} times: on a tie the pair that occurs FIRST wins "
+                "(a dict keeps insertion order, max keeps the first of equal counts)")
+    return ""
+
+
+@check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the recipe
+    "reread chapter 1's 'Byte-level BPE from scratch' (§6.2.1): one training step counts the adjacent pairs, "
+    "picks one and replaces it; the exercise text fixes what counts as a pair, which pair wins a tie and how the "
+    "replacing scans",
+    "count every adjacent position i (ids[i], ids[i+1]) — overlapping ones too, so [7, 7, 7] has (7, 7) twice; on "
+    "equal counts the pair that occurs first wins; then build a NEW list, scanning left to right and replacing "
+    "each occurrence that does not overlap the previous replacement",
+    "count adjacent pairs (overlaps count), take the most frequent (ties: the pair "
+    "seen first), then scan left to right replacing each non-overlapping occurrence by new_id; return "
+    "(new_ids, pair), or (list(ids), None) when there are fewer than two tokens. Do not modify the input."))
 def q1(merge_step) -> str:
     rng = random.Random(check_seed())
     cases = 0
@@ -120,7 +140,8 @@ def q1(merge_step) -> str:
         expect(hasattr(got_ids, "__iter__") and not isinstance(got_ids, (str, bytes)),
                f"{call} returned ids {short(got_ids)} ({type(got_ids).__name__}); expected a list of ints")
         got_pair = tuple(got_pair) if got_pair is not None else None
-        expect(got_pair == want_pair, f"{call} merged pair {short(got_pair)}, expected {want_pair}")
+        expect(got_pair == want_pair, f"{call} merged pair {short(got_pair)}, expected {want_pair}"
+               + _q1_mistake(before, got_pair, want_pair))
         got_ids = list(got_ids)
         expect(got_ids == want_ids, f"{call} returned ids {short(got_ids)}, expected {short(want_ids)}")
         cases += 1
@@ -128,9 +149,31 @@ def q1(merge_step) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-@check(CHAPTER, "q2", hint="tokens per character = (sum over texts of len(tok.encode(text))) / (sum of len(text)); "
-       "encode each text on its own, count characters (len of the str), not UTF-8 bytes; use the tokenizer "
-       "you are given.")
+def _q2_mistake(got: float, tok: Tokenizer, texts: list[str]) -> str:
+    """A known wrong ratio, named: per UTF-8 byte, the mean of per-text ratios, or characters per token."""
+    lengths = [len(tok.encode(t)) for t in texts]
+    nonempty = [(n, len(t)) for n, t in zip(lengths, texts) if t]
+    candidates = (
+        (sum(lengths) / sum(len(t.encode("utf-8")) for t in texts),
+         "that is tokens per UTF-8 BYTE; divide by the characters (len of the str) instead"),
+        (sum(n / c for n, c in nonempty) / len(nonempty),
+         "that is the mean of the per-text ratios; divide the total tokens by the total characters"),
+        (sum(len(t) for t in texts) / sum(lengths), "that is characters per token, upside down"),
+    )
+    for value, text in candidates:
+        if math.isclose(got, value, rel_tol=1e-9):
+            return " — " + text
+    return ""
+
+
+@check(CHAPTER, "q2", hint=(
+    "reread chapter 1's 'SentencePiece: lossless, BPE vs unigram, four domains', which compared the domains: "
+    "what is counted above the fraction bar, and what below it?",
+    "one ratio of totals over the whole list, not a mean of per-text ratios: all tokens (each text encoded on its "
+    "own with the tokenizer you are given) over all characters (code points: len of the str, not UTF-8 bytes)",
+    "tokens per character = (sum over texts of len(tok.encode(text))) / (sum of len(text)); "
+    "encode each text on its own, count characters (len of the str), not UTF-8 bytes; use the tokenizer "
+    "you are given."))
 def q2(tokens_per_character) -> str:
     rng = random.Random(check_seed())
     toks = [Tokenizer(workbook_tokenizer())]
@@ -147,8 +190,9 @@ def q2(tokens_per_character) -> str:
             want = _tokens_per_character(tok, texts)
             expect(isinstance(got, (int, float)) and not isinstance(got, bool) and math.isfinite(got),
                    f"tokens_per_character returned {short(got)}; expected a float")
-            expect(abs(got - want) <= 1e-9 * want,
-                   f"{len(texts)} random {domain} snippets with {tok.path.name}: got {got:.6f}, expected {want:.6f}")
+            if abs(got - want) > 1e-9 * want:
+                expect(False, f"{len(texts)} random {domain} snippets with {tok.path.name}: got {got:.6f}, "
+                              f"expected {want:.6f}" + _q2_mistake(got, tok, texts))
             cases += 1
     return f"{cases} random domain samples with 2 tokenizers"
 
@@ -169,9 +213,36 @@ def _q3_equal(key: str, got, want) -> bool:
         return False
 
 
-@check(CHAPTER, "q3", hint="compare fingerprints (the decisive test), vocab sizes, the special ids "
-       "(tok.special_ids()), the fraction of probe texts encoded identically, and decode the training "
-       "tokenizer's ids with the serving tokenizer: the first text that does not come back is 'garbled'.")
+def _q3_mistake(key: str, got: Any, want: Any, train: Tokenizer, serve: Tokenizer, probes: list[str]) -> str:
+    """A known wrong field, named: a count for the fraction, unsorted names, or garbled decoded the other way."""
+    try:
+        if key == "id_agreement" and isinstance(got, (int, float)) and probes \
+                and abs(got - want * len(probes)) <= 1e-9 and abs(want * len(probes) - want) > 1e-9:
+            return f" (that is a count; divide by the {len(probes)} probe texts for a fraction)"
+        if key == "special_ids_differ" and not isinstance(got, (str, bytes, dict)) and sorted(got) == list(want):
+            return " (the right names: sort them)"
+        if key == "garbled" and got is not None:
+            for text in probes:
+                swapped = train.decode(serve.encode(text))
+                if swapped != text:
+                    if got == swapped:
+                        return (" (that is train_tok.decode(serve_tok.encode(t)): decode the TRAINING ids with the "
+                                "SERVING tokenizer)")
+                    break
+    except Exception:  # noqa: BLE001 - a malformed field, or ids one tokenizer cannot decode: no named mistake
+        return ""
+    return ""
+
+
+@check(CHAPTER, "q3", hint=(
+    "reread chapter 1's 'The invariant: one tokenizer everywhere' (§6.2.4, §6.2.9): what identifies a tokenizer "
+    "file exactly, and how does the damage show when the wrong one decodes training ids?",
+    "the fingerprint alone decides the verdict; the other fields describe the damage: both vocabulary sizes, the "
+    "special-token names whose ids differ, the share of probe texts both encode identically, and the first probe "
+    "that does not survive 'encode with the training tokenizer, decode with the serving one'",
+    "compare fingerprints (the decisive test), vocab sizes, the special ids "
+    "(tok.special_ids(), sorted names whose ids differ), the FRACTION of probe texts encoded identically, and "
+    "serve_tok.decode(train_tok.encode(t)): the first text that does not come back is 'garbled' (else None)."))
 def q3(diagnose_tokenizer_mismatch) -> str:
     rng = random.Random(check_seed())
     english = [_snippet(rng, rng.choice(["web", "books", "code"]), 200, 3000) for _ in range(100)]
@@ -201,15 +272,22 @@ def q3(diagnose_tokenizer_mismatch) -> str:
             missing = [k for k in _Q3_KEYS if k not in got]
             expect(not missing, f"{name}: missing key(s) {missing}")
             wrong = [f"{key} = {short(got[key], 90)}, expected {short(want[key], 90)}"
+                     + _q3_mistake(key, got[key], want[key], a, serve, probes)
                      for key in _Q3_KEYS if not _q3_equal(key, got[key], want[key])]
             expect(not wrong, f"{name}: " + "; ".join(wrong))       # every wrong field at once
     return f"{len(scenarios)} freshly trained tokenizer pairs"
 
 
 # ---------------------------------------------------------------------------------------------
-@check(CHAPTER, "q4", hint="Training was fine and the output is broken text: suspect the tokenizer the "
-       "serving stack loads (book §6.2.4 pitfall, §6.2.9). Checks compare the tokenizers themselves; fixes "
-       "make the same .model travel with the model and fail fast when it does not.")
+@check(CHAPTER, "q4", hint=(
+    "training went fine and only the served output is broken text: what differs between training and serving? "
+    "(chapter 1, 'The invariant: one tokenizer everywhere')",
+    "suspect the tokenizer the serving stack loads (book §6.2.4 pitfall, §6.2.9): ids only mean something with "
+    "the tokenizer that wrote them. A useful check looks at the two tokenizers themselves, not at training, "
+    "hardware or batch sizes; a fix removes the cause rather than the symptom.",
+    "Training was fine and the output is broken text: suspect the tokenizer the "
+    "serving stack loads (book §6.2.4 pitfall, §6.2.9). Checks compare the tokenizers themselves; fixes "
+    "make the same .model travel with the model and fail fast when it does not."))
 def q4(exercise_4) -> tuple[str, dict[str, str]]:
     answer = exercise_4()
     expect(isinstance(answer, dict), f"exercise_4() must return a dict, got {type(answer).__name__}")
@@ -247,9 +325,25 @@ MODEL_ANSWER_Q4 = (
     "ship the exact .model with the checkpoint and refuse to serve when the fingerprints differ.")
 
 
-@check(CHAPTER, "q5", hint="start from the UTF-8 bytes; merge k turns the pair merges[k] into id 256 + k. Apply the "
-       "merges in the order they were learned (a later merge can use a token an earlier one made), each over the "
-       "whole sequence, left to right without overlaps — your merge_step's replacing part does that.")
+def _q5_mistake(got: list[int], want: list[int], text: str) -> str:
+    """A known wrong encoding, named: no merge applied, code points instead of bytes, or the merge order."""
+    if got == list(text.encode("utf-8")):
+        return " — those are the UTF-8 bytes unchanged: apply the merges"
+    if got == [ord(c) for c in text] and any(ord(c) > 127 for c in text):
+        return " — those are code points (ord); start from text.encode('utf-8')"
+    if len(got) == len(want):
+        return " — same length: check the merge order"
+    return ""
+
+
+@check(CHAPTER, "q5", hint=(
+    "reread how chapter 1's ByteBPE encodes unseen text with what training learned: where does encoding start, "
+    "and in which order are the learned merges applied? (try the exercise's 'hi! hi' by hand)",
+    "start from the UTF-8 bytes; merge k makes the id 256 + k. Apply the merges one after another in the order "
+    "they were learned — a later merge may use a token an earlier one made — each over the whole sequence",
+    "start from the UTF-8 bytes; merge k turns the pair merges[k] into id 256 + k. Apply the "
+    "merges in the order they were learned (a later merge can use a token an earlier one made), each over the "
+    "whole sequence, left to right without overlaps — your merge_step's replacing part does that."))
 def q5(bpe_encode) -> str:
     """Checked: 20 random texts (corpus snippets, Korean, emoji, whitespace) encoded with the merges of ByteBPE
     models trained on *other* random snippets, against ByteBPE.encode; also a text no merge applies to."""
@@ -262,6 +356,6 @@ def q5(bpe_encode) -> str:
         expect(isinstance(got, list) and all(isinstance(x, int) for x in got),
                f"bpe_encode({short(text, 40)}, <{len(model.merges)} merges>) returned {short(got)}; expected a list of ints")
         expect(got == want, f"bpe_encode({short(text, 60)}, <{len(model.merges)} merges>) returned {short(got)}, "
-               f"expected {short(want)}" + (" — same length: check the merge order" if len(got) == len(want) else ""))
+               f"expected {short(want)}" + _q5_mistake(got, want, text))
     expect(bpe_encode("🙂", [(1, 2)]) == list("🙂".encode("utf-8")), "a text no merge applies to stays its bytes")
     return "20 unseen texts, models with 10–120 merges"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -97,9 +98,27 @@ def _same_array(got, want) -> bool:
         return False
 
 
-@check(CHAPTER, "q1", hint="magic = raw[:9]; struct.unpack('<QBQQ', raw[9:34]) gives version, dtype "
-       "code, N and D; then np.frombuffer(raw, '<i4', N, 34), ('<i8', N, 34 + 4N) and "
-       "('<i8', D, 34 + 12N). Raise ValueError when the magic is not b'MMIDIDX\\x00\\x00'.")
+def _q1_mistake(key: str, got: Any, raw: bytes, n: int, d: int) -> str:
+    """A known wrong array, named: read from an offset that takes the lengths as 8 bytes or the pointers as 4."""
+    wrong = {"sequence_pointers": [(34 + 8 * n, n, "the pointers start after N int32 lengths: 34 + 4N, not 34 + 8N")],
+             "document_indices": [(34 + 8 * n, d, "the document indices start at 34 + 4N + 8N = 34 + 12N "
+                                   "(lengths 4 bytes each, pointers 8), not 34 + 8N")]}.get(key, [])
+    for offset, count, text in wrong:
+        if count and n and offset + 8 * count <= len(raw) and _same_array(got, np.frombuffer(raw, "<i8", count, offset)):
+            return f" — {text}"
+    return ""
+
+
+@check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the offsets
+    "reread chapter 2's 'The format made visible (.bin/.idx format)' and the layout line of the exercise: count "
+    "the bytes each header field takes, then where each array begins; check.q1_header(parse_idx) tests the header "
+    "alone",
+    "a fixed 34-byte header (9-byte magic, then version, dtype code, N and D, little-endian), then three arrays "
+    "back to back: N int32 lengths, N int64 pointers, D int64 document indices; each array starts where the "
+    "previous one ends, so its offset adds up the bytes before it",
+    "magic = raw[:9]; struct.unpack('<QBQQ', raw[9:34]) gives version, dtype "
+    "code, N and D; then np.frombuffer(raw, '<i4', N, 34), ('<i8', N, 34 + 4N) and "
+    "('<i8', D, 34 + 12N). Raise ValueError when the magic is not b'MMIDIDX\\x00\\x00'."))
 def q1(parse_idx) -> str:
     rng = np.random.default_rng(check_seed())
     tmp = Path(tempfile.mkdtemp(prefix="ch02_q1_"))
@@ -121,7 +140,8 @@ def q1(parse_idx) -> str:
                              ("document_indices", ds.document_indices)):
                 expect(key in got, f"the dict has no key {key!r} (keys: {sorted(got, key=str)})")
                 expect(_same_array(got[key], arr), f"{key} = {short(np.asarray(got[key]).tolist())}, "
-                       f"expected {short(arr.tolist())}")
+                       f"expected {short(arr.tolist())}"
+                       + _q1_mistake(key, got[key], raw, len(ds), len(ds.document_indices)))
             del ds
         bad = bytearray(raw)
         bad[:9] = b"TNTIDX\x00\x00\x00"
@@ -168,8 +188,27 @@ def q1_header(parse_idx) -> bool:
     return False
 
 
-@check(CHAPTER, "q2", hint="document k starts at sequence d[k]; every sequence before it takes "
-       "length × itemsize bytes, so the offset is sum(sequence_lengths[:d[k]]) * itemsize.")
+def _q2_mistake(got: int, lengths: np.ndarray, doc_idx: np.ndarray, itemsize: int, k: int) -> str:
+    """A known wrong offset, named: tokens for bytes, sequence k for document k, one sequence too many."""
+    first = int(doc_idx[k])
+    tokens_before = int(lengths[:first].astype(np.int64).sum())
+    if itemsize > 1 and got == tokens_before:
+        return f" — that counts tokens; multiply by itemsize = {itemsize} for bytes"
+    if k != first and got == int(lengths[:k].astype(np.int64).sum()) * itemsize:
+        return (f" — that is where SEQUENCE {k} starts; document {k} starts at sequence "
+                f"document_indices[{k}] = {first}")
+    if first < len(lengths) and lengths[first] and got == int(lengths[:first + 1].astype(np.int64).sum()) * itemsize:
+        return " — that also counts the first sequence of document k itself: stop before sequence d[k]"
+    return ""
+
+
+@check(CHAPTER, "q2", hint=(
+    "reread chapter 2's 'O(1) random access to document k': a byte offset counts everything stored in the .bin "
+    "before document k — which sequences are those, and what unit are the lengths in?",
+    "document k starts at sequence document_indices[k] (not at sequence k: documents may hold several sequences "
+    "or none); add up the lengths of all sequences before it, in tokens, and turn tokens into bytes",
+    "document k starts at sequence d[k]; every sequence before it takes "
+    "length × itemsize bytes, so the offset is sum(sequence_lengths[:d[k]]) * itemsize."))
 def q2(document_byte_offset) -> str:
     rng = np.random.default_rng(check_seed())
     tmp = Path(tempfile.mkdtemp(prefix="ch02_q2_"))
@@ -190,7 +229,7 @@ def q2(document_byte_offset) -> str:
                        f"{short(got)} ({type(got).__name__}); expected an int")
                 expect(got == want, f"document_byte_offset(lengths={short(lengths.tolist(), 60)}, "
                        f"document_indices={short(doc_idx.tolist(), 60)}, itemsize={itemsize}, k={k}) "
-                       f"returned {got}, expected {want}")
+                       f"returned {got}, expected {want}" + _q2_mistake(int(got), lengths, doc_idx, itemsize, k))
                 n += 1
             del ds
     finally:
@@ -198,8 +237,14 @@ def q2(document_byte_offset) -> str:
     return f"{n} documents of 10 random datasets"
 
 
-@check(CHAPTER, "q3", hint="Book §6.2.3: the three problems are re-tokenizing (CPU), random access, "
-       "and memory; padding is real but solved by packing (chapter 4), not by .bin/.idx.")
+@check(CHAPTER, "q3", hint=(
+    "reread chapter 2's 'The problem, measured' (§6.2.3) and the two sections after it: what does tokenizing at "
+    "every step cost, what does a text file lack, and what happens when terabytes are loaded?",
+    "three problems, each solved by one mechanism of .bin/.idx + mmap: work repeated at every step and epoch, "
+    "reaching document k without scanning, and data far larger than RAM. Padding is a real cost too, but "
+    "packing (chapter 4) solves it, not .bin/.idx.",
+    "Book §6.2.3: the three problems are re-tokenizing (CPU), random access, "
+    "and memory; padding is real but solved by packing (chapter 4), not by .bin/.idx."))
 def q3(exercise_1) -> tuple[str, dict[str, str]]:
     answer = exercise_1()
     expect(isinstance(answer, dict), f"exercise_1() must return a dict, got {type(answer).__name__}")
@@ -234,9 +279,26 @@ MODEL_ANSWER_Q3 = (
     "once, in a page cache all processes share.")
 
 
-@check(CHAPTER, "q4", hint="parse the .idx as in exercise 1; the dtype code names the token type (8 = uint16, "
-       "4 = int32, ...). Document k is sequences d[k] .. d[k+1]-1: read each from its pointer (bytes) and "
-       "length (tokens) and join them; no sequences → an empty array.")
+def _q4_mistake(got: Any, ds: IndexedDataset, k: int) -> str:
+    """A known wrong document, named: only its first sequence, or sequence k instead of document k."""
+    d = ds.document_indices
+    first, last = int(d[k]), int(d[k + 1])
+    if last - first > 1 and _same_array(got, ds.get(first)):
+        return f" — that is only the first of its {last - first} sequences: join them all"
+    if k < len(ds) and k != first and _same_array(got, ds.get(k)):
+        return f" — that is SEQUENCE {k}; document {k} starts at sequence document_indices[{k}] = {first}"
+    return ""
+
+
+@check(CHAPTER, "q4", hint=(
+    "decode the hand-made file printed above the check on paper first: which sequences make up each document, "
+    "where does each start in the .bin, and what is a document with no sequence?",
+    "parse the .idx with your exercise-1 code; its dtype code names the token type; document k is the sequences "
+    "document_indices[k] up to document_indices[k+1] (exclusive) — zero, one or several — each read from its "
+    "pointer (in bytes) for its length (in tokens), then joined",
+    "parse the .idx as in exercise 1; the dtype code names the token type (1 = uint8, 4 = int32, 5 = int64, "
+    "8 = uint16, ...). Document k is sequences d[k] .. d[k+1]-1: np.frombuffer(raw_bin, dtype, length, pointer) "
+    "for each, then np.concatenate; no sequences → an empty array."))
 def q4(document_tokens) -> str:
     """Checked: every document of 8 random datasets (uint8/uint16/int32/int64 tokens; documents of 0, 1 or 2
     sequences), returned as a 1-D integer array equal to IndexedDataset.document(k)."""
@@ -257,7 +319,7 @@ def q4(document_tokens) -> str:
                            f"document_tokens(..., k={k}) returned {type(got).__name__}; expected a 1-D numpy array")
                     expect(_same_array(got, want), f"{kind}document {k} (sequences {int(d[k])}..{int(d[k + 1]) - 1} "
                            f"of a {ds.dtype.name} dataset): got {short(np.asarray(got).tolist())}, "
-                           f"expected {short(want.tolist())}")
+                           f"expected {short(want.tolist())}" + _q4_mistake(got, ds, k))
                     n += 1
                     multi += kind.startswith("multi")
                     empty += kind.startswith("empty")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 from labsupport.datasets.blending import cap_weights as _cap_weights
 from labsupport.datasets.blending import expected_epochs as _expected_epochs
@@ -92,9 +93,12 @@ def _weights(rng: random.Random, n: int) -> list[float]:
 
 
 # ---------------------------------------------------------------------------------------------
-@check(CHAPTER, "q1", hint=(  # tiered: a nudge first, the formula from the second failure on
-    "the blend gives the next sample to the dataset furthest behind its share so far; look at how Megatron's "
-    "helpers.cpp computes 'behind' (the chapter's greedy rule) and how it breaks ties",
+@check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the formula
+    "the blend gives the next sample to the dataset furthest behind its share so far; reread chapter 3's 'The "
+    "greedy rule, by hand' for how Megatron's helpers.cpp measures 'behind' and how it breaks ties",
+    "'behind' is an error: the samples dataset d should have had by now (its weight times the step, never less "
+    "than 1) minus those it had. The largest error wins; an exact tie goes to the lowest index; and the order of "
+    "the float operations matters, because real blend states contain errors equal up to rounding.",
     "x = max(step, 1); error_d = weights[d] * x - counts[d]; return the d with the largest error, and on an exact "
     "tie the lowest index (scan from d = 0, replace only when strictly greater). Compute the error exactly that "
     "way: w*x first, then subtract the count."))
@@ -159,8 +163,28 @@ def _order_sensitive_states(limit: int = 12) -> list[tuple[list[float], list[int
 
 
 # ---------------------------------------------------------------------------------------------
-@check(CHAPTER, "q2", hint="normalise the weights (w / sum(w)); the blend takes w_d × total_tokens tokens "
-       "from dataset d, so it sees it w_d × total_tokens / dataset_tokens[d] times. Return one float per dataset.")
+def _q2_mistake(got: list[float], weights: list[float], sizes: list[int], total: int) -> str:
+    """A known wrong epoch list, named: weights not normalised, or dataset_tokens / supplied tokens."""
+    norm = sum(weights)
+    candidates = (
+        ([w * total / n for w, n in zip(weights, sizes)],
+         f" — the weights were not normalised: they sum to {norm:.4g}, divide each by the sum first"),
+        ([n / (w / norm * total) for w, n in zip(weights, sizes)], " — that is upside down: tokens supplied / tokens "
+         "in the dataset"),
+    )
+    for values, text in candidates:
+        if all(math.isclose(g, v, rel_tol=1e-9) for g, v in zip(got, values)):
+            return text
+    return ""
+
+
+@check(CHAPTER, "q2", hint=(
+    "reread chapter 3's 'Primer: GPT samples and epochs' and the exercise's example: a 2 B-token code set at "
+    "weight 0.5 of a 100 B-token run is seen 25 times — which three numbers make 25?",
+    "a dataset's share of the run is its normalised weight; it supplies that share of all training tokens, and "
+    "an epoch is one pass over its own tokens: epochs = tokens it supplies / tokens it has",
+    "normalise the weights (w / sum(w)); the blend takes w_d × total_tokens tokens "
+    "from dataset d, so it sees it w_d × total_tokens / dataset_tokens[d] times. Return one float per dataset."))
 def q2(epochs) -> str:
     rng = random.Random(check_seed())
     cases = 0
@@ -177,17 +201,34 @@ def q2(epochs) -> str:
         expect(hasattr(got, "__len__") and len(got) == n, f"{call} returned {short(got)}; expected {n} numbers")
         for d, (g, wv) in enumerate(zip(got, want)):
             expect(isinstance(g, (int, float)) or hasattr(g, "__float__"), f"{call}[{d}] is {short(g)}, not a number")
-            expect(math.isclose(float(g), wv, rel_tol=1e-9), f"{call}[{d}] = {float(g):.6g}, expected {wv:.6g}")
+        for d, (g, wv) in enumerate(zip(got, want)):
+            if not math.isclose(float(g), wv, rel_tol=1e-9):
+                expect(False, f"{call}[{d}] = {float(g):.6g}, expected {wv:.6g}"
+                       + _q2_mistake([float(v) for v in got], weights, sizes, total))
         cases += 1
     return f"{cases} random blends"
 
 
 # ---------------------------------------------------------------------------------------------
-@check(CHAPTER, "q3", hint="cap_d = max_epochs × dataset_tokens[d] / total_tokens. Normalise the weights; set "
-       "every dataset over its cap to exactly its cap (it stays there) and share 1 − (sum of the caps set so far) "
-       "among the other datasets in proportion to their ORIGINAL weights; that can push another dataset over "
-       "its cap, so repeat until none is over. Raise ValueError when the caps of the datasets with weight > 0 "
-       "add up to less than 1.")
+def _close_list(got: Any, values: list[float]) -> bool:
+    """Is ``got`` a list of numbers equal to ``values`` up to 1e-9?"""
+    try:
+        return len(got) == len(values) and all(abs(float(g) - v) <= 1e-9 for g, v in zip(got, values))
+    except (TypeError, ValueError):
+        return False
+
+
+@check(CHAPTER, "q3", hint=(
+    "redo exercise 3's worked example (weights [0.5, 0.3, 0.2]) by hand and compare each round with your code: "
+    "the weight a capped dataset gives up does not disappear, and one round is not always enough",
+    "turn exercise 2 around: a weight above max_epochs × dataset_tokens / total_tokens reads the dataset too "
+    "often. Capped datasets stay at their caps; the weight left is shared among the others in their original "
+    "proportions; repeat while one is over. No blend fits when the caps of the used datasets add up to < 1.",
+    "cap_d = max_epochs × dataset_tokens[d] / total_tokens. Normalise the weights; set "
+    "every dataset over its cap to exactly its cap (it stays there) and share 1 − (sum of the caps set so far) "
+    "among the other datasets in proportion to their ORIGINAL weights; that can push another dataset over "
+    "its cap, so repeat until none is over. Raise ValueError when the caps of the datasets with weight > 0 "
+    "add up to less than 1."))
 def q3(cap_weights) -> str:
     # the worked example of the exercise: capping dataset 0 pushes dataset 1 over its cap
     cascade = ([0.5, 0.3, 0.2], [20, 35, 100], 100, 1)
@@ -196,7 +237,8 @@ def q3(cap_weights) -> str:
     expect(hasattr(got, "__len__") and len(got) == 3 and all(abs(float(g) - v) <= 1e-9 for g, v in zip(got, want)),
            f"cap_weights{cascade} returned {short(got)}, expected {[round(v, 4) for v in want]}: after capping "
            "dataset 0 at 0.2, sharing the rest 0.3 : 0.2 gives dataset 1 0.48 > its cap 0.35 — cap it too and "
-           "share again")
+           "share again" + (" (you capped dataset 0 but gave nobody the weight it gave up)"
+                            if _close_list(got, [0.2, 0.3, 0.2]) else ""))
     rng = random.Random(check_seed())
     good = bad = 0
     while good < 50 or bad < 8:
@@ -234,9 +276,27 @@ def q3(cap_weights) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-@check(CHAPTER, "q4", hint="(a) the ratio is the mix the model learns from; at a fixed budget more code means "
-       "less of the rest. (b) epochs = code_weight × total_tokens / code_tokens; many epochs means memorising. "
-       "(c) clean first, budget epochs, evaluate per domain, ablate, check the realised blend.")
+def _q4_mistake(got: Any, total: float, code: float, weight: float) -> str:
+    """A known wrong epoch count, named: upside down, or without the code weight."""
+    if not isinstance(got, (int, float)) or isinstance(got, bool):
+        return ""
+    if math.isclose(got, code / (weight * total), rel_tol=1e-9):
+        return " (that is code_tokens / (weight × total): upside down)"
+    if math.isclose(got, total / code, rel_tol=1e-9):
+        return " (that is total / code_tokens: the code set gets only code_weight of the run)"
+    return ""
+
+
+@check(CHAPTER, "q4", hint=(
+    "reread chapter 3's 'The coding-assistant scenario' (exercise 2, 과샘플링): (a) what does the ratio change "
+    "at a fixed token budget, (b) how often is the small code set read (your exercise 2), (c) what comes before "
+    "and after choosing the ratios?",
+    "(a) the ratio is the mix of every batch, so more of one domain means less of the others; (b) the epoch count "
+    "of the code set and what many passes over the same files do to a model; (c) clean the data, budget the "
+    "epochs, measure each domain, try ratios small before the big run, and verify what the sampler realised.",
+    "(a) the ratio is the mix the model learns from; at a fixed budget more code means "
+    "less of the rest. (b) epochs = code_weight × total_tokens / code_tokens; many epochs means memorising. "
+    "(c) clean first, budget epochs, evaluate per domain, ablate, check the realised blend."))
 def q4(exercise_2) -> tuple[str, dict[str, str]]:
     rng = random.Random(check_seed())
     manual: dict[str, str] = {}
@@ -258,7 +318,8 @@ def q4(exercise_2) -> tuple[str, dict[str, str]]:
         got = answer["b_code_epochs"]
         with parts() as part:  # name every failing part at once
             part(isinstance(got, (int, float)) and not isinstance(got, bool) and math.isclose(got, want, rel_tol=1e-9),
-                 f"exercise_2({total:g}, {code:g}, {weight}): b_code_epochs = {short(got)}, expected {want:g}")
+                 f"exercise_2({total:g}, {code:g}, {weight}): b_code_epochs = {short(got)}, expected {want:g}"
+                 + _q4_mistake(got, total, code, weight))
             for key, right in (("a", _EFFECTS), ("b", _RISKS), ("c", _STEPS)):
                 chosen = set(answer[key])
                 wrong = sorted(c for c in chosen if c not in right)
@@ -283,8 +344,30 @@ MODEL_ANSWER_Q4 = (
 
 
 # ---------------------------------------------------------------------------------------------
-@check(CHAPTER, "q5", hint="the blend's whole state is its counts: the next sample number is sum(counts). From "
-       "there apply the greedy rule n times, adding 1 to the count of each dataset you pick.")
+def _q5_mistake(got: list[int], weights: list[float], counts: list[int], n: int) -> str:
+    """A known wrong continuation, named: the step counter restarted at 0, or the counts never updated."""
+    def walk(start: int, update: bool) -> list[int]:
+        c, out = list(counts), []
+        for step in range(start, start + n):
+            d = _greedy_step(weights, c, step)
+            out.append(d)
+            c[d] += update
+        return out
+
+    if sum(counts) and got == walk(0, True):
+        return f" (you restarted the step at 0; the next sample number is sum(counts) = {sum(counts)})"
+    if n > 1 and got == walk(sum(counts), False):
+        return " (the counts never grew: add 1 to the count of each dataset you pick)"
+    return ""
+
+
+@check(CHAPTER, "q5", hint=(
+    "reread chapter 3's 'Resuming after a restart': the counts are all the checkpoint kept — what do they tell "
+    "you about where the blend stopped?",
+    "every blended sample so far came from exactly one dataset, so the counts give the number of the next "
+    "sample; from there the greedy rule runs on as if nothing happened, its counts growing with each pick",
+    "the blend's whole state is its counts: the next sample number is sum(counts). From "
+    "there apply the greedy rule n times, adding 1 to the count of each dataset you pick."))
 def q5(resume_blend) -> str:
     rng = random.Random(check_seed())
     cases = 0
@@ -303,6 +386,7 @@ def q5(resume_blend) -> str:
         if got != want:
             first = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
             expect(False, f"{call}: choice {first} (blended sample {crash + first}) is {got[first]}, the uninterrupted "
-                   f"blend chose {want[first]} — which sample number does the blend continue from?")
+                   f"blend chose {want[first]} — which sample number does the blend continue from?"
+                   + _q5_mistake(got, w, counts, more))
         cases += 1
     return f"{cases} random crashes, each continued exactly"

@@ -60,8 +60,24 @@ def _number(value, what: str) -> float:
     return float(value)
 
 
-@check(CHAPTER, "q1", hint=(  # tiered: a nudge first, the formula from the second failure on
-    "every example takes a whole row of seq_length slots: which share of all the slots holds no real token?",
+def _q1_mistake(got: float, lengths: list[int], seq_length: int) -> str:
+    """A known wrong share, named: the real-token share, a percentage, or rows as long as the longest example."""
+    want = _padding_share(lengths, seq_length)
+    candidates = ((1 - want, " — that is the share of REAL tokens; padding is the rest"),
+                  (100 * want, " — that is a percentage; return a fraction between 0 and 1"),
+                  (1 - sum(lengths) / (len(lengths) * max(lengths)),
+                   " — every row has seq_length slots, not the length of the longest example"))
+    for value, text in candidates:
+        if abs(value - want) > 1e-9 and abs(got - value) <= 1e-9:
+            return text
+    return ""
+
+
+@check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the formula
+    "every example takes a whole row of seq_length slots: which share of all the slots holds no real token? "
+    "(chapter 4, 'Why pack: padding waste')",
+    "count slots: n rows of seq_length slots each, of which the examples' own tokens fill sum(lengths); every "
+    "other slot is padding. The share is padded slots over all slots — a fraction between 0 and 1.",
     "padding share = padded slots / all slots = 1 − sum(lengths) / (n × seq_length)."))
 def q1(padding_share) -> str:
     rng = np.random.default_rng(check_seed())
@@ -70,8 +86,9 @@ def q1(padding_share) -> str:
         lengths = rng.integers(1, seq_length + 1, int(rng.integers(1, 300))).tolist()
         got = _number(padding_share(list(lengths), seq_length), f"padding_share(…{len(lengths)} lengths…, {seq_length})")
         want = _padding_share(lengths, seq_length)
-        expect(abs(got - want) <= 1e-9,
-               f"padding_share({short(lengths, 60)}, {seq_length}) returned {got:.6f}, expected {want:.6f}")
+        if not abs(got - want) <= 1e-9:   # NaN fails too
+            expect(False, f"padding_share({short(lengths, 60)}, {seq_length}) returned {got:.6f}, expected {want:.6f}"
+                   + _q1_mistake(got, lengths, seq_length))
     got = _number(padding_share([300] * 1000, 4096), "padding_share([300]*1000, 4096)")
     expect(abs(got - (1 - 300 / 4096)) <= 1e-9, f"padding_share([300]*1000, 4096) returned {got:.4f}")
     return "41 random cases"
@@ -88,8 +105,45 @@ def _as_bins(value, n: int, call: str) -> list[list[int]]:
     return bins
 
 
-@check(CHAPTER, "q2", hint="sort the indices by decreasing length (ties: lower index first); put each into the "
-       "first pack (in opening order) whose total + length <= pack_size, else open a new pack.")
+def _fit(lengths: list[int], pack_size: int, order: list[int], best: bool) -> list[list[int]]:
+    """Pack the indices in ``order``: into the first pack with room, or (``best``) the fullest one with room."""
+    packs: list[list[int]] = []
+    room: list[int] = []
+    for i in order:
+        fits = [b for b, free in enumerate(room) if lengths[i] <= free]
+        if fits:
+            b = min(fits, key=lambda b: (room[b], b)) if best else fits[0]
+            packs[b].append(i)
+            room[b] -= lengths[i]
+        else:
+            packs.append([i])
+            room.append(pack_size - lengths[i])
+    return [[lengths[i] for i in p] for p in packs]
+
+
+def _q2_mistake(got: list[list[int]], want: list[list[int]], lengths: list[int], pack_size: int) -> str:
+    """A known wrong packing, named: first fit without sorting, increasing order, or best fit."""
+    decreasing = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    candidates = ((_fit(lengths, pack_size, list(range(len(lengths))), False),
+                   " — that is first fit in input order: take the examples longest first"),
+                  (_fit(lengths, pack_size, sorted(range(len(lengths)), key=lambda i: lengths[i]), False),
+                   " — that is shortest first: first-fit DECREASING takes the longest first"),
+                  (_fit(lengths, pack_size, decreasing, True),
+                   " — that is best fit (the fullest pack with room); first fit takes the first pack that has room"))
+    for packs, text in candidates:
+        if packs != want and got == packs:
+            return text
+    return ""
+
+
+@check(CHAPTER, "q2", hint=(
+    "reread chapter 4's 'SFT packing in NeMo's layout': the two words of the name first-fit decreasing say in "
+    "which order the examples come and which pack each one goes to",
+    "decreasing: take the examples longest first (a stable order: equal lengths keep their index order); first "
+    "fit: each goes into the earliest-opened pack that still has room — not the fullest or the emptiest one — "
+    "and a new pack opens only when none has room",
+    "sort the indices by decreasing length (ties: lower index first); put each into the "
+    "first pack (in opening order) whose total + length <= pack_size, else open a new pack."))
 def q2(first_fit_decreasing) -> str:
     rng = np.random.default_rng(check_seed())
     cases = 0
@@ -102,8 +156,10 @@ def q2(first_fit_decreasing) -> str:
         expect(not over, f"{call}: a pack holds {sum(lengths[i] for i in over[0]) if over else 0} > {pack_size} tokens")
         want = [[lengths[i] for i in b] for b in _ffd(lengths, pack_size).tolist()]
         got = [[lengths[i] for i in b] for b in bins]
-        expect(len(got) == len(want), f"{call}: {len(got)} packs, first-fit decreasing gives {len(want)}")
-        expect(got == want, f"{call}: pack lengths {short(got, 80)}, expected {short(want, 80)}")
+        if got != want:
+            named = _q2_mistake(got, want, lengths, pack_size)
+            expect(len(got) == len(want), f"{call}: {len(got)} packs, first-fit decreasing gives {len(want)}{named}")
+            expect(False, f"{call}: pack lengths {short(got, 80)}, expected {short(want, 80)}{named}")
         cases += 1
     return f"{cases} random cases, same packs as NeMo's first_fit_decreasing"
 
@@ -115,8 +171,42 @@ def _as_array(value) -> np.ndarray:
     return arr
 
 
-@check(CHAPTER, "q3", hint="positions restart at 0 right after each EOD; the mask is True (= masked) above the "
-       "diagonal and, for every EOD at i, for rows > i and columns <= i (Megatron's reset flags).")
+def _documents(tokens: np.ndarray, eod: int, eod_starts: bool) -> np.ndarray:
+    """Document number of every token: EOD ends its document, or (``eod_starts``, a mistake) starts the next."""
+    is_eod = (tokens == eod).astype(int)
+    return np.cumsum(is_eod) if eod_starts else np.concatenate([[0], np.cumsum(is_eod[:-1])]).astype(int)
+
+
+def _q3_positions_mistake(pos: np.ndarray, tokens: np.ndarray, eod: int) -> str:
+    """Named when the positions restart AT each EOD instead of after it."""
+    doc = _documents(tokens, eod, eod_starts=True)
+    starts = np.array([np.flatnonzero(doc == doc[i])[0] for i in range(doc.size)], dtype=int)
+    wrong = np.arange(doc.size) - starts
+    if np.array_equal(pos, wrong):
+        return " — yours restart AT the EOD; the EOD is the last token of its document, restart right after it"
+    return ""
+
+
+def _q3_mask_mistake(mask: np.ndarray, tokens: np.ndarray, eod: int) -> str:
+    """Named when the mask is the plain causal one, or puts each EOD into the next document."""
+    s = tokens.size
+    future = np.triu(np.ones((s, s), dtype=bool), 1)
+    if np.array_equal(mask, future):
+        return " — that is the plain causal mask: also mask the keys of earlier documents"
+    doc = _documents(tokens, eod, eod_starts=True)
+    if np.array_equal(mask, future | (doc[:, None] != doc[None, :])):
+        return " — that puts each EOD into the next document; the EOD is the last token of its own document"
+    return ""
+
+
+@check(CHAPTER, "q3", hint=(
+    "reread chapter 4's 'The masks, drawn': for a packed sample, where does a new document begin relative to "
+    "its EOD token, and which keys may a query see?",
+    "the EOD token is the LAST token of its document: the next document (and its positions, from 0) starts right "
+    "after it. A query may see a key only if the key is not in its future and belongs to the same document; "
+    "Megatron's mask marks the keys it may NOT see with True.",
+    "positions restart at 0 right after each EOD; the mask is True (= masked) above the "
+    "diagonal and, for every EOD at i, for rows > i and columns <= i (Megatron's reset flags)."))
 def q3(positions_and_mask) -> str:
     rng = np.random.default_rng(check_seed())
     mask_pending = False
@@ -131,7 +221,9 @@ def q3(positions_and_mask) -> str:
         want_mask, _, want_pos = get_ltor_masks_and_position_ids(tokens, eod, True, True, False)
         want_mask, want_pos = want_mask.numpy()[0], want_pos.numpy()
         expect(pos.shape == (s,), f"{call}: position_ids has shape {pos.shape}, expected ({s},)")
-        expect(np.array_equal(pos, want_pos), f"{call}: position_ids {pos.tolist()}, expected {want_pos.tolist()}")
+        if not np.array_equal(pos, want_pos):
+            expect(False, f"{call}: position_ids {pos.tolist()}, expected {want_pos.tolist()}"
+                   + _q3_positions_mistake(pos, tokens, eod))
         if out[1] is None:                     # step 1 of 2: position ids first, the mask still to write
             mask_pending = True
             continue
@@ -142,15 +234,24 @@ def q3(positions_and_mask) -> str:
         if np.array_equal(mask, ~want_mask):
             expect(False, f"{call}: your mask is inverted — Megatron's convention is True = masked (may not attend)")
         bad = np.argwhere(mask != want_mask)
-        expect(bad.size == 0, f"{call}: attention_mask differs at (query, key) = {tuple(bad[0]) if bad.size else ''}")
+        if bad.size:
+            expect(False, f"{call}: attention_mask differs at (query, key) = {tuple(bad[0])}"
+                   + _q3_mask_mistake(mask, tokens, eod))
     expect(not mask_pending, "step 1 done: position_ids are right on all 50 random sequences. Now return the "
            "attention mask instead of None as the second value")
     return "50 random token sequences"
 
 
-@check(CHAPTER, "q4", hint="(a) ~300 of 4096 slots are real; (b) how many whole 300-token examples fit 4096 "
-       "slots? tokens per step grow by about 4096/300; (c) what keeps an example's attention and loss inside it "
-       "with any model — and when do the positions matter (the chapter's rotary head)? (§6.2.6)")
+@check(CHAPTER, "q4", hint=(
+    "reread chapter 4's 'Exercise 3, measured' for (a) and (b), and 'The contamination proof' with its rotary "
+    "head for (c) (§6.2.6)",
+    "(a) ~300 of 4096 slots hold real tokens; what is spent on the rest, and is anything lost or corrupted? "
+    "(b) only whole examples go into a pack; real tokens per step grow by at most the ratio of the row to an "
+    "example. (c) each example must be computed exactly as if alone; positions matter only where the model "
+    "reads absolute positions.",
+    "(a) ~300 of 4096 slots are real; (b) how many whole 300-token examples fit 4096 "
+    "slots? tokens per step grow by about 4096/300; (c) what keeps an example's attention and loss inside it "
+    "with any model — and when do the positions matter (the chapter's rotary head)? (§6.2.6)"))
 def q4(exercise_3) -> tuple[str, dict[str, str]]:
     answer = exercise_3()
     expect(isinstance(answer, dict), f"exercise_3() must return a dict, got {type(answer).__name__}")
@@ -161,7 +262,9 @@ def q4(exercise_3) -> tuple[str, dict[str, str]]:
     with parts() as part:  # name every failing part at once
         share = _number(answer["a_padding_share"], "a_padding_share")
         part(abs(share - (1 - 300 / 4096)) <= 0.01, f"(a) padding share {share:.3f}: for 300 real tokens in a row of "
-             "4096, what fraction of the row is padding?")
+             "4096, what fraction of the row is padding?"
+             + (" (that is the REAL share, 300/4096)" if abs(share - 300 / 4096) <= 1e-3 else "")
+             + (" (a fraction, not a percentage)" if abs(share - 100 * (1 - 300 / 4096)) <= 0.1 else ""))
         wasted = set(answer["a_wasted"])
         if part(wasted <= set(WASTE_OPTIONS), f"(a) unknown keys {sorted(wasted - set(WASTE_OPTIONS))}; use {sorted(WASTE_OPTIONS)}"):
             part(same_set(wasted, _WASTE), "(a) some chosen items are not wasted, or something wasted is missing "
@@ -195,8 +298,28 @@ MODEL_ANSWER_Q4 = (
     "embeddings the mask alone gives the same result).")
 
 
-@check(CHAPTER, "q5", hint="sample k reads stream tokens k·S … k·S + S (S + 1 tokens: it shares its last token with "
-       "sample k+1); walk doc_idx, subtracting each document's length, to find where that range starts and ends.")
+def _window(sizes: list[int], doc_idx: list[int], first: int, last: int) -> list[tuple[int, int, int]]:
+    """The (document, start, stop) pieces of stream tokens [first, last)."""
+    pieces, pos = [], 0
+    for d in doc_idx:
+        a, b = max(first - pos, 0), min(last - pos, sizes[d])
+        if a < b:
+            pieces.append((int(d), int(a), int(b)))
+        pos += sizes[d]
+        if pos >= last:
+            break
+    return pieces
+
+
+@check(CHAPTER, "q5", hint=(
+    "reread chapter 4's 'Pre-training samples: Megatron's GPTDataset': which stream tokens does sample k read, "
+    "and why does it read one more than seq_length?",
+    "the documents, in doc_idx order, form one long token stream; sample k is a window of S + 1 stream tokens "
+    "starting at k·S (consecutive samples share one token: the last input's label). Cut that window at the "
+    "document boundaries it crosses, in stream order.",
+    "sample k reads stream tokens k·S … k·S + S (S + 1 tokens: it shares its last token with "
+    "sample k+1); walk doc_idx, subtracting each document's length, to find where that range starts and ends; "
+    "each document it touches gives (document, start, stop) with stop exclusive."))
 def q5(sample_documents) -> str:
     rng = np.random.default_rng(check_seed())
     cases = 0
@@ -217,6 +340,10 @@ def q5(sample_documents) -> str:
         n_tokens = sum(b - a for _, a, b in got)
         expect(n_tokens == seq + 1 or got == want, f"{call} returned {got}: {n_tokens} tokens, but a sample reads "
                f"S + 1 = {seq + 1} (its last token is also the first of the next sample)")
-        expect(got == want, f"{call} returned {got}, expected {want}")
+        if got != want:
+            s1 = seq + 1
+            named = (" — samples overlap by one token: sample k starts at k·S, not k·(S + 1)"
+                     if got == _window(sizes.tolist(), doc_idx.tolist(), k * s1, k * s1 + s1) else "")
+            expect(False, f"{call} returned {got}, expected {want}{named}")
         cases += 1
     return f"{cases} random streams with repeated documents (epochs)"

@@ -51,8 +51,15 @@ _ANSWERS = Sealed("labsupport:ch05:q3", [
 ])
 
 
-@check(CHAPTER, "q1", hint="split with np.array_split(buffer, n); n − 1 steps; in step s (from 0) rank r sends "
-                           "chunk (r − s) mod n to rank (r + 1) mod n, which adds it to its own copy of that chunk")
+@check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the schedule
+    "reread chapter 5's 'The ring all-reduce from scratch': in the first step, which chunk does each rank send, "
+    "and to which neighbour? (the check runs steps=1 first and says whether that step alone is right)",
+    "split every buffer into n chunks; in each of the n − 1 steps every rank passes ONE chunk to its right-hand "
+    "neighbour, which adds it into its own copy; the chunk a rank passes moves back by one each step, so after "
+    "n − 1 steps every chunk is fully summed on exactly one rank. All sends of a step use the values from before "
+    "that step; work on copies of the inputs.",
+    "split with np.array_split(buffer, n); n − 1 steps; in step s (from 0) rank r sends "
+    "chunk (r − s) mod n to rank (r + 1) mod n, which adds it to its own copy of that chunk"))
 def q1(ring_reduce_scatter: Callable) -> str:
     """``ring_reduce_scatter(buffers, steps=None)`` → per-rank lists of n chunks after the n−1
     reduce-scatter steps (or after ``steps`` of them, when the function takes that argument:
@@ -106,9 +113,12 @@ def _parameters(fn: Callable) -> tuple[str, ...]:
         return ()
 
 
-@check(CHAPTER, "q2", hint=(  # tiered: a nudge first, the formula from the second failure on
+@check(CHAPTER, "q2", hint=(  # tiered: a nudge, the idea, then the formula
     "busbw is algbw (bytes ÷ seconds, in decimal GB/s) times a factor that depends on the collective and on n: "
     "how often does each byte cross a link of the ring?",
+    "reread chapter 5's 'The cost model: algbw, busbw and α–β': the bus factor counts the share of S each rank "
+    "sends over its link. reduce_scatter and all_gather each send n − 1 of n chunks; all_reduce is a "
+    "reduce_scatter followed by an all_gather; broadcast forwards every byte once; one rank alone sends nothing.",
     "algbw = S / t / 1e9; busbw = algbw × 2(n−1)/n for all_reduce, (n−1)/n for all_gather "
     "and reduce_scatter, 1 for broadcast"))
 def q2(busbw_from_time: Callable) -> str:
@@ -145,8 +155,15 @@ def q2(busbw_from_time: Callable) -> str:
     return f"{cases} random measurements, 4 collectives"
 
 
-@check(CHAPTER, "q3", hint="all_reduce = reduce_scatter + all_gather; sequence parallelism and ZeRO split it into "
-                           "its two halves; weights from one rank to all is a broadcast; pipeline stages talk pairwise")
+@check(CHAPTER, "q3", hint=(
+    "reread chapter 5's 'Where each collective appears in training' and 'The four collectives': for each "
+    "scenario, ask what every rank holds before, and what it must hold after",
+    "every rank needs the same full sum → all_reduce; each rank keeps only its own summed shard → reduce_scatter; "
+    "every rank needs all the shards → all_gather; one rank's data to all → broadcast; one stage to the next → "
+    "send/recv. For the ratio, use the ring's bytes per rank of each collective.",
+    "all_reduce = reduce_scatter + all_gather; sequence parallelism and ZeRO split it into "
+    "its two halves; weights from one rank to all is a broadcast; pipeline stages talk pairwise. Bytes per rank "
+    "on a ring: (n−1)/n·S for reduce_scatter and for all_gather, 2(n−1)/n·S for all_reduce."))
 def q3(choose_collectives: Callable):
     """``choose_collectives()`` → ``{scenario: collective, ..., "zero_bytes_ratio": float, "why": str}``."""
     answer = choose_collectives()
@@ -160,7 +177,9 @@ def q3(choose_collectives: Callable):
     ratio = answer.get("zero_bytes_ratio")
     expect(isinstance(ratio, (int, float)) and np.isclose(float(ratio), 1.0),
            f"zero_bytes_ratio = {short(ratio)}: bytes per rank of reduce_scatter + all_gather over those of one "
-           "all_reduce of the same gradients, use ring costs (n−1)/n·S and 2(n−1)/n·S")
+           "all_reduce of the same gradients, use ring costs (n−1)/n·S and 2(n−1)/n·S"
+           + (" (0.5 is one half alone: ZeRO runs both halves)"
+              if isinstance(ratio, (int, float)) and np.isclose(float(ratio), 0.5) else ""))
     why = str(answer.get("why", "")).strip()
     expect(len(why.split()) >= 5, "write a sentence or two in 'why'")
     return (f"{len(SCENARIOS)} scenarios and the byte ratio. Compare your reasons with this model answer: "
@@ -175,8 +194,13 @@ MODEL_ANSWER_Q3 = (
     "rank's weights to all is a broadcast; pipeline stages hand activations to their neighbour with send/recv.")
 
 
-@check(CHAPTER, "q4", hint="std of per-rank stds is not the data's std: sum counts, sums and sums of squares over "
-                           "ranks, then mean = Σx/N and var = (Σx² − N·mean²)/(N − 1)")
+@check(CHAPTER, "q4", hint=(
+    "reread chapter 5's 'AllGather for \"global statistics\" — wrong': why is the spread of per-rank stds not "
+    "the std of all the data, and what could each rank send instead?",
+    "counts, sums and sums of squares ADD across ranks, means and stds do not: total them over the ranks, then "
+    "take the mean and the sample variance (N − 1, like torch.std) of all N values from those totals",
+    "std of per-rank stds is not the data's std: sum counts, sums and sums of squares over "
+    "ranks, then mean = Σx/N and var = (Σx² − N·mean²)/(N − 1)"))
 def q4(global_mean_std: Callable) -> str:
     """``global_mean_std(stats)``: stats is a (world_size, 3) array of per-rank ``[count, sum, sum of
     squares]`` (what all_gather returns); returns the global (mean, unbiased std)."""
@@ -194,6 +218,10 @@ def q4(global_mean_std: Callable) -> str:
         expect(np.isclose(mean, want_mean, rtol=1e-6, atol=1e-9),
                f"{n} ranks with {[len(p) for p in parts]} samples: mean {mean:.6g}, expected {want_mean:.6g} "
                "(a mean of per-rank means is wrong when ranks hold different numbers of samples)")
+        if len(parts) > 1 and np.isclose(std, float(np.std([p.std(ddof=1) for p in parts], ddof=1)), rtol=1e-9) \
+                and not np.isclose(std, want_std, rtol=1e-6):
+            expect(False, f"std {std:.6g} is the spread of the per-rank stds (the guide's bug), not the std of the "
+                          "data: combine counts, sums and sums of squares")
         if np.isclose(std, float(data.std(ddof=0)), rtol=1e-9) and not np.isclose(std, want_std, rtol=1e-6):
             expect(False, f"std {std:.6g} is the population std (ddof=0); use the sample std (N − 1), like torch.std")
         expect(np.isclose(std, want_std, rtol=1e-6, atol=1e-9),
@@ -202,9 +230,14 @@ def q4(global_mean_std: Callable) -> str:
     return f"{cases} random splits of data over ranks"
 
 
-@check(CHAPTER, "q5", hint="one collective of S bytes on a ring of n ranks takes t = S × factor / busbw (busbw in "
-                           "bytes/s: GB/s × 1e9; factor (n−1)/n for all_gather and reduce_scatter, 2(n−1)/n for "
-                           "all_reduce, 1 for broadcast); a step runs ops_per_step of them")
+@check(CHAPTER, "q5", hint=(
+    "chapter 5's traffic table gives the bytes and the count of each collective per step; 'The cost model: algbw, "
+    "busbw and α–β' gives the rate. Time is bytes over a rate — which bytes does busbw count?",
+    "busbw is defined so that one collective takes (the bytes it puts on the bus) / busbw, and those bytes are "
+    "S times the collective's bus factor; a step runs ops_per_step of them; convert GB/s to bytes/s",
+    "one collective of S bytes on a ring of n ranks takes t = S × factor / busbw (busbw in "
+    "bytes/s: GB/s × 1e9; factor (n−1)/n for all_gather and reduce_scatter, 2(n−1)/n for "
+    "all_reduce, 1 for broadcast); a step runs ops_per_step of them"))
 def q5(comm_seconds_per_step: Callable) -> str:
     """``comm_seconds_per_step(collective, message_bytes, ops_per_step, group, busbw_GBps)`` → seconds per
     training step spent in that collective (bandwidth term only: busbw already includes the algorithm)."""
@@ -226,6 +259,9 @@ def q5(comm_seconds_per_step: Callable) -> str:
             if not np.isclose(got, want, rtol=1e-9):
                 if np.isclose(got, want / C.bus_factor(collective, group), rtol=1e-9):
                     hint = " (you used S / busbw: busbw counts the bytes on the bus, multiply S by the bus factor)"
+                elif C.bus_factor(collective, group) != 1 and \
+                        np.isclose(got, want / C.bus_factor(collective, group) ** 2, rtol=1e-9):
+                    hint = " (you divided S by the bus factor; multiply by it)"
                 elif np.isclose(got * ops, want, rtol=1e-9):
                     hint = f" (that is one operation; a step runs {ops})"
                 elif np.isclose(got, want * 1e9, rtol=1e-6) or np.isclose(got, want / 1e9, rtol=1e-6):

@@ -23,8 +23,23 @@ summary = chapter_summary(CHAPTER)
 
 
 # ------------------------------------------------------------------------------------- q1
-@check(CHAPTER, "q1", hint="the sampler gathers micro_batch_size × data_parallel_size indices starting at "
-       "consumed_samples; rank r takes the contiguous slice [r × micro, (r + 1) × micro) of that group")
+def _q1_mistake(got: list[int], consumed: int, micro: int, rank: int, dp: int) -> str:
+    """A known wrong slice, named: strided over the ranks, or counted from 0 instead of consumed_samples."""
+    if micro > 1 and dp > 1 and got == [consumed + rank + j * dp for j in range(micro)]:
+        return " — that is a strided slice (every DP-th index); Megatron gives each rank a contiguous block"
+    if consumed and got == [rank * micro + j for j in range(micro)]:
+        return f" — that starts from 0; the sampler continues from consumed_samples = {consumed}"
+    return ""
+
+
+@check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the formula
+    "reread chapter 6's 'Data parallelism for real': each step the sampler hands out one group of consecutive "
+    "sample indices to all the DP ranks together — where does the group start, and which part is rank r's?",
+    "the group is the micro_batch_size × data_parallel_size indices right after the samples already consumed; "
+    "the ranks split it into equal contiguous blocks in rank order (not every DP-th index)",
+    "the sampler gathers micro_batch_size × data_parallel_size indices starting at "
+    "consumed_samples; rank r takes the contiguous slice [r × micro, (r + 1) × micro) of that group, i.e. "
+    "consumed_samples + r × micro ... + micro − 1"))
 def q1(dp_slice: Callable) -> str:
     """``dp_slice(consumed_samples, micro_batch_size, rank, data_parallel_size)`` → list of indices."""
     rng = np.random.default_rng(check_seed())
@@ -36,7 +51,9 @@ def q1(dp_slice: Callable) -> str:
         got = dp_slice(consumed, micro, rank, dp)
         call = f"dp_slice(consumed_samples={consumed}, micro_batch_size={micro}, rank={rank}, data_parallel_size={dp})"
         expect(isinstance(got, (list, tuple, range, np.ndarray)), f"{call} returned {short(got)}; expected a list of ints")
-        expect([int(x) for x in got] == want, f"{call} returned {short(list(got))}, expected {want}")
+        got = [int(x) for x in got]
+        if got != want:
+            expect(False, f"{call} returned {short(got)}, expected {want}" + _q1_mistake(got, consumed, micro, rank, dp))
     return "60 random (consumed, micro, rank, DP) cases"
 
 
@@ -59,10 +76,35 @@ def _arith_reference(cfg, steps: int) -> dict[str, int] | None:
             "consumed_samples": steps * cfg.model.global_batch_size}
 
 
-@check(CHAPTER, "q2", hint="DP = devices × num_nodes / (TP × PP); accumulation = global / (micro × DP); "
-       "tokens per step = global × seq_length; consumed_samples after n steps = n × global. "
-       "Raise ValueError when TP × PP does not divide the world or micro × DP does not divide global; TP wider "
-       "than a node is legal (slow, chapter 0).")
+def _q2_mistake(key: str, got: Any, cfg: Any, steps: int, want: dict[str, int]) -> str:
+    """A known wrong field, named: accumulation without DP, tokens of one micro-batch or one rank, steps for samples."""
+    m = cfg.model
+    dp = want["data_parallel_size"]
+    wrong = {"accumulation_steps": [(m.global_batch_size // m.micro_batch_size,
+                                     " — that forgets DP: each micro-batch step feeds DP ranks at once")],
+             "tokens_per_step": [(m.micro_batch_size * m.encoder_seq_length,
+                                  " — that is one micro-batch; a step takes the whole global batch"),
+                                 (m.global_batch_size // dp * m.encoder_seq_length,
+                                  " — that is one DP rank's share; count all ranks together")],
+             "consumed_samples": [(steps, " — that counts steps; consumed_samples counts samples"),
+                                  (steps * m.micro_batch_size * dp,
+                                   " — that forgets gradient accumulation: a step consumes the whole global batch")]}
+    for value, text in wrong.get(key, []):
+        if value != want[key] and got == value:
+            return text
+    return ""
+
+
+@check(CHAPTER, "q2", hint=(
+    "reread chapter 6's 'One config drives everything': it derives these four numbers from the config; the "
+    "data-parallel size is chapter 0's exercise 1",
+    "a global batch is micro-batches of micro_batch_size samples, DP of them side by side in each micro-step, "
+    "repeated over accumulation steps; tokens per optimizer step count every sample of the global batch; "
+    "consumed_samples counts samples, not steps. Impossible layouts raise ValueError.",
+    "DP = devices × num_nodes / (TP × PP); accumulation = global / (micro × DP); "
+    "tokens per step = global × seq_length; consumed_samples after n steps = n × global. "
+    "Raise ValueError when TP × PP does not divide the world or micro × DP does not divide global; TP wider "
+    "than a node is legal (slow, chapter 0)."))
 def q2(batch_arithmetic: Callable) -> str:
     """``batch_arithmetic(cfg, steps)`` → dict (data_parallel_size, accumulation_steps, tokens_per_step,
     consumed_samples) or ValueError."""
@@ -92,7 +134,9 @@ def q2(batch_arithmetic: Callable) -> str:
         expect(isinstance(got, dict), f"{call} returned {type(got).__name__}; expected a dict")
         for key, value in want.items():
             expect(key in got, f"{call}: the dict lacks {key!r}")
-            expect(got[key] == value, f"{call}: {key} = {short(got[key])}, expected {value}")
+            if not got[key] == value:
+                expect(False, f"{call}: {key} = {short(got[key])}, expected {value}"
+                       + _q2_mistake(key, got[key], cfg, steps, want))
         good += 1
     return f"{good} valid and {bad} impossible random configs"
 
@@ -141,9 +185,16 @@ def make_symptom_log(suspect: str, rng: np.random.Generator | None = None) -> di
     return log
 
 
-@check(CHAPTER, "q3", hint="compare each field with a healthy run: data loading well under half the step, nearly "
-       "every computed token has a loss, no attention across documents, the decode round-trips, held-out loss close "
-       "to the training loss on the up-weighted domain, memory far below the corpus size")
+@check(CHAPTER, "q3", hint=(
+    "reread chapter 6's 'The symptom → suspect table, live' (§6.2.7): exactly one field of each log is far from "
+    "a healthy run — find it, then the row of the table it belongs to",
+    "compare each field with a healthy run: data loading well under half the step, nearly "
+    "every computed token has a loss, no attention across documents, the decode round-trips, held-out loss close "
+    "to the training loss on the up-weighted domain, memory far below the corpus size",
+    "one field, one row: data_share → the tokenizer at every step, real_token_share → padding, "
+    "cross_document_attention → no boundary mask, decode_roundtrip_ok → tokenizer mismatch, small_domain_gap → "
+    "the small set over-sampled, rss_over_corpus → loading everything; the fix is the mechanism of chapters 1–4 "
+    "that removes that cause"))
 def q3(diagnose: Callable) -> str:
     """``diagnose(log)`` → ``{"suspect": one of SUSPECTS, "fix": one of FIXES}``."""
     rng = np.random.default_rng(check_seed())
@@ -154,8 +205,13 @@ def q3(diagnose: Callable) -> str:
         got = diagnose(dict(log))
         expect(isinstance(got, dict) and {"suspect", "fix"} <= set(got),
                f"diagnose(...) returned {short(got)}; expected {{'suspect': ..., 'fix': ...}}")
-        expect(got["suspect"] == suspect,
-               f"diagnose({short(log, 200)}) named suspect {short(got['suspect'])}, expected {suspect!r}")
+        if got["suspect"] != suspect:
+            named = ""
+            if isinstance(got["suspect"], str) and got["suspect"] in _FIELD:
+                field = _FIELD[got["suspect"]]
+                named = f" — {field} = {short(log[field])} is healthy in this log; which field is not?"
+            expect(False, f"diagnose({short(log, 200)}) named suspect {short(got['suspect'])}, expected {suspect!r}"
+                   + named)
         expect([suspect, got["fix"]] in _FIX,
                f"suspect {suspect!r} is right, but fix {short(got['fix'])} does not remove it; choose from {FIXES}")
     return f"{len(cases)} random logs, each with one symptom"
@@ -192,8 +248,15 @@ _WRONG = Sealed("labsupport:ch06:q4:wrong", [
 ])
 
 
-@check(CHAPTER, "q4", hint="Book §6.2.8: very large distributed pre-training favours NeMo/Megatron-Core; a LoRA on "
-       "one node is simpler in the HF ecosystem (NeMo works too); NeMo has speech collections. Give reasons as keys of REASONS.")
+@check(CHAPTER, "q4", hint=(
+    "reread chapter 0's 'Trade-offs: NeMo/Megatron or Hugging Face' (book §6.2.8): for each scenario, what does "
+    "the job need that only one framework gives?",
+    "scale decides: model and data parallelism across many nodes is what Megatron-Core was built for; a job that "
+    "fits one node gains more from the simpler ecosystem (and NeMo still works); a pipeline beyond text asks "
+    "which framework ships those collections",
+    "Book §6.2.8: very large distributed pre-training favours NeMo/Megatron-Core; a LoRA on "
+    "one node is simpler in the HF ecosystem (NeMo works too); NeMo has speech collections. Give reasons as keys "
+    "of REASONS."))
 def q4(exercise_5: Callable) -> tuple[str, dict[str, str]]:
     """``exercise_5()`` → ``{"a"|"b"|"c": {"choice": nemo|hf|either, "reasons": [REASONS keys]}, "why": text}``."""
     answer = exercise_5()

@@ -1,0 +1,366 @@
+"""Every check of chapters 0–6 gives tiered hints (a nudge, then the idea, then the formula or recipe:
+the n-th failure shows tier n), and each mistake-specific sentence a check adds to its failure
+message appears for exactly that wrong answer and never for a correct one."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from labsupport.check import _core, ch00, ch01, ch02, ch03, ch04, ch05, ch06
+from labsupport.datasets.bin_packing import first_fit_decreasing as _ffd
+from labsupport.datasets.blending import cap_weights, expected_epochs, greedy_step
+from labsupport.datasets.bpe import merge, merge_step
+from labsupport.datasets.tokenizer import compare_tokenizers, tokens_per_character
+from labsupport.distributed import collectives as C
+from labsupport.workbook.orientation import training_memory_gb
+
+from tests.test_check_ch02 import document_byte_offset, document_tokens, parse_idx
+from tests.test_check_ch04 import GOOD_Q4
+from tests.test_check_ch05 import GOOD_Q3
+from tests.test_check_ch06 import batch_arithmetic, diagnose, dp_slice
+
+MODULES = (ch00, ch01, ch02, ch03, ch04, ch05, ch06)
+CHECKS = [(m, name) for m in MODULES for name, fn in vars(m).items() if getattr(fn, "is_check", False)]
+#: Multiple-choice / free-text questions: their hints need no formula tier (they still have three).
+CHOICE = {("ch01", "q4"), ("ch02", "q3"), ("ch03", "q4"), ("ch04", "q4"), ("ch05", "q3"), ("ch06", "q4")}
+
+
+def test_every_question_of_every_chapter_is_listed():
+    assert len(CHECKS) == 31
+    assert {m.CHAPTER for m, _ in CHECKS} == {f"ch0{i}" for i in range(7)}
+
+
+def _nothing(*args, **kwargs):
+    """A wrong answer for every check: whatever it is asked, it returns None."""
+    return None
+
+
+@pytest.mark.parametrize("module, name", CHECKS, ids=[f"{m.CHAPTER}-{n}" for m, n in CHECKS])
+def test_hints_are_tiered_and_escalate_with_each_failure(module, name, capsys):
+    check = getattr(module, name)
+    tiers = check.hint
+    assert isinstance(tiers, tuple) and all(isinstance(t, str) and t.strip() for t in tiers)
+    assert len(tiers) >= (2 if (module.CHAPTER, name) in CHOICE else 3)
+    assert len(set(tiers)) == len(tiers)                       # each tier says something new
+    assert tiers[-1] not in tiers[0]                           # the nudge does not give the formula
+    key = (module.CHAPTER, check.question)
+    for n in range(1, len(tiers) + 2):                         # one failure past the last tier
+        result = check(_nothing)
+        assert result.status == "failed", result.message
+        assert _core._FAILURES[key] == n
+        assert result.hint == tiers[min(n, len(tiers)) - 1]
+        assert f"hint: {result.hint}" in capsys.readouterr().out
+    _core.reset()
+    assert check(_nothing).hint == tiers[0]                    # reset: the nudge again
+    capsys.readouterr()
+
+
+# ------------------------------------------------------------------------------------------
+# correct answers and the wrong ones whose mistake a check names
+def _dp(devices, num_nodes, tp, pp):
+    world = devices * num_nodes
+    if world % (tp * pp):
+        raise ValueError("not divisible")
+    if tp > devices:
+        warnings.warn("TP across nodes")
+    return world // (tp * pp)
+
+
+def _dp_group(rank, tp, pp, dp):
+    return [rank % tp + tp * (d + dp * (rank // (tp * dp))) for d in range(dp)]
+
+
+def _merge_step_last_tie(ids, new_id):
+    if len(ids) < 2:
+        return list(ids), None
+    counts = {}
+    for pair in zip(ids, ids[1:]):
+        counts[pair] = counts.get(pair, 0) + 1
+    best = max(reversed(list(counts)), key=counts.get)      # the LAST of equal counts
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == best:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out, best
+
+
+def _diagnose_with(**change):
+    def diagnose_mismatch(train, serve, probes):
+        out = compare_tokenizers(train, serve, probes)
+        for key, fn in change.items():
+            out[key] = fn(out, train, serve, probes)
+        return out
+    return diagnose_mismatch
+
+
+def _garbled_swapped(out, train, serve, probes):
+    for text in probes:
+        try:
+            shown = train.decode(serve.encode(text))
+        except Exception:  # noqa: BLE001 - an id the training tokenizer cannot decode
+            return out["garbled"]
+        if shown != text:
+            return shown
+    return None
+
+
+def _bpe_encode(text, merges):
+    ids = list(text.encode("utf-8"))
+    for k, pair in enumerate(merges):
+        ids = merge(ids, tuple(pair), 256 + k)
+    return ids
+
+
+def _parse_idx_offsets(pointers_at=None, documents_at=None):
+    def parse(raw):
+        out = parse_idx(raw)
+        n, d = out["num_sequences"], out["num_document_indices"]
+        if pointers_at is not None:
+            out["sequence_pointers"] = np.frombuffer(raw, "<i8", n, pointers_at(n))
+        if documents_at is not None:
+            out["document_indices"] = np.frombuffer(raw, "<i8", d, documents_at(n))
+        return out
+    return parse
+
+
+def _document_tokens_with(pick):
+    def tokens(raw_idx, raw_bin, k):
+        idx = parse_idx(raw_idx)
+        codes = {1: np.uint8, 4: np.int32, 5: np.int64, 8: np.uint16}
+        dtype = np.dtype(codes[int(idx["dtype_code"])]).newbyteorder("<")
+        seqs = pick(idx, k)
+        parts = [np.frombuffer(raw_bin, dtype, int(idx["sequence_lengths"][s]), int(idx["sequence_pointers"][s]))
+                 for s in seqs]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype)
+    return tokens
+
+
+def _epochs_raw(weights, sizes, total):
+    return [w * total / n for w, n in zip(weights, sizes)]
+
+
+def _exercise_2_with(epochs):
+    from tests.test_check_ch03_more import exercise_2
+
+    def answer(total, code, weight):
+        return {**exercise_2(total, code, weight), "b_code_epochs": epochs(total, code, weight)}
+    return answer
+
+
+def _resume(update=True, from_zero=False):
+    def resume_blend(weights, counts, n):
+        counts, out = list(counts), []
+        start = 0 if from_zero else sum(counts)
+        for step in range(start, start + n):
+            d = greedy_step(weights, counts, step)
+            out.append(d)
+            counts[d] += update
+        return out
+    return resume_blend
+
+
+def _fit(order_key, best=False):
+    def pack(lengths, pack_size):
+        packs, room = [], []
+        for i in sorted(range(len(lengths)), key=order_key(lengths)):
+            fits = [b for b, free in enumerate(room) if lengths[i] <= free]
+            if fits:
+                b = min(fits, key=lambda b: (room[b], b)) if best else fits[0]
+                packs[b].append(i)
+                room[b] -= lengths[i]
+            else:
+                packs.append([i])
+                room.append(pack_size - lengths[i])
+        return packs
+    return pack
+
+
+def _positions_and_mask(eod_starts=False, mask="right"):
+    def positions_and_mask(tokens, eod):
+        tokens = np.asarray(tokens)
+        s = tokens.size
+        is_eod = (tokens == eod).astype(int)
+        doc = np.cumsum(is_eod) if eod_starts else np.concatenate([[0], np.cumsum(is_eod[:-1])])
+        first = {d: int(np.flatnonzero(doc == d)[0]) for d in set(doc.tolist())}
+        pos = np.arange(s) - np.array([first[d] for d in doc.tolist()])
+        if mask is None:
+            return pos, None
+        future = np.triu(np.ones((s, s), dtype=bool), 1)
+        if mask == "causal":
+            return pos, future
+        return pos, future | (doc[:, None] != doc[None, :])
+    return positions_and_mask
+
+
+def _sample_documents(stride_extra=0):
+    def sample_documents(sizes, doc_idx, seq_length, k):
+        first = k * (seq_length + stride_extra)
+        last = first + seq_length + 1
+        pieces, pos = [], 0
+        for d in doc_idx:
+            a, b = max(first - pos, 0), min(last - pos, sizes[d])
+            if a < b:
+                pieces.append((d, a, b))
+            pos += sizes[d]
+            if pos >= last:
+                break
+        return pieces
+    return sample_documents
+
+
+def _global_mean_std(stats):
+    n, s, ss = np.asarray(stats, dtype=float).sum(axis=0)
+    mean = s / n
+    return mean, np.sqrt((ss - n * mean ** 2) / (n - 1))
+
+
+def _spread_of_stds(stats):
+    stats = np.asarray(stats, dtype=float)
+    means = stats[:, 1] / stats[:, 0]
+    stds = np.sqrt((stats[:, 2] - stats[:, 0] * means ** 2) / (stats[:, 0] - 1))
+    return _global_mean_std(stats)[0], float(stds.std(ddof=1)) if len(stds) > 1 else float(stds[0])
+
+
+def _comm(collective, nbytes, ops, group, busbw):
+    return ops * nbytes * C.bus_factor(collective, group) / (busbw * 1e9)
+
+
+def _batch_with(key, value):
+    def arithmetic(cfg, steps):
+        out = batch_arithmetic(cfg, steps)
+        m = cfg.model
+        out[key] = value(m, out, steps)
+        return out
+    return arithmetic
+
+
+def _diagnose_healthy(log):
+    right = diagnose(log)
+    return {**right, "suspect": "padding" if right["suspect"] != "padding" else "load_everything"}
+
+
+MISTAKES = [
+    # chapter 0
+    (ch00.q1, _dp, lambda d, n, t, p: (_dp(d, n, t, p), d // (t * p))[1], "replicas inside ONE node"),
+    (ch00.q1, _dp, lambda d, n, t, p: (_dp(d, n, t, p), d * n // t)[1], "divides by TP only"),
+    (ch00.q2, training_memory_gb, lambda n, m: training_memory_gb(n, m) * 1e9, "that is bytes"),
+    (ch00.q2, training_memory_gb, lambda n, m: training_memory_gb(n, m) * 1e9 / 2 ** 30, "that is GiB"),
+    (ch00.q2, training_memory_gb, lambda n, m: n * (12 if m == "full_adam" else 2) / 1e9, "12 bytes per parameter"),
+    (ch00.q3, _dp_group, lambda r, tp, pp, dp: [r // tp * tp + t for t in range(tp)], "tensor-parallel group"),
+    (ch00.q3, _dp_group, lambda r, tp, pp, dp: [r % (tp * dp) + tp * dp * p for p in range(pp)], "pipeline group"),
+    (ch00.q3, _dp_group, lambda r, tp, pp, dp: [d + dp * (r // dp % tp) + dp * tp * (r // (dp * tp)) for d in range(dp)],
+     "if DP varied fastest"),
+    # chapter 1
+    (ch01.q1, merge_step, _merge_step_last_tie, "on a tie the pair that occurs FIRST wins"),
+    (ch01.q2, tokens_per_character,
+     lambda tok, texts: sum(len(tok.encode(t)) for t in texts) / sum(len(t.encode()) for t in texts), "per UTF-8 BYTE"),
+    (ch01.q2, tokens_per_character,
+     lambda tok, texts: float(np.mean([len(tok.encode(t)) / len(t) for t in texts])), "mean of the per-text ratios"),
+    (ch01.q2, tokens_per_character, lambda tok, texts: 1 / tokens_per_character(tok, texts), "characters per token"),
+    (ch01.q3, compare_tokenizers, _diagnose_with(id_agreement=lambda o, a, b, p: o["id_agreement"] * len(p)),
+     "that is a count"),
+    (ch01.q3, compare_tokenizers, _diagnose_with(special_ids_differ=lambda o, a, b, p: o["special_ids_differ"][::-1]),
+     "sort them"),
+    (ch01.q3, compare_tokenizers, _diagnose_with(garbled=_garbled_swapped), "decode the TRAINING ids"),
+    (ch01.q5, _bpe_encode, lambda text, merges: list(text.encode("utf-8")), "UTF-8 bytes unchanged"),
+    # chapter 2
+    (ch02.q1, parse_idx, _parse_idx_offsets(pointers_at=lambda n: 34 + 8 * n), "not 34 + 8N"),
+    (ch02.q1, parse_idx, _parse_idx_offsets(documents_at=lambda n: 34 + 8 * n), "34 + 12N"),
+    (ch02.q2, document_byte_offset, lambda lengths, d, itemsize, k: int(np.sum(lengths[:d[k]])), "that counts tokens"),
+    (ch02.q2, document_byte_offset, lambda lengths, d, itemsize, k: int(np.sum(lengths[:k])) * itemsize,
+     "that is where SEQUENCE"),
+    (ch02.q2, document_byte_offset, lambda lengths, d, itemsize, k: int(np.sum(lengths[:d[k] + 1])) * itemsize,
+     "also counts the first sequence"),
+    (ch02.q4, document_tokens, _document_tokens_with(lambda idx, k: range(int(idx["document_indices"][k]),
+                                                                          int(idx["document_indices"][k + 1]))[:1]),
+     "only the first of its"),
+    # chapter 3
+    (ch03.q2, expected_epochs, _epochs_raw, "were not normalised"),
+    (ch03.q2, expected_epochs, lambda w, n, t: [1 / e for e in expected_epochs(w, n, t)], "upside down"),
+    (ch03.q3, cap_weights, lambda w, n, t, e: [min(x / sum(w), e * s / t) for x, s in zip(w, n)],
+     "gave nobody the weight it gave up"),
+    (ch03.q4, _exercise_2_with(lambda t, c, w: w * t / c), _exercise_2_with(lambda t, c, w: c / (w * t)), "upside down"),
+    (ch03.q4, _exercise_2_with(lambda t, c, w: w * t / c), _exercise_2_with(lambda t, c, w: t / c),
+     "the code set gets only code_weight"),
+    (ch03.q5, _resume(), _resume(from_zero=True), "you restarted the step at 0"),
+    (ch03.q5, _resume(), _resume(update=False), "the counts never grew"),
+    # chapter 4
+    (ch04.q1, lambda lengths, s: 1 - sum(lengths) / (len(lengths) * s),
+     lambda lengths, s: sum(lengths) / (len(lengths) * s), "share of REAL tokens"),
+    (ch04.q1, lambda lengths, s: 1 - sum(lengths) / (len(lengths) * s),
+     lambda lengths, s: 100 * (1 - sum(lengths) / (len(lengths) * s)), "that is a percentage"),
+    (ch04.q1, lambda lengths, s: 1 - sum(lengths) / (len(lengths) * s),
+     lambda lengths, s: 1 - sum(lengths) / (len(lengths) * max(lengths)), "not the length of the longest"),
+    (ch04.q2, lambda lengths, size: _ffd(lengths, size).tolist(), _fit(lambda lengths: lambda i: i), "in input order"),
+    (ch04.q2, lambda lengths, size: _ffd(lengths, size).tolist(), _fit(lambda lengths: lambda i: (lengths[i], i)),
+     "that is shortest first"),
+    (ch04.q2, lambda lengths, size: _ffd(lengths, size).tolist(), _fit(lambda lengths: lambda i: (-lengths[i], i), True),
+     "that is best fit"),
+    (ch04.q3, _positions_and_mask(), _positions_and_mask(eod_starts=True, mask=None), "restart AT the EOD"),
+    (ch04.q3, _positions_and_mask(), _positions_and_mask(mask="causal"), "plain causal mask"),
+    (ch04.q3, _positions_and_mask(),
+     lambda tokens, eod: (_positions_and_mask()(tokens, eod)[0], _positions_and_mask(eod_starts=True)(tokens, eod)[1]),
+     "puts each EOD into the next document"),
+    (ch04.q4, lambda: dict(GOOD_Q4), lambda: {**GOOD_Q4, "a_padding_share": 300 / 4096}, "that is the REAL share"),
+    (ch04.q4, lambda: dict(GOOD_Q4), lambda: {**GOOD_Q4, "a_padding_share": 100 * (1 - 300 / 4096)},
+     "a fraction, not a percentage"),
+    (ch04.q5, _sample_documents(), _sample_documents(stride_extra=1), "samples overlap by one token"),
+    # chapter 5
+    (ch05.q3, lambda: dict(GOOD_Q3), lambda: {**GOOD_Q3, "zero_bytes_ratio": 0.5}, "one half alone"),
+    (ch05.q4, _global_mean_std, _spread_of_stds, "spread of the per-rank stds"),
+    (ch05.q5, _comm, lambda c, s, o, n, b: o * s / C.bus_factor(c, n) / (b * 1e9), "you divided S by the bus factor"),
+    # chapter 6
+    (ch06.q1, dp_slice, lambda c, m, r, dp: [c + r + j * dp for j in range(m)], "strided slice"),
+    (ch06.q1, dp_slice, lambda c, m, r, dp: [r * m + j for j in range(m)], "that starts from 0"),
+    (ch06.q2, batch_arithmetic, _batch_with("accumulation_steps", lambda m, o, s: m.global_batch_size // m.micro_batch_size),
+     "that forgets DP"),
+    (ch06.q2, batch_arithmetic, _batch_with("tokens_per_step", lambda m, o, s: m.micro_batch_size * m.encoder_seq_length),
+     "that is one micro-batch"),
+    (ch06.q2, batch_arithmetic,
+     _batch_with("tokens_per_step", lambda m, o, s: m.global_batch_size // o["data_parallel_size"] * m.encoder_seq_length),
+     "one DP rank's share"),
+    (ch06.q2, batch_arithmetic, _batch_with("consumed_samples", lambda m, o, s: s), "that counts steps"),
+    (ch06.q2, batch_arithmetic,
+     _batch_with("consumed_samples", lambda m, o, s: s * m.micro_batch_size * o["data_parallel_size"]),
+     "forgets gradient accumulation"),
+    (ch06.q3, diagnose, _diagnose_healthy, "is healthy in this log"),
+]
+
+
+@pytest.mark.parametrize("check, right, wrong, phrase", MISTAKES,
+                         ids=[f"{c.chapter}-{c.question}-{p[:24]}" for c, _, _, p in MISTAKES])
+def test_a_named_mistake_appears_for_that_mistake_only(check, right, wrong, phrase, capsys):
+    failed = check(wrong)
+    assert failed.status == "failed" and phrase in failed.message, failed.message
+    passed = check(right)
+    assert passed.passed and phrase not in passed.message, passed.message
+    capsys.readouterr()
+
+
+def test_ch01_q5_names_code_points(capsys):
+    result = ch01.q5(lambda text, merges: [ord(c) for c in text])
+    assert result.status == "failed" and "those are code points" in result.message, result.message
+    capsys.readouterr()
+
+
+def test_ch02_q4_names_sequence_k_for_document_k(capsys):
+    wrong = _document_tokens_with(lambda idx, k: [k] if k < idx["num_sequences"] else [])
+    result = ch02.q4(wrong)
+    assert result.status == "failed"
+    # where sequence k is also document k's first sequence both names are true; either one is given
+    assert "that is SEQUENCE" in result.message or "only the first of its" in result.message, result.message
+    capsys.readouterr()
+
+
+def test_named_mistakes_keep_what_a_check_accepts(capsys):
+    """The correct answers still pass and print no named mistake, whatever the tier."""
+    assert ch03.q3(lambda *a: cap_weights(*a)).passed
+    assert ch05.q5(_comm).passed and ch06.q3(diagnose).passed and ch04.q5(_sample_documents()).passed
+    assert ch00.q1(_dp).passed and ch00.q3(_dp_group).passed
+    capsys.readouterr()
