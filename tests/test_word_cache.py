@@ -119,7 +119,8 @@ def workbook_tok() -> Tokenizer:
 def test_workbook_models_qualify_for_the_word_cache(workbook_tok, tok, model):
     assert word_cache_problem(workbook_tok) is None
     assert W.WordCache(workbook_tok).exact
-    assert W.fine_cut_problem(workbook_tok) is None and W.WordCache(workbook_tok).fine_problem is None
+    assert W.fine_cut_problem(workbook_tok) is None and W.WordCache(workbook_tok, fine=True).fine_problem is None
+    assert W.WordCache(workbook_tok).fine_problem == "turned off"          # an option, off by default
     if "bpe" in model.parent.name:  # the module's BPE model: other data, vocabulary 800
         assert word_cache_problem(tok) is None
     else:
@@ -283,7 +284,7 @@ def test_word_cache_is_exact_for_normalizing_models(corpus, rule, byte_fallback,
                                    byte_fallback=byte_fallback, add_dummy_prefix=dummy_prefix)
     tok = Tokenizer.from_bytes(buf.getvalue(), f"{rule}.model")
     assert word_cache_problem(tok) is None
-    cache = W.WordCache(tok)
+    cache = W.WordCache(tok, fine=True)
     assert cache.exact and cache._normalize is not None  # SentencePiece's default squeezes spaces
     rng = random.Random(11)
     texts = shipped_texts + [_nfkc_text(rng) for _ in range(3000)] + EDGE_CASES
@@ -385,7 +386,7 @@ def test_fine_cut_is_exact_on_code_and_nfkc_sensitive_text(rule, byte_fallback, 
     """Code (where the fine cut matters most), the shipped corpora and random NFKC-sensitive
     Unicode with unknown characters: the fine-cut cache gives SentencePiece's ids."""
     tok = _train(rule, byte_fallback, extra=CODE * 5)
-    cache = W.WordCache(tok)
+    cache = W.WordCache(tok, fine=True)
     assert cache.fine_problem is None
     rng = random.Random(19)
     code = ["".join(rng.choice(CODE + NFKC_SENSITIVE + ["\u2603", "\U0001F600", "\u00a0", "  "])
@@ -410,7 +411,7 @@ def test_fine_cut_falls_back_when_unk_runs_could_merge_across_it():
         assert tok.piece_to_id("\u2603") == tok.unk and tok.piece_to_id("\u2604") == tok.unk
         edited = Tokenizer.from_bytes(_edit_piece(tok._proto, last, piece="q\u2603"), "edited.model")
         problem = W.fine_cut_problem(edited)
-        cache = W.WordCache(edited)
+        cache = W.WordCache(edited, fine=True)
         text = "a \u2604\u2603 b"
         if byte_fallback:
             assert problem is None and cache.fine_problem is None

@@ -167,7 +167,7 @@ _WORKER: dict = {}
 
 
 def _init_worker(tokenizer, keys: tuple[str, ...], append_eod: bool, dtype: str,
-                 word_cache: bool = False, pool_worker: bool = False) -> None:
+                 word_cache: bool = False, fine_cut: bool = False, pool_worker: bool = False) -> None:
     if pool_worker:
         # A forked worker inherits every object of the parent (hundreds of thousands in a
         # notebook or a script that imported torch); move them out of the garbage collector's
@@ -177,7 +177,7 @@ def _init_worker(tokenizer, keys: tuple[str, ...], append_eod: bool, dtype: str,
         # (it stops the pool and removes the partial output), so workers print no traceback.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     # each worker process gets its own, empty cache (not exact: plain encode_batch)
-    cache = WordCache(tokenizer, dtype, enabled=word_cache)
+    cache = WordCache(tokenizer, dtype, enabled=word_cache, fine=fine_cut)
     _WORKER.update(tok=tokenizer, keys=keys, append_eod=append_eod, dtype=np.dtype(dtype),
                    eod=tokenizer.eod if append_eod else None, cache=cache)
 
@@ -357,13 +357,16 @@ class _Tally:
 def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *,
                json_keys: Sequence[str] = ("text",), append_eod: bool = False, workers: int = 1,
                strict: bool = False, show_progress: bool = True, log=None,
-               chunk_bytes: int = CHUNK_BYTES, word_cache: bool = True) -> PreprocessResult:
+               chunk_bytes: int = CHUNK_BYTES, word_cache: bool = True,
+               fine_cut: bool = False) -> PreprocessResult:
     """Tokenize jsonl ``inputs`` into ``<output_prefix>_<key>_document.{bin,idx,json}`` per key.
 
     ``tokenizer``: a :class:`labsupport.datasets.tokenizer.Tokenizer` or the path of a ``.model``.
     ``workers``: processes that parse and tokenize (1 = in this process).  ``word_cache``: let
     each worker keep a word-level cache when the tokenizer allows it (same output, faster; see
-    the module docstring); False = one SentencePiece call per document, as before.  Bad lines go to
+    the module docstring); False = one SentencePiece call per document, as before.  ``fine_cut``:
+    cut the words not cached yet finer (``WordCache(fine=True)``: same ids; off by default because
+    ``benchmarks/bench_indexed.py`` measured it slower).  Bad lines go to
     ``log`` (default stderr) as ``file:line: reason`` and are skipped, or raise PreprocessError
     with ``strict``; nothing is left on disk when an error stops the run.  The progress bar
     (documents, tokens, MB/s) goes to stderr.  Prints nothing to stdout.
@@ -393,10 +396,10 @@ def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *
     cache_problem = word_cache_problem(tok) if word_cache else "turned off (--no-word-cache)"
     fine_problem = cache_problem
     if cache_problem is None:  # proven once here; forked workers inherit the result and the regex
-        fine_problem = WordCache(tok, dtype, max_words=1).fine_problem
+        fine_problem = WordCache(tok, dtype, max_words=1, fine=fine_cut).fine_problem
     pool = bar = None
     try:  # from here on, any exception (Ctrl-C included) removes the partial output
-        pool = _start_pool(workers, (tok, keys, append_eod, dtype.str, cache_problem is None))
+        pool = _start_pool(workers, (tok, keys, append_eod, dtype.str, cache_problem is None, fine_cut))
         results = _ordered(pool, tasks(), window=2 * workers + 2) if pool is not None else map(_encode_block, tasks())
         if show_progress:
             from labsupport.progress import progress

@@ -42,7 +42,10 @@ words after a space are cached without it, so no new string is made per word.
    (a "▁" run stays with what follows it; characters in no class are never cut apart).  Only
    the words not cached yet are cut this way, and only their new parts go through
    SentencePiece (most parts of a new identifier were seen before); each word is then cached
-   as the concatenation of its parts' ids.
+   as the concatenation of its parts' ids.  It is an option (``WordCache(fine=True)``,
+   ``preprocess(..., fine_cut=True)``), off by default: exact, but in the two-worker pipeline
+   the regex pass and the bookkeeping per new word cost more than the BPE they save
+   (``benchmarks/results/indexed.json``, ``labsupport_fine_cut``).
 
 A unigram model is different: its Viterbi search scores whole paths, and word-by-word ids
 differ on real text (measured: 6–36 of 6,000 documents), so unigram models fall back.
@@ -283,7 +286,7 @@ class WordCache:
     65,500 pieces).  ``max_words``: when a batch would take the cache past this many words it is
     emptied first; words longer than 128 characters are never kept, so memory stays bounded
     (~150 bytes a typical word: tens of MB for the default 500,000).  ``num_threads``:
-    SentencePiece threads for the words it encodes.  ``fine``: cut new words finer (module
+    SentencePiece threads for the words it encodes.  ``fine``: cut new words finer (off by default; module
     docstring, step 4) where :func:`fine_cut_problem` allows it; ``fine_problem`` says why not
     (None when used).  ``words``/``misses``/``encoded`` count the words looked up, those not
     cached yet (once per batch), and the strings that went through SentencePiece (those words,
@@ -293,7 +296,7 @@ class WordCache:
     """
 
     def __init__(self, tokenizer: Tokenizer, dtype=None, max_words: int = WORD_CACHE_MAX_WORDS,
-                 num_threads: int = 1, *, enabled: bool = True, fine: bool = True,
+                 num_threads: int = 1, *, enabled: bool = True, fine: bool = False,
                  _proof: bool = False, _fine: bool = False):
         if not isinstance(tokenizer, Tokenizer):
             raise TypeError(f"WordCache needs a Tokenizer, got {type(tokenizer).__name__}")
@@ -433,14 +436,17 @@ class WordCache:
         too_long_after: list[str] = []
         if new or new_after:
             self.misses += len(new) + len(new_after)
-            store = self._store_fine if self._fine_findall is not None else self._store
             rest = list(new_after)
             keys_after = [space + w for w in rest]
-            keep = want.union(k for k in keys_after if k in cache)   # needed under the full key too
-            too_long = store(list(new) + [k for k in keys_after if k not in cache and k not in new])
-            for w, key in zip(rest, keys_after):   # filed under the word without its space
-                after[w] = cache[key] if key in keep else cache.pop(key)
-            too_long_after = [w for w in new_after if len(w) + 1 > _MAX_CACHED_WORD_CHARS]
+            if self._fine_findall is None:
+                too_long = self._store(list(new))
+                self._store(keys_after, keys=rest, target=after)   # filed without the space
+            else:
+                keep = want.union(k for k in keys_after if k in cache)   # needed under the full key too
+                too_long = self._store_fine(list(new) + [k for k in keys_after if k not in cache and k not in new])
+                for w, key in zip(rest, keys_after):   # filed under the word without its space
+                    after[w] = cache[key] if key in keep else cache.pop(key)
+            too_long_after = [w for w in rest if len(w) >= _MAX_CACHED_WORD_CHARS]
         get, get_after, join = cache.__getitem__, after.__getitem__, b"".join
         docs = []
         for w in words:
@@ -457,22 +463,27 @@ class WordCache:
             after.pop(w, None)
         return docs
 
-    def _store(self, words: list[str]) -> list[str]:
-        """Encode ``words`` (one SentencePiece call) into the cache; returns those too long to keep."""
+    def _store(self, words: list[str], keys: list[str] | None = None,
+               target: dict[str, bytes] | None = None) -> list[str]:
+        """Encode ``words`` (one SentencePiece call) into the cache (or ``target``, under ``keys``);
+        returns the words too long to keep."""
+        if not words:
+            return []
         self.encoded += len(words)
         encoded = self._word_sp.encode(words, num_threads=self.num_threads)
         sizes = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
         buf = np.fromiter(itertools.chain.from_iterable(encoded), dtype=self.dtype,
                           count=int(sizes.sum())).tobytes()
         ends = np.cumsum(sizes) * self.dtype.itemsize
-        self._store_slices(words, buf, ends)
+        self._store_slices(words if keys is None else keys, buf, ends, target)
         return [w for w in words if len(w) > _MAX_CACHED_WORD_CHARS]
 
-    def _store_slices(self, words: list[str], buf: bytes, ends: np.ndarray) -> None:
+    def _store_slices(self, words: list[str], buf: bytes, ends: np.ndarray,
+                      target: dict[str, bytes] | None = None) -> None:
         """Cache ``words[k]`` → ``buf[ends[k-1]:ends[k]]`` (``ends``: byte offsets, int64)."""
         ends = ends.tolist()
         starts = [0] + ends[:-1]
-        self._cache.update(zip(words, map(buf.__getitem__, map(slice, starts, ends))))
+        (self._cache if target is None else target).update(zip(words, map(buf.__getitem__, map(slice, starts, ends))))
 
     def _store_fine(self, words: list[str]) -> list[str]:
         """Encode new ``words`` through their fine parts (module docstring, step 4): the parts
@@ -527,5 +538,5 @@ class _Split(list):
     __slots__ = ()
 
 
-def _word_cache_from_state(tokenizer, dtype, max_words, num_threads, enabled=True, fine=True) -> WordCache:
+def _word_cache_from_state(tokenizer, dtype, max_words, num_threads, enabled=True, fine=False) -> WordCache:
     return WordCache(tokenizer, dtype, max_words, num_threads, enabled=enabled, fine=fine)
