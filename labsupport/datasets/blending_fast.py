@@ -1,5 +1,7 @@
-"""The numpy engine behind :func:`labsupport.datasets.blending.build_blending_indices` — chapter 3
-(데이터 블렌딩, book §6.2.5), the part Megatron writes in C++ (``helpers.cpp``).
+"""The numpy engine of :func:`labsupport.datasets.blending.build_blending_indices` — chapter 3
+(데이터 블렌딩, book §6.2.5), the part Megatron writes in C++ (``helpers.cpp``): the fallback where
+numba (the default engine, :mod:`labsupport.datasets.blending_numba`) cannot be imported, and
+``engine="numpy"``.
 
 The rule itself lives in ``blending.py`` (:func:`~labsupport.datasets.blending.greedy_step`,
 :func:`~labsupport.datasets.blending.reference_blending_indices`): for step ``i`` with
