@@ -382,7 +382,7 @@ def build_exhaustive_blending_indices(sizes: Sequence[int], *, engine: str = "au
         return np.zeros(total, dtype=np.int16), np.arange(total, dtype=np.int64)
     # Before the first step at which the unrestricted greedy picks a used-up dataset, the
     # restricted argmax is the same; that step comes within a few samples of the end.
-    if total * n <= _SEQUENTIAL_WORK and engine == "auto" or chosen == "python":
+    if (engine == "auto" and total * n <= _SEQUENTIAL_WORK) or chosen == "python":
         di, si, p, counts = np.empty(total, np.int16), np.empty(total, np.int64), 0, [0] * n
     else:
         di, si = _run_engine(chosen, w, total)

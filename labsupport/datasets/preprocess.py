@@ -394,9 +394,9 @@ def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *
                     lineno += blob.count(b"\n") + (0 if blob.endswith(b"\n") else 1)
 
     cache_problem = word_cache_problem(tok) if word_cache else "turned off (--no-word-cache)"
-    fine_problem = cache_problem
-    if cache_problem is None:  # proven once here; forked workers inherit the result and the regex
-        fine_problem = WordCache(tok, dtype, max_words=1, fine=fine_cut).fine_problem
+    fine_problem = cache_problem if fine_cut else "turned off"
+    if cache_problem is None and fine_cut:  # proven once here; forked workers inherit it and the regex
+        fine_problem = WordCache(tok, dtype, max_words=1, fine=True).fine_problem
     pool = bar = None
     try:  # from here on, any exception (Ctrl-C included) removes the partial output
         pool = _start_pool(workers, (tok, keys, append_eod, dtype.str, cache_problem is None, fine_cut))
