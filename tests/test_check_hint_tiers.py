@@ -356,3 +356,38 @@ def test_named_mistakes_keep_what_a_check_accepts(capsys):
     assert ch05.q5(_comm).passed and ch06.q3(diagnose).passed and ch04.q5(_sample_documents()).passed
     assert ch00.q1(_dp).passed and ch00.q3(_dp_group).passed
     capsys.readouterr()
+
+
+def _headings(chapter: str) -> list[str]:
+    """The markdown headings and bold run-in titles of notebooks/<chapter>_*.ipynb."""
+    import json
+    import re
+    from pathlib import Path
+
+    path = next(Path(__file__).resolve().parents[1].joinpath("notebooks").glob(f"{chapter}_*.ipynb"))
+    found = []
+    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+        if cell["cell_type"] == "markdown":
+            for line in "".join(cell["source"]).splitlines():
+                if line.startswith("#"):
+                    found.append(line.lstrip("#").strip())
+                found += re.findall(r"\*\*(.+?)\*\*", line)
+    return found
+
+
+@pytest.mark.parametrize("module", [ch00, ch01, ch02, ch03, ch04, ch05, ch06], ids=lambda m: m.__name__[-4:])
+def test_hints_name_sections_the_chapter_has(module):
+    """A hint that sends the learner to "chapter N's 'Section'" names a heading chapter N has."""
+    import re
+
+    cited = 0
+    for name in dir(module):
+        hint = getattr(getattr(module, name), "hint", None)
+        if not name.startswith("q") or hint is None:
+            continue
+        for tier in (hint,) if isinstance(hint, str) else hint:
+            for chapter, title in re.findall(r"chapter (\d)'s '([^']+)'", tier):
+                heads = _headings(f"0{chapter}")
+                assert any(h.startswith(title) for h in heads), (name, title)
+                cited += 1
+    assert cited > 0

@@ -110,7 +110,7 @@ def _q1_mistake(key: str, got: Any, raw: bytes, n: int, d: int) -> str:
 
 
 @check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the offsets
-    "reread chapter 2's 'The format made visible (.bin/.idx format)' and the layout line of the exercise: count "
+    "reread chapter 2's 'The format made visible (.bin/.idx 형식)' and the layout line of the exercise: count "
     "the bytes each header field takes, then where each array begins; check.q1_header(parse_idx) tests the header "
     "alone",
     "a fixed 34-byte header (9-byte magic, then version, dtype code, N and D, little-endian), then three arrays "
