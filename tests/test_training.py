@@ -82,6 +82,28 @@ def test_two_gloo_ranks_equal_one_rank_on_the_global_batch():
     assert log2[0]["allreduce_bytes"] == int(2 * (2 - 1) / 2 * n_params * 4)
 
 
+def test_resume_under_two_gloo_ranks_continues_the_uninterrupted_run(tmp_path):
+    """Stop a 2-rank run after step 2, resume it on 2 ranks: the same batches per rank, the same
+    consumed samples and losses as the run that never stopped, and the same final weights."""
+    over = ["trainer.max_steps=5", "trainer.devices=2"]
+    straight = run_workers(trainer.train_worker, 2, args=(None, over), timeout=180, echo=False)
+    first = run_workers(trainer.train_worker, 2, args=(None, over),
+                        kwargs={"stop_after": 2, "save_dir": str(tmp_path)}, timeout=180, echo=False)
+    assert sorted(os.listdir(tmp_path)) == ["step=000002-consumed_samples=16.ckpt"]
+    second = run_workers(trainer.train_worker, 2, args=(None, over), kwargs={"resume": str(tmp_path)},
+                         timeout=180, echo=False)
+    for rank in (0, 1):
+        joined = first[rank]["log"] + second[rank]["log"]
+        whole = straight[rank]["log"]
+        assert [r["step"] for r in joined] == [r["step"] for r in whole] == [1, 2, 3, 4, 5]
+        for key in ("samples", "consumed_samples", "batch_sha256"):
+            assert [r[key] for r in joined] == [r[key] for r in whole], (rank, key)
+        np.testing.assert_allclose([r["loss"] for r in joined], [r["loss"] for r in whole], rtol=1e-6, atol=1e-7)
+    for k, v in straight[0]["weights"].items():
+        np.testing.assert_allclose(np.asarray(second[0]["weights"][k]), np.asarray(v), rtol=1e-5, atol=1e-6,
+                                   err_msg=k)
+
+
 def test_torchrun_two_processes_on_cpu(tmp_path):
     # the torchrun of this interpreter (a `torchrun` found on PATH may belong to another Python)
     beside = os.path.join(os.path.dirname(sys.executable), "torchrun")
