@@ -300,6 +300,7 @@ def test_auto_engine_is_numba_and_falls_back_to_numpy(monkeypatch):
     from labsupport.datasets import blending_numba
 
     assert bl.blending_engine() == "numba"                     # numba is a dependency
+    assert bl.blending_engine("auto", work=100) == "python"    # small inputs: nothing to compile
     monkeypatch.setattr(blending_numba, "_IMPORT_ERROR", "numba could not be imported (test)")
     assert bl.blending_engine() == "numpy"
     w = [0.5, 0.3, 0.2]

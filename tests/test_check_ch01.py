@@ -155,14 +155,5 @@ def test_q5_transfer(capsys):
 def _apply_reversed(text, merges, sequential):
     ids = list(text.encode("utf-8"))
     for k in reversed(range(len(merges))):
-        ids = [x for x in ids]
-        out, i = [], 0
-        while i < len(ids):
-            if i + 1 < len(ids) and (ids[i], ids[i + 1]) == merges[k]:
-                out.append(256 + k)
-                i += 2
-            else:
-                out.append(ids[i])
-                i += 1
-        ids = out
+        ids = merge(ids, merges[k], 256 + k)
     return ids

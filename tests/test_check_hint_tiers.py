@@ -158,19 +158,10 @@ def _resume(update=True, from_zero=False):
 
 
 def _fit(order_key, best=False):
-    def pack(lengths, pack_size):
-        packs, room = [], []
-        for i in sorted(range(len(lengths)), key=order_key(lengths)):
-            fits = [b for b, free in enumerate(room) if lengths[i] <= free]
-            if fits:
-                b = min(fits, key=lambda b: (room[b], b)) if best else fits[0]
-                packs[b].append(i)
-                room[b] -= lengths[i]
-            else:
-                packs.append([i])
-                room.append(pack_size - lengths[i])
-        return packs
-    return pack
+    """A packing function: tests/test_packing.py's item-by-item fit in the order ``order_key(lengths)``."""
+    from tests.test_packing import item_by_item
+
+    return lambda lengths, pack_size: item_by_item(lengths, pack_size, best, key=order_key(lengths))
 
 
 def _positions_and_mask(eod_starts=False, mask="right"):

@@ -31,8 +31,12 @@ def nemo_first_fit_decreasing(seqlens, pack_size):
     return nemo_first_fit(sorted(seqlens, reverse=True), pack_size)
 
 
-def item_by_item(lengths, pack_size, best, decreasing=True):
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i]) if decreasing else range(len(lengths))
+def item_by_item(lengths, pack_size, best, decreasing=True, key=None):
+    """First (or best) fit, item by item, in decreasing length order, input order, or by ``key``."""
+    if key is not None:
+        order = sorted(range(len(lengths)), key=key)
+    else:
+        order = sorted(range(len(lengths)), key=lambda i: -lengths[i]) if decreasing else range(len(lengths))
     bins, room = [], []
     for i in order:
         fits = [b for b in range(len(bins)) if room[b] >= lengths[i]]

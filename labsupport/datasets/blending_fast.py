@@ -7,7 +7,7 @@ The rule itself lives in ``blending.py`` (:func:`~labsupport.datasets.blending.g
 :func:`~labsupport.datasets.blending.reference_blending_indices`): for step ``i`` with
 ``x = max(i, 1)`` pick the dataset with the largest ``fl(fl(w_d * x) - count_d)``, the first on
 exact ties.  It is sequential — each step needs the counts of the step before — and a Python
-loop costs about a microsecond per step and dataset.  This module gets the same output at
+loop costs tens of nanoseconds per step and dataset (chapter 3 measures it).  This module gets the same output at
 compiled speed with numpy only, in three phases:
 
 1. **Guess** (:func:`_guess_counts`): the ``size`` steps are cut into ``P`` chunks of ``B``
