@@ -218,6 +218,7 @@ def bench_foreign_grid(corpus: Path, tmp: Path, workers: int, repeats: int, voca
     model of :func:`grid_cells` (or those named), each trained here on ``sentences`` sampled lines
     of the corpus; byte-identical output checked per model (:class:`Mismatch` otherwise)."""
     cells = [c for c in grid_cells() if names is None or c["name"] in names]
+    methods = ("megatron", "labsupport", "labsupport_numba")
     if names is not None and len(cells) != len(set(names)):
         raise ValueError(f"unknown grid cells: {sorted(set(names) - {c['name'] for c in cells})}")
     out: dict = {"vocab_size": vocab, "train_sentences": sentences, "repeats": repeats, "cells": {}}
@@ -228,20 +229,29 @@ def bench_foreign_grid(corpus: Path, tmp: Path, workers: int, repeats: int, voca
         tok = train_foreign_tokenizer(corpus, model, vocab, cell["rule"], cell["byte_fallback"],
                                       cell["add_dummy_prefix"], sentences)
         row = bench_preprocess(corpus, str(model), folder, workers, repeats, tokenizer_only=False,
-                               methods=("megatron", "labsupport"))
+                               methods=methods)
         row["tokenizer"] = tok
         out["cells"][cell["name"]] = row
         print(f"  grid {cell['name']:<16} {row['ratio_labsupport_over_megatron']:.2f}× "
+              f"(compiled BPE {row['ratio_labsupport_numba_over_megatron']:.2f}×) "
               f"(hit rate {row['word_cache']['hit_rate']:.1%}, the model allows the fine cut: "
               f"{'yes' if tok['fine_cut_problem'] is None else tok['fine_cut_problem']})", flush=True)
-    ratios = sorted(r["ratio_labsupport_over_megatron"] for r in out["cells"].values())
-    out["ratio_min"], out["ratio_median"] = ratios[0], float(np.median(ratios))
-    out["cells_below_1_5"] = [k for k, r in out["cells"].items() if r["ratio_labsupport_over_megatron"] < 1.5]
+    out["engines"] = {"labsupport": "the default (--bpe-engine auto: SentencePiece's encode for new words "
+                                    "below AUTO_NUMBA_BYTES_PER_WORKER of input per worker, as here)",
+                      "labsupport_numba": "--bpe-engine numba: new words through SentencePiece's merge loop "
+                                          "compiled by numba (its one-time start is not in the timed runs: "
+                                          "see bpe_engine_start)"}
+    for name, suffix in (("labsupport", ""), ("labsupport_numba", "_numba")):
+        ratios = sorted(r[f"ratio_{name}_over_megatron"] for r in out["cells"].values())
+        out[f"ratio{suffix}_min"], out[f"ratio{suffix}_median"] = ratios[0], float(np.median(ratios))
+        out[f"cells_below_1_5{suffix}"] = [k for k, r in out["cells"].items()
+                                           if r[f"ratio_{name}_over_megatron"] < 1.5]
     return out
 
 
-#: the timed preprocessing methods; "labsupport" is the default (word cache on)
-METHODS = ("megatron", "labsupport", "labsupport_no_word_cache")
+#: the timed preprocessing methods; "labsupport" is the default (word cache on, --bpe-engine auto);
+#: "labsupport_numba" forces the compiled BPE loop for new words, "labsupport_fine_cut" the fine cut
+METHODS = ("megatron", "labsupport", "labsupport_numba", "labsupport_no_word_cache")
 
 
 def bench_preprocess(corpus: Path, model: str, out: Path, workers: int, repeats: int,
@@ -262,7 +272,8 @@ def bench_preprocess(corpus: Path, model: str, out: Path, workers: int, repeats:
             else:
                 res = preprocess([corpus], prefix, model, append_eod=True, workers=workers,
                                  strict=True, show_progress=False, word_cache=name != "labsupport_no_word_cache",
-                                 fine_cut=name == "labsupport_fine_cut")
+                                 fine_cut=name == "labsupport_fine_cut",
+                                 bpe_engine="numba" if name == "labsupport_numba" else "auto")
                 c = {"documents": res.documents, "tokens": res.tokens["text"]}
                 cache_stats[name] = res.word_cache
             best[name] = min(best[name], time.perf_counter() - t0)
@@ -271,6 +282,8 @@ def bench_preprocess(corpus: Path, model: str, out: Path, workers: int, repeats:
         raise Mismatch(f"different counts: {counts}")
     if not cache_stats["labsupport"]["used"] or cache_stats.get("labsupport_no_word_cache", {}).get("used"):
         raise Mismatch(f"word cache not used as intended: {cache_stats}")
+    if "labsupport_numba" in cache_stats and cache_stats["labsupport_numba"]["bpe_engine"] != "numba":
+        raise Mismatch(f"the compiled BPE loop was asked for but not used: {cache_stats['labsupport_numba']['bpe_problem']}")
     for name in [m for m in methods if m != "megatron"]:
         for ext in (".bin", ".idx"):
             a = (out / f"{name}_text_document{ext}").read_bytes()
@@ -308,9 +321,14 @@ def bench_preprocess(corpus: Path, model: str, out: Path, workers: int, repeats:
                        "strings_through_bpe": wc.get("encoded"),
                        "hit_rate": 1 - wc["misses"] / wc["words"] if wc["words"] else None,
                        "fine_cut": wc.get("fine_problem") is None, "fine_cut_problem": wc.get("fine_problem"),
+                       "bpe_engine": wc.get("bpe_engine"), "bpe_engine_problem": wc.get("bpe_problem"),
                        "note": "summed over the workers, each with its own cache, last timed run; "
                                "strings_through_bpe: the new words (the fine cut is off by default)"},
     }
+    if "labsupport_numba" in rows:
+        result["ratio_labsupport_numba_over_megatron"] = rows["labsupport_numba"]["tokens_per_s"] / megatron
+        result["numba_seconds_saved_per_MB"] = ((rows["labsupport"]["seconds"] - rows["labsupport_numba"]["seconds"])
+                                                / (corpus.stat().st_size / 1e6))
     if "labsupport_no_word_cache" in rows:
         result["ratio_labsupport_no_word_cache_over_megatron"] = \
             rows["labsupport_no_word_cache"]["tokens_per_s"] / megatron
@@ -327,6 +345,57 @@ def bench_preprocess(corpus: Path, model: str, out: Path, workers: int, repeats:
         result["labsupport_no_word_cache_share_of_tokenizer_only"] = (
             rows["labsupport_no_word_cache"]["tokens_per_s"] / rows["tokenizer_only"]["tokens_per_s"])
     return result
+
+
+_START_SNIPPET = """
+import sys, time
+t0 = time.perf_counter()
+from labsupport.datasets.tokenizer import Tokenizer
+from labsupport.datasets.word_cache import bpe_engine_problem
+tok = Tokenizer(sys.argv[1])
+t1 = time.perf_counter()
+problem = bpe_engine_problem(tok)   # imports numba, builds the tables, self-check (loads the loop)
+t2 = time.perf_counter()
+assert problem is None, problem
+print(t2 - t1)
+"""
+
+
+def bench_bpe_engine_start(corpus: Path, model: str, out: Path, workers: int, repeats: int,
+                           saved_per_mb: float) -> dict:
+    """The compiled BPE loop's one-time start in a fresh process (median of ``repeats``), the whole
+    ``python -m labsupport.preprocess`` process with each engine (best of ``repeats``), and the input
+    size from which the loop pays for its start (start seconds / seconds saved per MB)."""
+    import subprocess
+
+    from labsupport.datasets.preprocess import AUTO_NUMBA_BYTES_PER_WORKER
+    from labsupport.paths import REPO_ROOT
+
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    starts = [float(subprocess.run([sys.executable, "-c", _START_SNIPPET, model], check=True, env=env,
+                                   capture_output=True, text=True).stdout) for _ in range(repeats)]
+    cli = {}
+    for engine in ("sentencepiece", "numba"):
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "labsupport.preprocess", "--input", str(corpus),
+                            "--tokenizer-model", model, "--output-prefix", str(out / f"cli_{engine}"),
+                            "--append-eod", "--workers", str(workers), "--no-progress", "--bpe-engine", engine],
+                           check=True, env=env, capture_output=True)
+            best = min(best, time.perf_counter() - t0)
+        cli[engine] = best
+    for ext in (".bin", ".idx"):
+        if (out / f"cli_numba_text_document{ext}").read_bytes() != (out / f"cli_sentencepiece_text_document{ext}").read_bytes():
+            raise Mismatch(f"the two engines wrote different {ext} files")
+    start = float(np.median(starts))
+    return {"start_seconds_median": start, "start_seconds": starts,
+            "what_starts": "import numba, build the tables, self-check (loads the compiled loop from its cache)",
+            "cli_process_seconds": cli, "cli_input_bytes": corpus.stat().st_size,
+            "seconds_saved_per_MB": saved_per_mb,
+            "workers": workers, "break_even_MB": start / saved_per_mb if saved_per_mb > 0 else None,
+            "break_even_MB_per_worker": start / saved_per_mb / workers if saved_per_mb > 0 else None,
+            "auto_numba_MB_per_worker": AUTO_NUMBA_BYTES_PER_WORKER / 1e6}
 
 
 def _time_reads(fn, indices, repeats: int) -> float:
@@ -438,6 +507,8 @@ def main(argv: list[str] | None = None) -> dict:
                                    args.workers, args.repeats, tokenizer_only=False,
                                    methods=METHODS + ("labsupport_fine_cut",))
         foreign.update(corpus=foreign_corpus, tokenizer=foreign_tok)
+        engine_start = bench_bpe_engine_start(tmp / "foreign.jsonl", str(tmp / "foreign.model"), tmp / "foreign",
+                                              args.workers, 3, foreign["numba_seconds_saved_per_MB"])
         grid = None if args.no_grid else bench_foreign_grid(
             tmp / "foreign.jsonl", tmp, args.workers, args.grid_repeats, args.foreign_vocab,
             args.grid_sentences, args.grid_cells)
@@ -465,9 +536,13 @@ def main(argv: list[str] | None = None) -> dict:
         "preprocess_single_copy": single,
         "preprocess_foreign": foreign,
         "preprocess_foreign_grid": grid,
+        "bpe_engine_start": engine_start,
         "random_access": reads,
         "targets": {"preprocess_ratio_at_2_workers": 1.5, "random_access_ratio": 1.2},
         "ratios": {"preprocess": pre["ratio_labsupport_over_megatron"],
+                   "preprocess_numba": pre["ratio_labsupport_numba_over_megatron"],
+                   "preprocess_single_copy_numba": single["ratio_labsupport_numba_over_megatron"],
+                   "preprocess_foreign_nmt_nfkc_numba": foreign["ratio_labsupport_numba_over_megatron"],
                    "preprocess_no_word_cache": pre["ratio_labsupport_no_word_cache_over_megatron"],
                    "preprocess_single_copy": single["ratio_labsupport_over_megatron"],
                    "preprocess_single_copy_no_word_cache":
@@ -494,13 +569,20 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"  one copy of the corpora (no repeated text): {r['preprocess_single_copy']:.2f}× "
           f"(without the word cache {r['preprocess_single_copy_no_word_cache']:.2f}×, "
           f"hit rate {single['word_cache']['hit_rate']:.1%})")
+    print(f"  compiled BPE for new words (--bpe-engine numba): {r['preprocess_numba']:.2f}×, one copy "
+          f"{r['preprocess_single_copy_numba']:.2f}×, foreign {r['preprocess_foreign_nmt_nfkc_numba']:.2f}×; "
+          f"start {engine_start['start_seconds_median']:.2f} s once per process, pays from "
+          f"{engine_start['break_even_MB'] or float('nan'):.0f} MB at {args.workers} workers "
+          f"(auto: from {engine_start['auto_numba_MB_per_worker']:.0f} MB per worker)")
     print(f"  foreign nmt_nfkc BPE on Python stdlib source: {r['preprocess_foreign_nmt_nfkc']:.2f}× "
           f"(without the word cache {r['preprocess_foreign_nmt_nfkc_no_word_cache']:.2f}×, "
           f"with the fine cut {r['preprocess_foreign_nmt_nfkc_fine_cut']:.2f}×, "
           f"hit rate {foreign['word_cache']['hit_rate']:.1%})")
     if grid is not None:
         print(f"  foreign grid ({len(grid['cells'])} models): min {grid['ratio_min']:.2f}×, "
-              f"median {grid['ratio_median']:.2f}×; below 1.5×: {grid['cells_below_1_5'] or 'none'}")
+              f"median {grid['ratio_median']:.2f}×; below 1.5×: {grid['cells_below_1_5'] or 'none'}; "
+              f"compiled BPE: min {grid['ratio_numba_min']:.2f}×, median {grid['ratio_numba_median']:.2f}×, "
+              f"below 1.5×: {grid['cells_below_1_5_numba'] or 'none'}")
     print(f"random access: ds[i] {r['random_access_getitem']:.2f}×, "
           f"get(i, offset, length) {r['random_access_get_window']:.2f}× (labsupport / megatron)")
     print(f"wrote {args.out}")
@@ -510,8 +592,12 @@ def main(argv: list[str] | None = None) -> dict:
 def _grid_ratios(grid: dict) -> dict:
     """The grid's summary for the "ratios" section: min and median over its models, and each one."""
     out = {"preprocess_foreign_grid_min": grid["ratio_min"],
-           "preprocess_foreign_grid_median": grid["ratio_median"]}
+           "preprocess_foreign_grid_median": grid["ratio_median"],
+           "preprocess_foreign_grid_numba_min": grid["ratio_numba_min"],
+           "preprocess_foreign_grid_numba_median": grid["ratio_numba_median"]}
     out.update({f"preprocess_foreign_grid_{k}": r["ratio_labsupport_over_megatron"]
+                for k, r in grid["cells"].items()})
+    out.update({f"preprocess_foreign_grid_numba_{k}": r["ratio_labsupport_numba_over_megatron"]
                 for k, r in grid["cells"].items()})
     return out
 

@@ -28,13 +28,9 @@ import re
 
 import numpy as np
 
-try:
-    import numba
-except ImportError as exc:  # pragma: no cover - numba is a dependency; exercised by monkeypatching
-    numba = None
-    _IMPORT_ERROR: str | None = f"numba could not be imported ({exc})"
-else:
-    _IMPORT_ERROR = None
+from labsupport.datasets.numba_support import IMPORT_ERROR as _IMPORT_ERROR
+from labsupport.datasets.numba_support import compile_cached as _compile
+from labsupport.datasets.numba_support import numba
 
 __all__ = ["numba_blending_indices", "numba_problem", "fused_multiply_add_in_machine_code"]
 
@@ -55,15 +51,6 @@ def _blending_loop(weights, start, counts, dataset_index, dataset_sample_index):
         dataset_index[k] = best
         dataset_sample_index[k] = counts[best]
         counts[best] += 1
-
-
-def _compile(loop):
-    """``numba.njit`` with an on-disk cache; without one where no cache folder is writable (a
-    read-only install, a grading sandbox), where numba refuses ``cache=True`` at decoration."""
-    try:
-        return numba.njit(cache=True, nogil=True)(loop)
-    except RuntimeError:
-        return numba.njit(nogil=True)(loop)
 
 
 _kernel = _compile(_blending_loop) if numba is not None else None

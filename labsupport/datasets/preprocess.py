@@ -23,6 +23,10 @@ are exactly ``Tokenizer.encode``'s — the cache is only used for models where t
 whatever their normalization rule), every other model (unigram) is encoded as before and the
 reason is printed — and ``--no-word-cache`` turns it off; the output files are
 byte-identical either way (``benchmarks/bench_indexed.py`` measures both against Megatron).
+The words a worker has not cached yet go through BPE with SentencePiece's ``encode`` or, with
+``--bpe-engine numba`` (and by default from :data:`AUTO_NUMBA_BYTES_PER_WORKER` of input per
+worker on), through the same merge loop compiled by numba (:mod:`labsupport.datasets.spm_bpe_numba`):
+same ids, about half the time per new word, ~0.4 s to start once per run.
 Order is preserved.  Bad lines (invalid JSON or UTF-8, not an object, missing key, non-string
 value, blank) are reported as ``file:line: reason``; by default they are skipped and counted,
 ``--strict`` stops at the first one without leaving any output behind.
@@ -65,7 +69,7 @@ from labsupport.datasets.indexed import (
     get_sidecar_path,
     optimal_dtype,
 )
-from labsupport.datasets.word_cache import WordCache, word_cache_problem
+from labsupport.datasets.word_cache import BPE_ENGINES, WordCache, bpe_engine_problem, word_cache_problem
 from labsupport.cli import run_command
 from labsupport.fileio import PathLike
 from labsupport.paths import shown_path
@@ -74,6 +78,11 @@ from labsupport.paths import shown_path
 CHUNK_BYTES = 512 * 1024
 #: Bad lines reported one by one before the rest are only counted.
 MAX_REPORTED = 20
+#: ``bpe_engine="auto"`` runs new words through the compiled BPE loop from this much input per
+#: worker on (bytes).  Its start (~0.4 s, once per run, before the workers: importing numba,
+#: loading the loop, its self-check) is paid back by the time it saves, which is shared among
+#: the workers; ``benchmarks/results/indexed.json`` (``bpe_engine_start``) measures where.
+AUTO_NUMBA_BYTES_PER_WORKER = 32_000_000
 #: Bump when the output of the same inputs would change (invalidates workbook_prefixes' cache).
 FORMAT_REVISION = 1
 
@@ -110,7 +119,8 @@ class PreprocessResult:
     #: ``{"used": bool, "reason": why not used or None, "words": words looked up, "misses": words
     #: not cached yet, "encoded": strings that went through BPE (the new words, or their new fine
     #: parts), "fine_problem": why new words are not cut finer or None}`` summed over the workers
-    #: (each keeps its own cache)
+    #: (each keeps its own cache); ``"bpe_engine"``: how new words went through BPE ("numba" or
+    #: "sentencepiece"), ``"bpe_problem"``: why not the compiled loop (None when used)
     word_cache: dict = field(default_factory=dict)
 
     @property
@@ -167,7 +177,8 @@ _WORKER: dict = {}
 
 
 def _init_worker(tokenizer, keys: tuple[str, ...], append_eod: bool, dtype: str,
-                 word_cache: bool = False, fine_cut: bool = False, pool_worker: bool = False) -> None:
+                 word_cache: bool = False, fine_cut: bool = False, bpe_engine: str = "sentencepiece",
+                 pool_worker: bool = False) -> None:
     if pool_worker:
         # A forked worker inherits every object of the parent (hundreds of thousands in a
         # notebook or a script that imported torch); move them out of the garbage collector's
@@ -177,7 +188,7 @@ def _init_worker(tokenizer, keys: tuple[str, ...], append_eod: bool, dtype: str,
         # (it stops the pool and removes the partial output), so workers print no traceback.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     # each worker process gets its own, empty cache (not exact: plain encode_batch)
-    cache = WordCache(tokenizer, dtype, enabled=word_cache, fine=fine_cut)
+    cache = WordCache(tokenizer, dtype, enabled=word_cache, fine=fine_cut, bpe_engine=bpe_engine)
     _WORKER.update(tok=tokenizer, keys=keys, append_eod=append_eod, dtype=np.dtype(dtype),
                    eod=tokenizer.eod if append_eod else None, cache=cache)
 
@@ -354,11 +365,35 @@ class _Tally:
         return nbytes
 
 
+def choose_bpe_engine(engine: str, tok, input_bytes: int, cache_problem: str | None,
+                      workers: int = 1) -> tuple[str, str | None]:
+    """``(engine that runs, why not the compiled loop or None)`` for ``--bpe-engine engine``.
+
+    "sentencepiece": SentencePiece's ``encode``.  "numba": the compiled loop where
+    :func:`~labsupport.datasets.word_cache.bpe_engine_problem` allows it (else SentencePiece, and
+    the reason).  "auto": "numba" from :data:`AUTO_NUMBA_BYTES_PER_WORKER` × ``workers`` bytes of
+    input on, else "sentencepiece".
+    Without a word cache there are no new words to encode: "sentencepiece".  Raises
+    PreprocessError for an unknown engine.
+    """
+    if engine not in ("auto",) + BPE_ENGINES:
+        raise PreprocessError(f"--bpe-engine must be one of auto, {', '.join(BPE_ENGINES)}; got {engine!r}")
+    if cache_problem is not None:
+        return "sentencepiece", "no word cache"
+    if engine == "sentencepiece":
+        return "sentencepiece", "turned off (--bpe-engine sentencepiece)"
+    if engine == "auto" and input_bytes < AUTO_NUMBA_BYTES_PER_WORKER * workers:
+        return "sentencepiece", (f"input under {AUTO_NUMBA_BYTES_PER_WORKER / 1e6:.0f} MB per worker: starting "
+                                 "the compiled loop (~0.4 s) would cost more than it saves")
+    problem = bpe_engine_problem(tok)
+    return ("sentencepiece", problem) if problem else ("numba", None)
+
+
 def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *,
                json_keys: Sequence[str] = ("text",), append_eod: bool = False, workers: int = 1,
                strict: bool = False, show_progress: bool = True, log=None,
                chunk_bytes: int = CHUNK_BYTES, word_cache: bool = True,
-               fine_cut: bool = False) -> PreprocessResult:
+               fine_cut: bool = False, bpe_engine: str = "auto") -> PreprocessResult:
     """Tokenize jsonl ``inputs`` into ``<output_prefix>_<key>_document.{bin,idx,json}`` per key.
 
     ``tokenizer``: a :class:`labsupport.datasets.tokenizer.Tokenizer` or the path of a ``.model``.
@@ -366,7 +401,10 @@ def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *
     each worker keep a word-level cache when the tokenizer allows it (same output, faster; see
     the module docstring); False = one SentencePiece call per document, as before.  ``fine_cut``:
     cut the words not cached yet finer (``WordCache(fine=True)``: same ids; off by default because
-    ``benchmarks/bench_indexed.py`` measured it slower).  Bad lines go to
+    ``benchmarks/bench_indexed.py`` measured it slower).  ``bpe_engine``: how each worker runs its
+    new words through BPE (:func:`choose_bpe_engine`): "auto" (default: SentencePiece's merge loop
+    compiled by numba from :data:`AUTO_NUMBA_BYTES_PER_WORKER` per worker on, else SentencePiece's ``encode``),
+    "numba" or "sentencepiece" — the same ids either way.  Bad lines go to
     ``log`` (default stderr) as ``file:line: reason`` and are skipped, or raise PreprocessError
     with ``strict``; nothing is left on disk when an error stops the run.  The progress bar
     (documents, tokens, MB/s) goes to stderr.  Prints nothing to stdout.
@@ -394,12 +432,14 @@ def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *
                     lineno += blob.count(b"\n") + (0 if blob.endswith(b"\n") else 1)
 
     cache_problem = word_cache_problem(tok) if word_cache else "turned off (--no-word-cache)"
+    # decided (and the compiled loop proven and loaded) here, once: forked workers inherit it
+    engine, bpe_problem = choose_bpe_engine(bpe_engine, tok, total_bytes, cache_problem, workers)
     fine_problem = cache_problem if fine_cut else "turned off"
     if cache_problem is None and fine_cut:  # proven once here; forked workers inherit it and the regex
         fine_problem = WordCache(tok, dtype, max_words=1, fine=True).fine_problem
     pool = bar = None
     try:  # from here on, any exception (Ctrl-C included) removes the partial output
-        pool = _start_pool(workers, (tok, keys, append_eod, dtype.str, cache_problem is None, fine_cut))
+        pool = _start_pool(workers, (tok, keys, append_eod, dtype.str, cache_problem is None, fine_cut, engine))
         results = _ordered(pool, tasks(), window=2 * workers + 2) if pool is not None else map(_encode_block, tasks())
         if show_progress:
             from labsupport.progress import progress
@@ -442,7 +482,8 @@ def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *
                             tally.n_bad, seconds, sidecars,
                             {"used": cache_problem is None, "reason": cache_problem,
                              "words": tally.cache_words, "misses": tally.cache_misses,
-                             "encoded": tally.cache_encoded, "fine_problem": fine_problem})
+                             "encoded": tally.cache_encoded, "fine_problem": fine_problem,
+                             "bpe_engine": engine, "bpe_problem": bpe_problem})
 
 
 def _keys_found(files: Sequence[Path], max_lines: int = 1000) -> list[str]:
@@ -554,6 +595,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true",
                    help="stop at the first bad line instead of skipping and counting it")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--bpe-engine", choices=("auto",) + BPE_ENGINES, default="auto",
+                   help="how new words go through BPE: numba (SentencePiece's merge loop compiled; "
+                        "same ids, faster, ~0.4 s to start), sentencepiece, or auto (numba from "
+                        f"{AUTO_NUMBA_BYTES_PER_WORKER // 1_000_000} MB of input per worker on; default)")
     p.add_argument("--no-word-cache", action="store_true",
                    help="encode every document with SentencePiece alone, without the per-worker "
                         "word cache (same output, slower; for comparisons)")
@@ -582,7 +627,8 @@ def _run(args) -> int:
     res = preprocess(args.input, args.output_prefix, args.tokenizer_model,
                      json_keys=args.json_keys, append_eod=args.append_eod,
                      workers=args.workers, strict=args.strict,
-                     show_progress=not args.no_progress, word_cache=not args.no_word_cache)
+                     show_progress=not args.no_progress, word_cache=not args.no_word_cache,
+                     bpe_engine=args.bpe_engine)
     sys.stderr.flush()
     side = next(iter(res.sidecars.values()))
     files = len(side["sources"])
@@ -598,6 +644,10 @@ def _run(args) -> int:
     if wc.get("used"):
         hits = 1 - wc["misses"] / wc["words"] if wc["words"] else 0.0
         cache_note = f"word cache: {hits:.0%} of {wc['words']:,} words seen before"
+        if wc.get("bpe_engine") == "numba":
+            cache_note += ", new words through the compiled BPE loop"
+        elif args.bpe_engine == "numba":
+            cache_note += f", new words through SentencePiece ({wc.get('bpe_problem')})"
     else:
         cache_note = f"no word cache: {wc.get('reason')}"
     print(f"{res.seconds:.2f} s, {mb / res.seconds:.1f} MB/s, "

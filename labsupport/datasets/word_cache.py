@@ -47,6 +47,12 @@ words after a space are cached without it, so no new string is made per word.
    the regex pass and the bookkeeping per new word cost more than the BPE they save
    (``benchmarks/results/indexed.json``, ``labsupport_fine_cut``).
 
+5. What a new word costs: one pass of SentencePiece's BPE, about 2 µs through
+   ``SentencePieceProcessor.encode``.  ``WordCache(bpe_engine="numba")`` runs the same merge
+   loop compiled by numba instead (:mod:`labsupport.datasets.spm_bpe_numba`, about half the
+   time; proven per model by :func:`bpe_engine_problem`), which chapter 2's preprocessing uses
+   on large inputs.
+
 A unigram model is different: its Viterbi search scores whole paths, and word-by-word ids
 differ on real text (measured: 6–36 of 6,000 documents), so unigram models fall back.
 
@@ -66,8 +72,8 @@ from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
 from labsupport.datasets.tokenizer import _META, Tokenizer, with_article
 
-__all__ = ["WordCache", "WORD_CACHE_MAX_WORDS", "word_cache_problem", "fine_cut_problem",
-           "piece_classes", "fine_word_re", "read_model_proto", "normalization_free_proto"]
+__all__ = ["WordCache", "WORD_CACHE_MAX_WORDS", "BPE_ENGINES", "word_cache_problem", "fine_cut_problem",
+           "bpe_engine_problem", "piece_classes", "fine_word_re", "read_model_proto", "normalization_free_proto"]
 
 #: Default bound of a :class:`WordCache`: past this many distinct words it is emptied and refilled.
 WORD_CACHE_MAX_WORDS = 500_000
@@ -94,6 +100,11 @@ _WORD_PROBES = (
 )
 #: fingerprint → result of word_cache_problem (forked workers inherit it from the parent)
 _PROBLEMS: dict[str, str | None] = {}
+#: How the words not cached yet go through BPE: SentencePiece's own ``encode``, or its merge
+#: loop compiled by numba (:mod:`labsupport.datasets.spm_bpe_numba`; same ids, about half the time).
+BPE_ENGINES = ("sentencepiece", "numba")
+#: fingerprint → (why the compiled loop cannot be used or None, its tables); inherited by forked workers
+_BPE: dict[str, tuple[str | None, Any]] = {}
 #: fingerprint → the fine-cut regex of the model on normalized text ("▁") and on raw text (" ")
 _FINE_RES: dict[tuple[str, str], re.Pattern] = {}
 
@@ -269,6 +280,68 @@ def _check_fine(tok: Tokenizer) -> str | None:
     return None
 
 
+def bpe_engine_problem(tok: Tokenizer) -> str | None:
+    """None when the compiled merge loop (:mod:`labsupport.datasets.spm_bpe_numba`) gives the
+    words' ids exactly as SentencePiece does; else why not (the cache then uses SentencePiece's
+    own ``encode`` for new words).  Needs :func:`word_cache_problem` to be None and the loop's
+    conditions (:func:`~labsupport.datasets.spm_bpe_numba.bpe_tables_problem`); then every piece
+    of the vocabulary, the probe texts' words and a few thousand random words (pieces run
+    together, unknown characters, words long enough for the heap) are encoded both ways.
+    Cached per fingerprint; the first call in a process imports numba and loads the loop (~0.4 s
+    with the self-check)."""
+    return _bpe_state(tok)[0]
+
+
+def _bpe_state(tok: Tokenizer) -> tuple[str | None, Any]:
+    if tok.fingerprint not in _BPE:
+        _BPE[tok.fingerprint] = _check_bpe(tok)
+    return _BPE[tok.fingerprint]
+
+
+def _check_bpe(tok: Tokenizer) -> tuple[str | None, Any]:
+    problem = word_cache_problem(tok)
+    if problem:
+        return f"no word cache ({problem})", None
+    from labsupport.datasets import spm_bpe_numba
+
+    model = read_model_proto(tok)
+    problem = spm_bpe_numba.bpe_tables_problem(model)
+    if problem:
+        return problem, None
+    tables = spm_bpe_numba.build_bpe_tables(model)
+    copy = spm.SentencePieceProcessor()
+    copy.LoadFromSerializedProto(normalization_free_proto(tok))
+    words = _bpe_probe_words(model, tok)
+    ids, ends = spm_bpe_numba.encode_words(tables, words)
+    starts = [0] + ends[:-1].tolist()
+    for word, expected, a, b in zip(words, copy.encode(words), starts, ends.tolist()):
+        if ids[a:b].tolist() != expected:
+            return f"self-check failed: the compiled loop encodes {word!r} differently", None
+    return None, tables
+
+
+def _bpe_probe_words(model: model_pb2.ModelProto, tok: Tokenizer, n_random: int = 3000) -> list[str]:
+    """Words for :func:`bpe_engine_problem`: every piece (and "▁" + piece), the normalized probe
+    texts' words, and ``n_random`` words of 2–6 random pieces or characters (some of no piece,
+    some over the loop's short-word limit), from a fixed seed."""
+    import random
+
+    from labsupport.datasets.spm_bpe_numba import _SCAN_MAX
+
+    pieces = [p.piece for p in model.pieces if p.type in _MERGEABLE]
+    words = pieces + [_META + p for p in pieces if not p.startswith(_META)]
+    norm = tok._sp.normalize([t for t in _WORD_PROBES if _META not in t])
+    words += [w for t in norm for w in _NORMALIZED_WORD_RE.findall(t)]
+    rng = random.Random(0)
+    odd = "\x00\t\n\r ~\u00e9\u0301\u3000\uac00\u4e00\U0001f600\U0010fffd"
+    for k in range(n_random):
+        parts = [rng.choice(pieces) if rng.random() < 0.8 else rng.choice(odd) for _ in range(rng.randint(2, 6))]
+        if k % 50 == 0:  # long enough for the heap
+            parts = parts * (_SCAN_MAX // max(1, len("".join(parts))) + 2)
+        words.append("".join(parts))
+    return [w.replace(" ", _META) for w in words if w]
+
+
 # ---------------------------------------------------------------------------------------------
 # the cache
 # ---------------------------------------------------------------------------------------------
@@ -292,12 +365,16 @@ class WordCache:
     cached yet (once per batch), and the strings that went through SentencePiece (those words,
     or with the fine cut their new parts; the parts are cached too, so a batch can add more
     entries than words).  Not thread-safe; one per process (it is not shared, so a pickled copy
-    starts empty).
+    starts empty).  ``bpe_engine``: how new words go through BPE — "sentencepiece" (its own
+    ``encode``, the default) or "numba" (its merge loop compiled, :mod:`labsupport.datasets.spm_bpe_numba`;
+    same ids, about half the time, ~0.4 s to start once per process) where
+    :func:`bpe_engine_problem` allows it; ``bpe_engine`` then says which one runs and
+    ``bpe_problem`` why not the compiled loop (None when it is used).
     """
 
     def __init__(self, tokenizer: Tokenizer, dtype=None, max_words: int = WORD_CACHE_MAX_WORDS,
                  num_threads: int = 1, *, enabled: bool = True, fine: bool = False,
-                 _proof: bool = False, _fine: bool = False):
+                 bpe_engine: str = "sentencepiece", _proof: bool = False, _fine: bool = False):
         if not isinstance(tokenizer, Tokenizer):
             raise TypeError(f"WordCache needs a Tokenizer, got {type(tokenizer).__name__}")
         self.tokenizer = tokenizer
@@ -339,10 +416,19 @@ class WordCache:
         self._fine_findall = None
         if self.fine_problem is None:
             self._fine_findall = _fine_re(tokenizer, self._space).findall
+        if bpe_engine not in BPE_ENGINES:
+            raise ValueError(f"bpe_engine must be one of {', '.join(BPE_ENGINES)}; got {bpe_engine!r}")
+        #: why new words do not go through the compiled loop (None: they do; ``bpe_engine`` says which runs)
+        self.bpe_problem: str | None = "turned off" if bpe_engine == "sentencepiece" else self.problem
+        self._bpe_tables = None
+        if bpe_engine == "numba" and not _proof and self.exact:
+            self.bpe_problem, self._bpe_tables = _bpe_state(tokenizer)
+        self.bpe_engine = "numba" if self._bpe_tables is not None else "sentencepiece"
 
     def __reduce__(self):
         return (_word_cache_from_state, (self.tokenizer, self.dtype, self.max_words, self.num_threads,
-                                         self.enabled, self.fine_problem != "turned off"))
+                                         self.enabled, self.fine_problem != "turned off",
+                                         "sentencepiece" if self.bpe_problem == "turned off" else "numba"))
 
     def __len__(self) -> int:
         return len(self._cache) + len(self._after_space)
@@ -470,6 +556,17 @@ class WordCache:
         if not words:
             return []
         self.encoded += len(words)
+        if self._bpe_tables is not None:
+            from labsupport.datasets.spm_bpe_numba import encode_words
+
+            try:
+                ids, ends = encode_words(self._bpe_tables, words, escape_spaces=self._space == " ")
+            except UnicodeEncodeError:  # a lone surrogate: SentencePiece below raises like encode()
+                pass
+            else:
+                self._store_slices(words if keys is None else keys, ids.astype(self.dtype).tobytes(),
+                                   ends * self.dtype.itemsize, target)
+                return [w for w in words if len(w) > _MAX_CACHED_WORD_CHARS]
         encoded = self._word_sp.encode(words, num_threads=self.num_threads)
         sizes = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
         buf = np.fromiter(itertools.chain.from_iterable(encoded), dtype=self.dtype,
@@ -538,5 +635,6 @@ class _Split(list):
     __slots__ = ()
 
 
-def _word_cache_from_state(tokenizer, dtype, max_words, num_threads, enabled=True, fine=False) -> WordCache:
-    return WordCache(tokenizer, dtype, max_words, num_threads, enabled=enabled, fine=fine)
+def _word_cache_from_state(tokenizer, dtype, max_words, num_threads, enabled=True, fine=False,
+                          bpe_engine="sentencepiece") -> WordCache:
+    return WordCache(tokenizer, dtype, max_words, num_threads, enabled=enabled, fine=fine, bpe_engine=bpe_engine)
