@@ -8,10 +8,11 @@ Measured side by side in one run, on the same input, tokenizer and worker count:
    ``json.loads`` + tokenize + EOD, and the main process writing every document through
    megatron-core's ``IndexedDatasetBuilder.add_document``.  Both produce the ids of the same
    ``labsupport.datasets.tokenizer.Tokenizer.encode`` (the run checks that the ``.bin``/``.idx`` pairs are
-   byte-identical).  labsupport is timed twice: ``labsupport`` (the default: each worker keeps a
+   byte-identical).  labsupport is timed as ``labsupport`` (the default: each worker keeps a
    word-level cache, so a word it has seen before skips SentencePiece's BPE; the cache starts
-   empty in every timed run, new worker processes each time) and ``labsupport_no_word_cache``
-   (``--no-word-cache``: SentencePiece on every document, like Megatron).  Input: the four
+   empty in every timed run, new worker processes each time), ``labsupport_no_word_cache``
+   (``--no-word-cache``: SentencePiece on every document, like Megatron) and ``labsupport_numba``
+   (below).  Input: the four
    shipped domain corpora concatenated ``--repeat`` times.  Target: ≥ 1.3× at 2 workers.  Also
    timed: ``tokenizer_only``, ``Tokenizer.encode_batch(texts, num_threads=workers)`` on the
    already parsed texts in memory — no JSON, no processes, no writing — the ceiling for any
@@ -36,6 +37,14 @@ Measured side by side in one run, on the same input, tokenizer and worker count:
    on/off (spaces squeezed, SentencePiece's default); "ratios" gets the min and median over the
    grid and each model's ratio.  ``--grid-only`` runs just the grid (to its own results file),
    ``--no-grid`` skips it, ``--grid-cells`` picks models by name (e.g. ``nmt_nfkc+bf+dp``).
+   Every labsupport case is also timed as ``labsupport_numba`` (``--bpe-engine numba``: new words
+   through SentencePiece's merge loop compiled by numba, :mod:`labsupport.datasets.spm_bpe_numba`),
+   whose one-time start per process is not in those timed runs: ``bpe_engine_start`` measures it
+   in fresh processes, with the whole CLI process on the foreign corpus for each engine and the
+   input size from which the compiled loop pays for its start.  ``preprocess_large_cli`` times
+   whole ``python -m labsupport.preprocess`` processes with their defaults on ``--large-bytes`` of
+   installed Python source (stdlib, then site-packages; ``--large-bytes 0`` skips it) against
+   Megatron's method in this process and in a fresh one.
 2. **Random access** (reads/s): ``ds[i]`` for random sequence indices, and ``ds.get(i, offset,
    length)`` for random windows, ``labsupport.datasets.indexed.IndexedDataset`` against megatron-core's
    ``IndexedDataset`` on the same files.  Target: at least equal.
@@ -146,17 +155,21 @@ def make_corpus(path: Path, repeat: int) -> dict:
             "bytes": path.stat().st_size, "lines": sum(p.count(b"\n") for p in parts) * repeat}
 
 
-def make_foreign_corpus(path: Path, max_bytes: int) -> dict:
+def make_foreign_corpus(path: Path, max_bytes: int, site_packages: bool = False) -> dict:
     """The running Python's standard library ``.py`` files (sorted, one JSON document each, UTF-8
-    only) up to ``max_bytes`` of JSON lines: text this project did not choose."""
+    only) up to ``max_bytes`` of JSON lines: text this project did not choose.  ``site_packages``:
+    then the ``.py`` files of the installed packages (sorted by path), for a larger corpus."""
     import sysconfig
 
-    root = Path(sysconfig.get_paths()["stdlib"])
+    paths = sysconfig.get_paths()
+    sources = sorted(f for f in Path(paths["stdlib"]).rglob("*.py") if "site-packages" not in f.parts)
+    if site_packages:
+        sources += sorted(Path(paths["purelib"]).rglob("*.py"))
     files = written = 0
     with open(path, "w", encoding="utf-8") as fh:
-        for f in sorted(root.rglob("*.py")):
-            if "site-packages" in f.parts or written >= max_bytes:
-                continue
+        for f in sources:
+            if written >= max_bytes:
+                break
             try:
                 text = f.read_text(encoding="utf-8")
             except (UnicodeDecodeError, OSError):
@@ -165,7 +178,8 @@ def make_foreign_corpus(path: Path, max_bytes: int) -> dict:
             fh.write(line)
             written += len(line.encode("utf-8"))
             files += 1
-    return {"source": "Python standard library .py files (sorted by path, one document per file)",
+    return {"source": "Python standard library .py files" + (", then site-packages'" if site_packages else "")
+                      + " (sorted by path, one document per file)",
             "python": sys.version.split()[0], "files": files, "bytes": path.stat().st_size}
 
 
@@ -347,6 +361,65 @@ def bench_preprocess(corpus: Path, model: str, out: Path, workers: int, repeats:
     return result
 
 
+_MEGATRON_PROCESS = """
+import sys
+from benchmarks.bench_indexed import megatron_preprocess
+megatron_preprocess(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]))
+"""
+
+
+def bench_large(corpus: Path, model: str, out: Path, workers: int, repeats: int) -> dict:
+    """Whole processes on a large input, best of ``repeats`` (interleaved): ``python -m
+    labsupport.preprocess`` with its defaults (``--bpe-engine auto``: the compiled loop from
+    AUTO_NUMBA_BYTES_PER_WORKER per worker on) and with ``--bpe-engine sentencepiece``, against
+    Megatron's method in a fresh interpreter (its imports — torch, through megatron-core —
+    included) and in this process (no start costs: the harshest comparison for labsupport).
+    Every process start, import and the compiled loop's start is in labsupport's time."""
+    import subprocess
+
+    from labsupport.paths import REPO_ROOT
+
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    commands = {
+        "megatron_process": [sys.executable, "-c", _MEGATRON_PROCESS, str(corpus), model, str(out / "megatron_process"),
+                             str(workers)],
+        "labsupport_cli": [sys.executable, "-m", "labsupport.preprocess", "--input", str(corpus), "--tokenizer-model",
+                           model, "--output-prefix", str(out / "labsupport_cli"), "--append-eod", "--workers",
+                           str(workers), "--no-progress"],
+    }
+    commands["labsupport_cli_sentencepiece"] = [
+        *[c.replace("labsupport_cli", "labsupport_cli_sentencepiece") for c in commands["labsupport_cli"]],
+        "--bpe-engine", "sentencepiece"]
+    names = ["megatron_in_process", *commands]
+    best = dict.fromkeys(names, float("inf"))
+    summary = ""
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            t0 = time.perf_counter()
+            if name == "megatron_in_process":
+                megatron_preprocess(str(corpus), model, str(out / name), workers)
+            else:
+                done = subprocess.run(commands[name], check=True, env=env, capture_output=True, text=True)
+                if name == "labsupport_cli":
+                    summary = done.stdout.strip().splitlines()[-1]
+            best[name] = min(best[name], time.perf_counter() - t0)
+    for name in names[1:]:
+        for ext in (".bin", ".idx"):
+            if (out / f"{name}_text_document{ext}").read_bytes() != (out / f"megatron_in_process_text_document{ext}").read_bytes():
+                raise Mismatch(f"{name} and Megatron wrote different {ext} files")
+    engine = "numba" if "compiled BPE loop" in summary else "sentencepiece"
+    mb = corpus.stat().st_size / 1e6
+    return {"input_bytes": corpus.stat().st_size, "workers": workers, "repeats": repeats,
+            "byte_identical_output": True, "seconds": best,
+            "MB_per_s": {k: mb / v for k, v in best.items()},
+            "default_engine_used": engine,
+            "cli_summary_line": summary.split(";", 1)[-1].strip(),
+            "ratio_cli_over_megatron_in_process": best["megatron_in_process"] / best["labsupport_cli"],
+            "ratio_cli_over_megatron_process": best["megatron_process"] / best["labsupport_cli"],
+            "ratio_cli_sentencepiece_over_megatron_in_process":
+                best["megatron_in_process"] / best["labsupport_cli_sentencepiece"]}
+
+
 _START_SNIPPET = """
 import sys, time
 t0 = time.perf_counter()
@@ -478,6 +551,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--grid-only", action="store_true",
                     help="run only the foreign grid; writes benchmarks/results/indexed_grid.json "
                          "unless --out is given")
+    ap.add_argument("--large-bytes", type=int, default=128_000_000,
+                    help="bytes of installed Python source (stdlib, then site-packages) for the whole-process "
+                         "CLI case (0 skips it)")
+    ap.add_argument("--large-repeats", type=int, default=3)
     ap.add_argument("--reads", type=int, default=200_000)
     ap.add_argument("--window", type=int, default=2049)
     ap.add_argument("--out", type=Path, default=None, help=f"default {RESULTS}")
@@ -507,6 +584,13 @@ def main(argv: list[str] | None = None) -> dict:
                                    args.workers, args.repeats, tokenizer_only=False,
                                    methods=METHODS + ("labsupport_fine_cut",))
         foreign.update(corpus=foreign_corpus, tokenizer=foreign_tok)
+        large = None
+        if args.large_bytes:
+            (tmp / "large").mkdir()
+            large_corpus = make_foreign_corpus(tmp / "large.jsonl", args.large_bytes, site_packages=True)
+            large = bench_large(tmp / "large.jsonl", str(tmp / "foreign.model"), tmp / "large", args.workers,
+                                args.large_repeats)
+            large.update(corpus=large_corpus, tokenizer="the foreign nmt_nfkc model (trained on the stdlib sample)")
         engine_start = bench_bpe_engine_start(tmp / "foreign.jsonl", str(tmp / "foreign.model"), tmp / "foreign",
                                               args.workers, 3, foreign["numba_seconds_saved_per_MB"])
         grid = None if args.no_grid else bench_foreign_grid(
@@ -527,6 +611,7 @@ def main(argv: list[str] | None = None) -> dict:
                        "reads": args.reads, "window": args.window, "append_eod": True,
                        "megatron_imap_chunksize": 32, "tokenizer": "workbook_tokenizer()",
                        "foreign_bytes": args.foreign_bytes, "foreign_vocab": args.foreign_vocab,
+                       "large_bytes": args.large_bytes, "large_repeats": args.large_repeats,
                        "grid": None if args.no_grid else {"sentences": args.grid_sentences,
                                                           "repeats": args.grid_repeats,
                                                           "cells": args.grid_cells or "all"}},
@@ -537,6 +622,7 @@ def main(argv: list[str] | None = None) -> dict:
         "preprocess_foreign": foreign,
         "preprocess_foreign_grid": grid,
         "bpe_engine_start": engine_start,
+        "preprocess_large_cli": large,
         "random_access": reads,
         "targets": {"preprocess_ratio_at_2_workers": 1.5, "random_access_ratio": 1.2},
         "ratios": {"preprocess": pre["ratio_labsupport_over_megatron"],
@@ -556,6 +642,8 @@ def main(argv: list[str] | None = None) -> dict:
     }
     if grid is not None:
         result["ratios"].update(_grid_ratios(grid))
+    if large is not None:
+        result["ratios"]["preprocess_large_cli_process"] = large["ratio_cli_over_megatron_in_process"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_results(args.out, result)
     r = result["ratios"]
@@ -583,6 +671,11 @@ def main(argv: list[str] | None = None) -> dict:
               f"median {grid['ratio_median']:.2f}×; below 1.5×: {grid['cells_below_1_5'] or 'none'}; "
               f"compiled BPE: min {grid['ratio_numba_min']:.2f}×, median {grid['ratio_numba_median']:.2f}×, "
               f"below 1.5×: {grid['cells_below_1_5_numba'] or 'none'}")
+    if large is not None:
+        print(f"  {large['input_bytes'] / 1e6:.0f} MB of installed Python source, whole `python -m labsupport.preprocess` "
+              f"process (default engine: {large['default_engine_used']}): {large['ratio_cli_over_megatron_in_process']:.2f}× "
+              f"Megatron in-process, {large['ratio_cli_over_megatron_process']:.2f}× Megatron as a process; "
+              f"with --bpe-engine sentencepiece {large['ratio_cli_sentencepiece_over_megatron_in_process']:.2f}×")
     print(f"random access: ds[i] {r['random_access_getitem']:.2f}×, "
           f"get(i, offset, length) {r['random_access_get_window']:.2f}× (labsupport / megatron)")
     print(f"wrote {args.out}")

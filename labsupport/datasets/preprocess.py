@@ -26,7 +26,7 @@ byte-identical either way (``benchmarks/bench_indexed.py`` measures both against
 The words a worker has not cached yet go through BPE with SentencePiece's ``encode`` or, with
 ``--bpe-engine numba`` (and by default from :data:`AUTO_NUMBA_BYTES_PER_WORKER` of input per
 worker on), through the same merge loop compiled by numba (:mod:`labsupport.datasets.spm_bpe_numba`):
-same ids, about half the time per new word, ~0.4 s to start once per run.
+same ids, about 60% of the time per new word, ~0.4 s to start once per run.
 Order is preserved.  Bad lines (invalid JSON or UTF-8, not an object, missing key, non-string
 value, blank) are reported as ``file:line: reason``; by default they are skipped and counted,
 ``--strict`` stops at the first one without leaving any output behind.

@@ -47,9 +47,9 @@ words after a space are cached without it, so no new string is made per word.
    the regex pass and the bookkeeping per new word cost more than the BPE they save
    (``benchmarks/results/indexed.json``, ``labsupport_fine_cut``).
 
-5. What a new word costs: one pass of SentencePiece's BPE, about 2 µs through
+5. What a new word costs: one pass of SentencePiece's BPE, about 1.7 µs through
    ``SentencePieceProcessor.encode``.  ``WordCache(bpe_engine="numba")`` runs the same merge
-   loop compiled by numba instead (:mod:`labsupport.datasets.spm_bpe_numba`, about half the
+   loop compiled by numba instead (:mod:`labsupport.datasets.spm_bpe_numba`, about 60% of the
    time; proven per model by :func:`bpe_engine_problem`), which chapter 2's preprocessing uses
    on large inputs.
 
@@ -101,7 +101,7 @@ _WORD_PROBES = (
 #: fingerprint → result of word_cache_problem (forked workers inherit it from the parent)
 _PROBLEMS: dict[str, str | None] = {}
 #: How the words not cached yet go through BPE: SentencePiece's own ``encode``, or its merge
-#: loop compiled by numba (:mod:`labsupport.datasets.spm_bpe_numba`; same ids, about half the time).
+#: loop compiled by numba (:mod:`labsupport.datasets.spm_bpe_numba`; same ids, about 60% of the time).
 BPE_ENGINES = ("sentencepiece", "numba")
 #: fingerprint → (why the compiled loop cannot be used or None, its tables); inherited by forked workers
 _BPE: dict[str, tuple[str | None, Any]] = {}
@@ -367,7 +367,7 @@ class WordCache:
     entries than words).  Not thread-safe; one per process (it is not shared, so a pickled copy
     starts empty).  ``bpe_engine``: how new words go through BPE — "sentencepiece" (its own
     ``encode``, the default) or "numba" (its merge loop compiled, :mod:`labsupport.datasets.spm_bpe_numba`;
-    same ids, about half the time, ~0.4 s to start once per process) where
+    same ids, about 60% of the time, ~0.4 s to start once per process) where
     :func:`bpe_engine_problem` allows it; ``bpe_engine`` then says which one runs and
     ``bpe_problem`` why not the compiled loop (None when it is used).
     """
