@@ -246,3 +246,26 @@ def test_tables_describe_the_model():
     assert t.out_id[key[normal[0]]] == tok.piece_to_id(normal[0]) and t.char_out[0x10FFFF] == tok.unk
     assert t.byte_id[0x41] == tok.piece_to_id("<0x41>")
     json.dumps({"keys": t.n_keys})  # plain ints
+
+
+def test_spawned_workers_start_the_compiled_loop_themselves(tmp_path, monkeypatch):
+    """Where processes are spawned (macOS, Windows), each worker proves and loads the loop itself."""
+    from labsupport.paths import data_file
+
+    tok = _train("nfkc_cf", True, False)
+    model = tmp_path / "tok.model"
+    model.write_bytes(tok._proto)
+    src = data_file("web")
+    plain = P.preprocess([src], tmp_path / "fork", model, append_eod=True, workers=1, show_progress=False,
+                         bpe_engine="sentencepiece")
+    monkeypatch.setattr(P.multiprocessing, "get_all_start_methods", lambda: ["spawn"])
+    res = P.preprocess([src], tmp_path / "spawn", model, append_eod=True, workers=2, show_progress=False,
+                       bpe_engine="numba")
+    assert res.word_cache["bpe_engine"] == "numba" and res.word_cache["encoded"] > 0  # as the workers report
+    assert res.word_cache["misses"] == res.word_cache["encoded"] and plain.tokens == res.tokens
+    for ext in (".bin", ".idx"):
+        assert (tmp_path / f"spawn_text_document{ext}").read_bytes() == (tmp_path / f"fork_text_document{ext}").read_bytes()
+    # a worker that could not start the loop is reported, not hidden behind the parent's choice
+    assert P._engine_report("numba", None, {"numba", "sentencepiece"}) == {
+        "bpe_engine": "numba and sentencepiece", "bpe_problem": "a worker could not start the compiled loop"}
+    assert P._engine_report("numba", None, {"numba"}) == {"bpe_engine": "numba", "bpe_problem": None}

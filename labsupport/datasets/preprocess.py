@@ -201,8 +201,9 @@ def _encode_block(task: tuple[int, int, bytes]) -> tuple:
     """Parse, tokenize and flatten one block of lines (runs in a worker).
 
     Returns ``(file_index, n_bytes, n_lines, n_docs, {key: (flat ids, doc lengths)}, bad,
-    (words, misses, encoded))`` where ``bad`` lists ``(lineno, reason)`` and the last item counts
-    this block's word-cache lookups, words not cached yet and strings run through BPE (zeros
+    (words, misses, encoded, bpe engine))`` where ``bad`` lists ``(lineno, reason)`` and the last
+    item counts this block's word-cache lookups, words not cached yet and strings run through BPE
+    and names the engine that ran them (the counts are zeros
     without a cache).
     """
     file_index, first_lineno, blob = task
@@ -246,7 +247,7 @@ def _encode_block(task: tuple[int, int, bytes]) -> tuple:
     before = cache.words, cache.misses, cache.encoded
     for k in keys:
         out[k] = cache.encode_flat(texts[k], append=eod)
-    counts = (cache.words - before[0], cache.misses - before[1], cache.encoded - before[2])
+    counts = (cache.words - before[0], cache.misses - before[1], cache.encoded - before[2], cache.bpe_engine)
     return file_index, len(blob), len(lines), len(texts[keys[0]]), out, bad, counts
 
 
@@ -337,10 +338,12 @@ class _Tally:
     cache_words: int = 0
     cache_misses: int = 0
     cache_encoded: int = 0
+    bpe_engines: set = field(default_factory=set)   # as reported by the workers
 
     def add(self, result, builders: dict[str, IndexedDatasetBuilder], bar) -> int:
         """Count one encoded block, append its documents to the builders; returns its bytes."""
-        fi, nbytes, n_lines, docs, encoded, bad, (n_words, n_misses, n_encoded) = result
+        fi, nbytes, n_lines, docs, encoded, bad, (n_words, n_misses, n_encoded, bpe_engine) = result
+        self.bpe_engines.add(bpe_engine)
         self.lines_per_file[fi] += n_lines
         self.cache_words += n_words
         self.cache_misses += n_misses
@@ -483,7 +486,16 @@ def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *
                             {"used": cache_problem is None, "reason": cache_problem,
                              "words": tally.cache_words, "misses": tally.cache_misses,
                              "encoded": tally.cache_encoded, "fine_problem": fine_problem,
-                             "bpe_engine": engine, "bpe_problem": bpe_problem})
+                             **_engine_report(engine, bpe_problem, tally.bpe_engines)})
+
+
+def _engine_report(engine: str, problem: str | None, used: set) -> dict:
+    """The result's ``bpe_engine``/``bpe_problem``: what the workers ran (a spawned worker proves
+    the compiled loop again and could differ; then "sentencepiece" for the blocks it encoded)."""
+    if engine == "numba" and "sentencepiece" in used:
+        return {"bpe_engine": "sentencepiece" if used == {"sentencepiece"} else "numba and sentencepiece",
+                "bpe_problem": "a worker could not start the compiled loop"}
+    return {"bpe_engine": engine, "bpe_problem": problem}
 
 
 def _keys_found(files: Sequence[Path], max_lines: int = 1000) -> list[str]:
