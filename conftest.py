@@ -16,8 +16,10 @@ GPU_TAG = "requires-gpu"
 
 
 def _cuda() -> bool:
-    import torch
-
+    try:
+        import torch
+    except ImportError:  # a partial environment (e.g. checking the data path on another Python)
+        return False
     return bool(torch.cuda.is_available())
 
 
