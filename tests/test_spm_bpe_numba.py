@@ -128,6 +128,10 @@ def test_models_the_loop_cannot_run_use_sentencepiece_and_say_why(corpus, tmp_pa
     texts = ["a <tag> b", "x<tag>y z"] + [_spacey_text(random.Random(k)) for k in range(200)]
     assert cache.encode_flat(texts)[0].tolist() == [i for t in texts for i in user.encode(t)]
     model = W.read_model_proto(_train("identity", True, True))
+    control = model_pb2.ModelProto()
+    control.CopyFrom(model)
+    control.pieces[1].piece, control.pieces[1].type = "x", Piece.CONTROL   # a one-character control piece
+    assert "reserved piece 'x'" in K.bpe_tables_problem(control)
     model.pieces[-1].score = float("-inf")
     assert "finite" in K.bpe_tables_problem(model)
     with pytest.raises(ValueError, match="finite"):

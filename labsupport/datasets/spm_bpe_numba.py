@@ -106,6 +106,11 @@ def bpe_tables_problem(model: model_pb2.ModelProto) -> str | None:
         return "the model has UNUSED pieces (re-segmented after BPE; left to SentencePiece)"
     if sum(p.type == _Piece.UNKNOWN for p in model.pieces) != 1:
         return "the model does not have exactly one <unk> piece"
+    normal = {p.piece for p in model.pieces if p.type == _Piece.NORMAL}
+    shadow = next((p.piece for p in model.pieces if p.type != _Piece.NORMAL
+                   and (len(p.piece) == 1 or p.piece in normal)), None)
+    if shadow is not None:  # SentencePiece gives such a symbol the reserved id and no surface
+        return f"the reserved piece {shadow!r} is also text BPE can produce (left to SentencePiece)"
     bad = next((p for p in model.pieces if p.type == _Piece.NORMAL and not np.isfinite(p.score)), None)
     if bad is not None:
         return f"the piece {bad.piece!r} has the score {bad.score} (the compiled loop needs finite scores)"
