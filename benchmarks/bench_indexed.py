@@ -178,7 +178,7 @@ def make_foreign_corpus(path: Path, max_bytes: int, site_packages: bool = False)
             fh.write(line)
             written += len(line.encode("utf-8"))
             files += 1
-    return {"source": "Python standard library .py files" + (", then site-packages'" if site_packages else "")
+    return {"source": "Python standard library .py files" + (", then site-packages" if site_packages else "")
                       + " (sorted by path, one document per file)",
             "python": sys.version.split()[0], "files": files, "bytes": path.stat().st_size}
 
