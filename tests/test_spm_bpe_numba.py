@@ -273,3 +273,27 @@ def test_spawned_workers_start_the_compiled_loop_themselves(tmp_path, monkeypatc
     assert P._engine_report("numba", None, {"numba", "sentencepiece"}) == {
         "bpe_engine": "numba and sentencepiece", "bpe_problem": "a worker could not start the compiled loop"}
     assert P._engine_report("numba", None, {"numba"}) == {"bpe_engine": "numba", "bpe_problem": None}
+
+
+@pytest.mark.parametrize("score_at,score_tc", [(-0.0, 0.0), (0.0, -0.0), (0.0, 0.0), (-0.0, -0.0), (-1.4e-45, 0.0),
+                                               (-0.0, -1.4e-45), (-1.4e-45, -0.0), (-0.0, 1e-30), (2.0, 2.0)])
+def test_signed_zero_scores_are_ordered_like_sentencepiece(score_at, score_tc):
+    """SentencePiece 0.2.3 merges a pair scored +0.0 before one scored -0.0 (a trained BPE model gives
+    its first merge -0.0; a piece appended to the vocabulary without a score has +0.0); other equal
+    scores are ties, won by the leftmost pair.  Found by fuzzing the loop against SentencePiece."""
+    buf = io.BytesIO()
+    lines = ["the cat sat on the mat with a hat", "that rat ate at the flat", "attic data"] * 300
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=buf, model_type="bpe",
+                                   vocab_size=300, minloglevel=2, num_threads=1, byte_fallback=True,
+                                   normalization_rule_name="identity", add_dummy_prefix=False)
+    model = model_pb2.ModelProto()
+    model.ParseFromString(buf.getvalue())
+    first = next(p for p in model.pieces if p.type == Piece.NORMAL)
+    assert first.piece == "at" and str(first.score) == "-0.0"   # what the trainer writes
+    first.score = score_at
+    added = model.pieces.add()
+    added.piece, added.score = "tc", score_tc
+    tok = Tokenizer.from_bytes(model.SerializeToString(), "zero.model")
+    words = ["atc", META + "atc", "a" + "tc" * 30, "at" * 30 + "c", "tcatc"]
+    _assert_kernel_exact(tok, words)
+    assert W.bpe_engine_problem(tok) is None
