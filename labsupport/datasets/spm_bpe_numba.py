@@ -134,7 +134,6 @@ def build_bpe_tables(model: model_pb2.ModelProto) -> BpeTables:
         raise ValueError(problem)
     reserved: dict[str, int] = {}
     normal: dict[str, int] = {}
-    scores: list[float] = []
     for i, p in enumerate(model.pieces):
         (normal if p.type == _Piece.NORMAL else reserved).setdefault(p.piece, i)
     unk_id = next(i for i, p in enumerate(model.pieces) if p.type == _Piece.UNKNOWN)
