@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from labsupport.datasets.bin_packing import best_fit_decreasing as _bfd
+from labsupport.datasets.bin_packing import first_fit as _first_fit
 from labsupport.datasets.bin_packing import first_fit_decreasing as _ffd
 from labsupport.datasets.bin_packing import padding_share as _padding_share
 from labsupport.datasets.gpt_samples import build_sample_idx, get_ltor_masks_and_position_ids, sample_segments
@@ -105,30 +107,19 @@ def _as_bins(value, n: int, call: str) -> list[list[int]]:
     return bins
 
 
-def _fit(lengths: list[int], pack_size: int, order: list[int], best: bool) -> list[list[int]]:
-    """Pack the indices in ``order``: into the first pack with room, or (``best``) the fullest one with room."""
-    packs: list[list[int]] = []
-    room: list[int] = []
-    for i in order:
-        fits = [b for b, free in enumerate(room) if lengths[i] <= free]
-        if fits:
-            b = min(fits, key=lambda b: (room[b], b)) if best else fits[0]
-            packs[b].append(i)
-            room[b] -= lengths[i]
-        else:
-            packs.append([i])
-            room.append(pack_size - lengths[i])
-    return [[lengths[i] for i in p] for p in packs]
+def _pack_lengths(bins, lengths: list[int]) -> list[list[int]]:
+    """A packing (lists of indices into ``lengths``) as the lengths it holds, pack by pack."""
+    return [[lengths[i] for i in b] for b in bins.tolist()]
 
 
 def _q2_mistake(got: list[list[int]], want: list[list[int]], lengths: list[int], pack_size: int) -> str:
     """A known wrong packing, named: first fit without sorting, increasing order, or best fit."""
-    decreasing = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    candidates = ((_fit(lengths, pack_size, list(range(len(lengths))), False),
+    increasing = sorted(lengths)
+    candidates = ((_pack_lengths(_first_fit(lengths, pack_size), lengths),
                    " — that is first fit in input order: take the examples longest first"),
-                  (_fit(lengths, pack_size, sorted(range(len(lengths)), key=lambda i: lengths[i]), False),
+                  (_pack_lengths(_first_fit(increasing, pack_size), increasing),
                    " — that is shortest first: first-fit DECREASING takes the longest first"),
-                  (_fit(lengths, pack_size, decreasing, True),
+                  (_pack_lengths(_bfd(lengths, pack_size), lengths),
                    " — that is best fit (the fullest pack with room); first fit takes the first pack that has room"))
     for packs, text in candidates:
         if packs != want and got == packs:
@@ -154,7 +145,7 @@ def q2(first_fit_decreasing) -> str:
         bins = _as_bins(first_fit_decreasing(list(lengths), pack_size), len(lengths), call)
         over = [b for b in bins if sum(lengths[i] for i in b) > pack_size]
         expect(not over, f"{call}: a pack holds {sum(lengths[i] for i in over[0]) if over else 0} > {pack_size} tokens")
-        want = [[lengths[i] for i in b] for b in _ffd(lengths, pack_size).tolist()]
+        want = _pack_lengths(_ffd(lengths, pack_size), lengths)
         got = [[lengths[i] for i in b] for b in bins]
         if got != want:
             named = _q2_mistake(got, want, lengths, pack_size)
