@@ -47,6 +47,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from labsupport.datasets.blending_loop import _sequential
 from labsupport.datasets.utils import normalize_index
 from labsupport.fileio import PathLike, atomic_open, atomic_write
 from labsupport.datasets.tokenizer import TokenizerMismatchError
@@ -247,27 +248,6 @@ def reference_blending_indices(weights: Sequence[float], size: int, *, start: in
     c = [0] * len(w) if counts is None else [int(v) for v in counts]
     dl, sl, _ = _sequential(w, int(size), c, int(start))
     return np.array(dl, dtype=np.int16), np.array(sl, dtype=np.int64)
-
-
-def _sequential(w: list[float], size: int, counts: list[int], start: int
-                ) -> tuple[list[int], list[int], list[int]]:
-    """Megatron's loop, literally, on Python floats (IEEE doubles, same operations)."""
-    n = len(w)
-    dl = [0] * size
-    sl = [0] * size
-    for k in range(size):
-        x = float(max(start + k, 1))
-        best = 0
-        best_err = w[0] * x - counts[0]
-        for d in range(1, n):
-            err = w[d] * x - counts[d]
-            if err > best_err:
-                best_err = err
-                best = d
-        dl[k] = best
-        sl[k] = counts[best]
-        counts[best] += 1
-    return dl, sl, counts
 
 
 #: below this many step × dataset evaluations the plain Python loop is the fastest path

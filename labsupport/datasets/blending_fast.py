@@ -54,6 +54,7 @@ import math
 
 import numpy as np
 
+from labsupport.datasets.blending_loop import _sequential
 
 __all__ = ["chunked_blending_indices"]
 
@@ -232,19 +233,9 @@ def _sequential_pruned(w: list[float], size: int, counts: list[int], start: int,
         cand = [d for d in range(n) if w[d] * x1 - counts[d] >= bound]
         wc = [w[d] for d in cand]
         cc = [counts[d] for d in cand]
-        m = len(cand)
-        for k in range(L):
-            x = float(max(start + done + k, 1))
-            best = 0
-            best_err = wc[0] * x - cc[0]
-            for q in range(1, m):
-                err = wc[q] * x - cc[q]
-                if err > best_err:
-                    best_err = err
-                    best = q
-            dl.append(cand[best])
-            sl.append(cc[best])
-            cc[best] += 1
+        picked, numbers, cc = _sequential(wc, L, cc, start + done)   # the loop over the candidates only
+        dl.extend(cand[q] for q in picked)
+        sl.extend(numbers)
         for q, d in enumerate(cand):
             counts[d] = cc[q]
         done += L

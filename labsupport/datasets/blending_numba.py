@@ -3,10 +3,11 @@ loop, literally, compiled by `numba <https://numba.pydata.org>`_.
 
 Megatron-Core compiles this loop from C++ (``megatron/core/datasets/helpers.cpp``,
 ``build_blending_indices``) when it first imports ``megatron.core.datasets.helpers``.  The
-workbook gets the same machine code path without a C++ toolchain: :func:`_blending_loop` below
-is the plain loop of :func:`labsupport.datasets.blending.reference_blending_indices`, and
-``numba.njit`` turns it into native code the first time it runs (about half a second; the
-result is cached on disk next to this file, so later processes load it in milliseconds).
+workbook gets the same machine code path without a C++ toolchain: the loop of
+:func:`labsupport.datasets.blending.reference_blending_indices` — the same function,
+:func:`labsupport.datasets.blending_loop.blending_loop` — and ``numba.njit`` turns it into native code
+the first time it runs (about half a second; the result is cached on disk, so later processes
+load it in milliseconds).
 
 Exactness: numba compiles without fast-math, so ``w[d] * x - count`` is two IEEE operations, a
 rounded multiply then a rounded subtract, as in the C++ (no fused multiply-add, which would
@@ -28,29 +29,12 @@ import re
 
 import numpy as np
 
+from labsupport.datasets.blending_loop import blending_loop as _blending_loop
 from labsupport.datasets.numba_support import IMPORT_ERROR as _IMPORT_ERROR
 from labsupport.datasets.numba_support import compile_cached as _compile
 from labsupport.datasets.numba_support import numba
 
 __all__ = ["numba_blending_indices", "numba_problem", "fused_multiply_add_in_machine_code"]
-
-
-def _blending_loop(weights, start, counts, dataset_index, dataset_sample_index):  # pragma: no cover
-    """Megatron's ``build_blending_indices`` loop over ``dataset_index.size`` steps from step
-    ``start`` and the per-dataset ``counts`` reached there (int64, updated in place)."""
-    n = weights.size
-    for k in range(dataset_index.size):
-        x = max(float(start + k), 1.0)
-        best = 0
-        best_error = weights[0] * x - float(counts[0])
-        for d in range(1, n):
-            error = weights[d] * x - float(counts[d])
-            if error > best_error:
-                best_error = error
-                best = d
-        dataset_index[k] = best
-        dataset_sample_index[k] = counts[best]
-        counts[best] += 1
 
 
 _kernel = _compile(_blending_loop) if numba is not None else None
