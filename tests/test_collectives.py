@@ -397,3 +397,21 @@ def test_ring_figure_draws_every_send_as_an_arrow_in_legible_type():
     sizes = [t.get_fontsize() for ax in fig.axes if ax.get_visible()
              for t in ax.texts + ax.get_xticklabels() + ax.get_yticklabels() + [ax.title]]
     assert min(sizes) >= 8
+
+
+def test_measure_local_add_reports_a_bandwidth_per_size():
+    sizes = [1 << 12, 1 << 16]
+    rates = C.measure_local_add(sizes, reps=2)
+    assert len(rates) == 2 and all(np.isfinite(r) and r > 0 for r in rates)
+
+
+def test_sweep_plot_draws_the_spread_band():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from labsupport.distributed import plots as P
+    sizes = [1024, 4096, 16384]
+    fig = P.plot_allreduce_sweep(sizes, [3e-4, 3.1e-4, 3.5e-4], 2, 1.5e-4, 1e-9,
+                                 spread=([2e-4, 2.5e-4, 3e-4], [5e-4, 4e-4, 9e-4]))
+    assert any("min–max" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
+    plt.close(fig)
