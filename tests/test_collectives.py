@@ -225,6 +225,14 @@ def _pg_folders() -> set[str]:
     return {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("labsupport-pg-")}
 
 
+@pytest.fixture
+def private_tmp(tmp_path, monkeypatch):
+    """run_workers makes its folder with tempfile.mkdtemp: give it a temp dir no other process shares,
+    so "nothing is left behind" cannot be spoiled by another run's folders on a shared machine."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path
+
+
 @pytest.fixture(scope="module")
 def warm():
     """Start the forkserver once; returns the set of child pids that legitimately stay (it)."""
@@ -294,7 +302,7 @@ def test_ring_over_send_recv_matches_the_numpy_simulation(warm, n, numel):
             assert [o["bytes_sent"] for o in out] == sim.bytes_sent
 
 
-def test_a_raising_worker_is_named_and_nothing_is_left_behind(warm):
+def test_a_raising_worker_is_named_and_nothing_is_left_behind(warm, private_tmp):
     folders = _pg_folders()
     with pytest.raises(WorkerError) as info:
         run_workers(W.fail_on_rank, 4, (2,), timeout=30)
@@ -313,7 +321,7 @@ def test_a_dying_worker_is_named(warm):
     assert _leftovers(warm) == set()
 
 
-def test_a_hanging_worker_times_out_naming_the_rank(warm):
+def test_a_hanging_worker_times_out_naming_the_rank(warm, private_tmp):
     folders = _pg_folders()
     start = time.monotonic()
     with pytest.raises(WorkerTimeout) as info:
