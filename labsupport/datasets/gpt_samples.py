@@ -450,8 +450,9 @@ class GPTDataset:
         Returns float64, shape (number of sequences of the indexed dataset,): for document d the
         tokens of d those samples contain, divided by d's length (0 for a document not exposed
         or empty).  Several epochs repeat every document's *text*, in other sample windows:
-        Megatron shuffles the document order of each epoch, so the windows that cut the stream
-        differ from epoch to epoch (chapter 3's "epochs" column).  Consecutive samples share one
+        Megatron shuffles all epochs' copies of the document list in one permutation (only a last
+        epoch under 80 % full apart), so the windows that cut the stream differ from pass to pass
+        (chapter 3's "epochs" column).  Consecutive samples share one
         boundary token, which is read twice.
 
         """
