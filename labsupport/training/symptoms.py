@@ -38,7 +38,7 @@ def loader_and_padding(settings: Settings, steps: int, blend: Any = None) -> dic
     tokenize-every-step + one padded document per row.  Per pipeline: ``real_token_share``
     (tokens with loss / tokens computed; deterministic), ``tokenize_calls`` per step, and the
     timings ``tokens_per_s``, ``data_share`` (data time / step time) and ``data_ms_per_step``
-    (median)."""
+    (median), and per step (after the first) ``step_tokens_per_s``/``step_useful_tokens_per_s``."""
     from labsupport.datasets.tokenizer import Tokenizer, read_documents
     from labsupport.paths import data_file
     from labsupport.training.trainer import train
@@ -58,6 +58,8 @@ def loader_and_padding(settings: Settings, steps: int, blend: Any = None) -> dic
             "useful_tokens_per_s": sum(r["loss_tokens"] for r in log) / step_t,
             "data_share": sum(r["data_time"] for r in log) / step_t,
             "data_ms_per_step": 1e3 * sorted(r["data_time"] for r in log)[len(log) // 2],
+            "step_tokens_per_s": [r["tokens"] / r["step_time"] for r in log],          # the spread, per step
+            "step_useful_tokens_per_s": [r["loss_tokens"] / r["step_time"] for r in log],
         }
     return out
 
