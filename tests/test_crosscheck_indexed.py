@@ -169,6 +169,9 @@ def test_megatron_wraps_large_ids_labsupport_refuses(mcore, tmp_path):
     mb.add_document(np.array([5, 70000], dtype=np.int64), [2])
     mb.finalize(get_idx_path(theirs))
     assert IndexedDataset(theirs)[0].tolist() == [5, 4464]   # silently wrapped: 70000 - 65536
+    if int(np.__version__.split(".")[0]) >= 2:               # a Python list (what tools/preprocess_data.py passes)
+        with pytest.raises(OverflowError):
+            mcore.IndexedDatasetBuilder(str(tmp_path / "list.bin"), dtype=np.uint16).add_document([5, 70000], [2])
     b = IndexedDatasetBuilder(str(tmp_path / "ours.bin"), np.uint16)
     with pytest.raises(ValueError, match="token id 70000 .* silently store 4464"):
         b.add_document([5, 70000])

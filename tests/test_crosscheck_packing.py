@@ -177,8 +177,8 @@ def test_equal_to_what_the_training_builder_returns(mc, tmp_path):
 
 def test_epochs_repeat_documents_not_sample_windows(mc, tmp_path):
     """Chapter 3's "epochs": megatron-core's GPTDataset over several epochs holds every document
-    once per epoch, in a freshly shuffled order, so the sample windows of later epochs are new cuts
-    of the same text; labsupport's token_reads counts the text read, per document."""
+    once per epoch, all copies shuffled in one permutation, so the sample windows of later passes
+    are new cuts of the same text; labsupport's token_reads counts the text read, per document."""
     rng = np.random.default_rng(7)
     prefix = tmp_path / "corpus"
     b = mc["indexed"].IndexedDatasetBuilder(f"{prefix}.bin", np.uint16)
@@ -197,7 +197,7 @@ def test_epochs_repeat_documents_not_sample_windows(mc, tmp_path):
     # every document appears once per epoch in megatron's document index ...
     counts = np.bincount(theirs.document_index, minlength=len(ds_mc))
     assert counts.min() == counts.max() >= 4 and (epochs is None or counts.max() == epochs)
-    # ... each epoch in another order, so the windows cut from the stream are not repeated
+    # ... the copies in one shuffled order, so the windows cut from the stream are not repeated
     n_docs = len(ds_mc)
     orders = [theirs.document_index[e * n_docs:(e + 1) * n_docs].tolist() for e in range(counts.max())]
     assert len({tuple(o) for o in orders}) > 1

@@ -63,3 +63,18 @@ def test_naive_rows_are_one_padded_document(setup):
     assert 0 < real < 64 and row["loss_mask"][:real].eq(1).all()
     assert row["tokens"][real] == tok.eod and row["tokens"][real + 1:].eq(0).all()
     assert row["labels"][real - 1] == tok.eod
+
+
+def test_loader_and_padding_reports_the_spread_per_step():
+    from labsupport.training.settings import load_settings
+    from labsupport.training.symptoms import loader_and_padding
+
+    s = load_settings(overrides=["trainer.max_steps=4", "model.micro_batch_size=2", "model.global_batch_size=2",
+                                 "model.hidden_size=32", "model.ffn_hidden_size=64", "model.encoder_seq_length=512"])
+    out = loader_and_padding(s, 4)
+    packed, padded = out["indexed + packed"], out["tokenize + pad"]
+    assert packed["real_token_share"] == 1.0 and 0 < padded["real_token_share"] < 1.0
+    for r in (packed, padded):
+        assert len(r["step_tokens_per_s"]) == len(r["step_useful_tokens_per_s"]) == 3     # steps 2…4
+        assert all(u <= t + 1e-9 for t, u in zip(r["step_tokens_per_s"], r["step_useful_tokens_per_s"]))
+        assert min(r["step_tokens_per_s"]) <= r["tokens_per_s"] <= max(r["step_tokens_per_s"]) * (1 + 1e-9)

@@ -1,5 +1,8 @@
 """Bin-packing algorithms for sequence packing (chapter 4, book §6.2.6).
 
+NeMo's ``PACKING_ALGOS`` are ``first_fit_decreasing`` and ``first_fit_shuffle``
+(NVIDIA/NeMo ``nemo/utils/sequence_packing_utils.py`` at 8cfedd7, 2025-09-20).
+
 Sequence packing puts several short examples into one fixed-length training sequence; which
 examples share a *pack* is a bin-packing problem: items = example lengths (tokens), bins = packs
 of ``pack_size`` tokens, goal = as few packs as possible.  The lower bound is
@@ -7,7 +10,8 @@ of ``pack_size`` tokens, goal = as few packs as possible.  The lower bound is
 
 Algorithms (all return a :class:`Bins`, the item indices of every pack):
 
-``first_fit``             items in the given order, each into the first pack with room (NeMo).
+``first_fit``             items in the given order, each into the first pack with room (NeMo's
+                          loop; its ``first_fit_shuffle`` runs it after ``np.random.shuffle``).
 ``first_fit_decreasing``  the same after sorting by decreasing length (NeMo's default); produces
                           exactly NeMo's packs (``tests/test_packing.py``), in O(groups × packs)
                           numpy work instead of NeMo's O(items × packs × pack contents) Python.

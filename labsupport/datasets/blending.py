@@ -722,8 +722,8 @@ class BlendedDataset:
 class BlendRow:
     """One dataset's line of a :class:`BlendReport` (samples are blended samples).
 
-    Over several epochs Megatron's GPTDataset shuffles the documents of each epoch anew, so the
-    sample *windows* differ from epoch to epoch (almost no sample repeats exactly); what repeats
+    Over several epochs Megatron's GPTDataset shuffles all epochs' copies of the document list in
+    one permutation (a short last epoch apart), so the sample *windows* differ from pass to pass (almost no sample repeats exactly); what repeats
     is the text — every document is read about ``epochs`` times
     (:meth:`~labsupport.datasets.gpt_samples.GPTDataset.token_reads` counts it per document).
     """

@@ -352,6 +352,9 @@ class GPTDataset:
             treated as -1, as Megatron does.
         indices: the sequence indices this split exposes (default: all, ``arange(N)``).
         drop_last_partial_sequence, add_extra_token: as in Megatron's config (defaults True).
+        cache: an :class:`~labsupport.datasets.index_cache.IndexCache` (chapter 6): load the
+            three indices from its files when all exist (``cache_hit`` is then True), else build
+            and save them there, under Megatron's names.  None (default): build in memory.
     """
 
     SEPARATE_FINAL_EPOCH_THRESHOLD = 0.80
@@ -360,8 +363,11 @@ class GPTDataset:
                  seed: int, *, reset_position_ids: bool, reset_attention_mask: bool,
                  eod_mask_loss: bool, eod_token: int, pad_token: int = NO_PAD,
                  indices: np.ndarray | None = None, drop_last_partial_sequence: bool = True,
-                 add_extra_token: bool = True, create_attention_mask: bool = False) -> None:
+                 add_extra_token: bool = True, create_attention_mask: bool = False,
+                 cache: Any = None) -> None:
         self.dataset = indexed_dataset
+        self.cache = cache
+        self.cache_hit = False
         self.seq_length = int(seq_length)
         if self.seq_length <= 1:
             raise ValueError(f"seq_length must be > 1, got {seq_length}")
@@ -398,6 +404,12 @@ class GPTDataset:
             from_final = self.num_samples - sans_final
             per_epoch = (tokens_per_epoch - extra) // s
             separate = from_final < int(self.SEPARATE_FINAL_EPOCH_THRESHOLD * per_epoch)
+        self.num_epochs = num_epochs
+        self.tokens_per_epoch = tokens_per_epoch
+        self.separate_final_epoch = separate
+        if self.cache is not None and self.cache.hit():
+            self.cache_hit = True
+            return self.cache.load()
         rng = np.random.RandomState(self.seed)
         document_index = build_document_index(self.indices, num_epochs, rng, separate)
         sample_index = build_sample_idx(lengths.astype(np.int32, copy=False), document_index, s,
@@ -405,9 +417,8 @@ class GPTDataset:
                                         self.drop_last_partial_sequence, extra)
         total = sample_index.shape[0] - 1
         shuffle_index = build_shuffle_index(sans_final if separate else total, total, rng)
-        self.num_epochs = num_epochs
-        self.tokens_per_epoch = tokens_per_epoch
-        self.separate_final_epoch = separate
+        if self.cache is not None:
+            self.cache.save((document_index, sample_index, shuffle_index))
         return document_index, sample_index, shuffle_index
 
     def __len__(self) -> int:
@@ -439,8 +450,9 @@ class GPTDataset:
         Returns float64, shape (number of sequences of the indexed dataset,): for document d the
         tokens of d those samples contain, divided by d's length (0 for a document not exposed
         or empty).  Several epochs repeat every document's *text*, in other sample windows:
-        Megatron shuffles the document order of each epoch, so the windows that cut the stream
-        differ from epoch to epoch (chapter 3's "epochs" column).  Consecutive samples share one
+        Megatron shuffles all epochs' copies of the document list in one permutation (only a last
+        epoch under 80 % full apart), so the windows that cut the stream differ from pass to pass
+        (chapter 3's "epochs" column).  Consecutive samples share one
         boundary token, which is read twice.
 
         """

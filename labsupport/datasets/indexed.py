@@ -566,7 +566,8 @@ class IndexedDatasetBuilder:
                     wrapped = np.array([bad]).astype(self.dtype)[0]
                     why = (f"does not fit {self.dtype.name} ({np.iinfo(self.dtype).min}.."
                            f"{np.iinfo(self.dtype).max}); Megatron's builder would silently store "
-                           f"{wrapped}. Choose the dtype with optimal_dtype(vocab_size)")
+                           f"{wrapped} from an int64 array (from a Python list NumPy 2 raises OverflowError). "
+                           "Choose the dtype with optimal_dtype(vocab_size)")
                 raise ValueError(f"{what}: token id {bad} at position {pos} {why}")
             return arr.astype(self.dtype, copy=False)
         cast = arr.astype(self.dtype)

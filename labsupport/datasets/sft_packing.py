@@ -395,8 +395,11 @@ def pack_sft(data: TokenizedSFT, pack_size: int, algorithm: str = "first_fit_dec
     (never a silent drop):
 
     ``"error"`` (default)  raise ValueError naming the lines and lengths;
-    ``"truncate"``         keep its first ``pack_size + 1`` tokens (NeMo truncates to
-                           ``max_seq_length`` the same way); the cut tokens are counted in ``stats``;
+    ``"truncate"``         keep its first ``pack_size + 1`` tokens (prompt first, so a long
+                           prompt can push the answer out; NeMo 2.0's SFT dataset instead trims
+                           the prompt and keeps the answer — ``truncation_field="input"``,
+                           NVIDIA/NeMo ``gpt/data/core.py`` at 8cfedd7); the cut tokens are
+                           counted in ``stats``;
     ``"split"``            cut it into chunks of ``pack_size + 1`` tokens that overlap by one
                            token, so every (input, label) pair survives exactly once; each chunk
                            is its own sequence (it does not see the chunks before it).

@@ -7,9 +7,9 @@ import os
 import sys
 from typing import Sequence
 
-__all__ = ["main", "build_parser", "EXIT_OK", "EXIT_USAGE"]
+__all__ = ["main", "build_parser", "EXIT_OK", "EXIT_USAGE", "EXIT_ENV"]
 
-EXIT_OK, EXIT_USAGE = 0, 2
+EXIT_OK, EXIT_ENV, EXIT_USAGE = 0, 1, 2
 
 
 class _Parser(argparse.ArgumentParser):
@@ -66,6 +66,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if rank == 0:
             print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as exc:          # e.g. an index cache folder that cannot be written
+        if rank == 0:
+            print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ENV
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

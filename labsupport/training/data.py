@@ -2,8 +2,11 @@
 samples, read through Megatron's sampler, stacked into tensors.
 
 * :func:`build_blend` — one ``GPTDataset`` per ``data_prefix`` entry (with the config's
-  reset/eod-mask flags and seed), blended by weight into ``max_steps × global_batch_size``
-  samples (Megatron's builder: ``sum(ceil(size × w))``);
+  reset/eod-mask flags and seed) over the *train* range of ``splits_string``, blended by weight
+  into ``max_steps × global_batch_size`` samples (Megatron's builder: ``sum(ceil(size × w))``);
+  its indices are cached as Megatron caches them (:mod:`labsupport.datasets.index_cache`):
+  global rank 0 builds, a barrier, the other ranks load;
+* :func:`split_dataset` — one prefix's validation or test range as a GPTDataset (one epoch);
 * :func:`collate` — a list of samples → a :class:`Batch` of stacked tensors, with the dense
   block-diagonal mask only when ``reset_attention_mask`` is on;
 * :class:`NaiveTextDataset` — the pipeline the book warns about (§6.2.3): the same blend order,
@@ -19,10 +22,12 @@ import torch
 
 from labsupport.datasets.blending import BlendedDataset, megatron_blend_size, samples_per_dataset
 from labsupport.datasets.gpt_samples import GPTDataset, attention_mask_from_cu_seqlens, get_ltor_boundaries
+from labsupport.datasets.index_cache import IndexCache, default_cache_dir, unique_description
 from labsupport.datasets.indexed import IndexedDataset
+from labsupport.datasets.splits import SPLITS, split_indices, split_matrix
 from labsupport.training.settings import Settings
 
-__all__ = ["Batch", "build_blend", "collate", "NaiveTextDataset"]
+__all__ = ["Batch", "build_blend", "split_dataset", "index_cache_for", "collate", "NaiveTextDataset"]
 
 
 @dataclass
@@ -47,22 +52,82 @@ class Batch:
         return Batch(*(move(getattr(self, f)) for f in self.__dataclass_fields__))
 
 
+_NO_SPLIT = "1,0,0"   # splits_string null: every sequence is train
+
+
+def index_cache_for(settings: Settings, k: int, num_samples: int | None, index_split: str = "train") -> IndexCache:
+    """The index-cache entry of blend entry ``k``: Megatron's description (the prefix as the
+    config writes it, the tokenizer as ``{"class", "model", "fingerprint"}``) in
+    ``model.data.index_mapping_dir`` or, when that is null, Megatron's default beside the prefix."""
+    split = settings.split or _NO_SPLIT
+    tokenizer = {"class": "labsupport.datasets.tokenizer.Tokenizer", "tokenizer_model": settings.tokenizer_model,
+                 "fingerprint": settings.tokenizer_fingerprint}
+    desc = unique_description(settings.configured_prefixes[k], num_samples, index_split, settings.seed,
+                              settings.seq_length, split, split_matrix(split), tokenizer)
+    folder = settings.index_mapping_dir or default_cache_dir(settings.prefixes[k])
+    return IndexCache(folder, desc, index_split)
+
+
+def _rank() -> tuple[int, bool]:
+    """(global rank, whether a process group of more than one rank is up)."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist.get_rank(), True
+    return 0, False
+
+
+def _split_gpt(settings: Settings, k: int, num_samples: int | None, index_split: str, flags: dict[str, bool],
+               eod: int, cache: bool) -> GPTDataset:
+    ds = IndexedDataset(settings.prefixes[k])
+    indices = split_indices(settings.split or _NO_SPLIT, len(ds))[SPLITS.index(index_split)]
+    if indices is None or indices.size == 0:
+        raise ValueError(f"model.data.splits_string={settings.split!r} gives {settings.names[k]} no {index_split} "
+                         f"sequences (it has {len(ds)}); give that split more weight")
+    entry = index_cache_for(settings, k, num_samples, index_split) if cache else None
+    return GPTDataset(ds, settings.seq_length, num_samples, settings.seed, **flags, eod_token=eod,
+                      indices=indices, cache=entry)
+
+
 def build_blend(settings: Settings, *, flags: dict[str, bool] | None = None, eod_token: int | None = None,
-                weights: Sequence[float] | None = None, size: int | None = None) -> BlendedDataset:
+                weights: Sequence[float] | None = None, size: int | None = None,
+                cache: bool | None = None) -> BlendedDataset:
     """The training blend of ``settings`` (optionally with other flags, weights or size).
 
+    Each dataset takes the train range of ``settings.split``.  ``cache`` (default: only for the
+    config's own flags, weights and size — the indices the run itself uses) reads and writes the
+    index cache; in a process group rank 0 builds it, then all ranks pass a barrier, then the
+    others load it, so ``index_mapping_dir`` must be shared by every node.
     Returns a ``BlendedDataset`` whose ``[i]`` is chapter 4's sample dict plus ``dataset_id``.
     """
     from labsupport.datasets.tokenizer import Tokenizer
 
+    if cache is None:
+        cache = flags is None and weights is None and size is None
     flags = dict(settings.flags if flags is None else flags)
     weights = list(settings.weights if weights is None else weights)
     size = settings.total_samples if size is None else int(size)
     eod = Tokenizer(settings.tokenizer_path).eod if eod_token is None else int(eod_token)
     requested = samples_per_dataset(weights, size)
-    gpt = [GPTDataset(IndexedDataset(p), settings.seq_length, n, settings.seed, **flags, eod_token=eod)
-           for p, n in zip(settings.prefixes, requested)]
+    rank, group = _rank()
+    build = lambda: [_split_gpt(settings, k, n, "train", flags, eod, cache) for k, n in enumerate(requested)]
+    if cache and group:
+        gpt = build() if rank == 0 else None
+        torch.distributed.barrier()                      # rank 0 has written the cache
+        gpt = build() if gpt is None else gpt            # the others load it
+    else:
+        gpt = build()
     return BlendedDataset(gpt, weights, megatron_blend_size(weights, size), settings.seed, names=settings.names)
+
+
+def split_dataset(settings: Settings, name: str, index_split: str = "valid") -> GPTDataset:
+    """Blend entry ``name``'s ``valid`` or ``test`` range of ``splits_string`` as a GPTDataset of
+    one epoch (Megatron builds those from the same prefix; not cached here)."""
+    from labsupport.datasets.tokenizer import Tokenizer
+
+    if name not in settings.names:
+        raise ValueError(f"{name!r} is not in the blend ({', '.join(settings.names)})")
+    return _split_gpt(settings, settings.names.index(name), None, index_split, dict(settings.flags),
+                      Tokenizer(settings.tokenizer_path).eod, cache=False)
 
 
 def collate(samples: Sequence[dict[str, Any]], indices: Sequence[int], dense_mask: bool) -> Batch:

@@ -81,7 +81,8 @@ class DataConfig:
     data_prefix: List[Any] = MISSING
     data_impl: str = _choice(("mmap",), "this workbook's trainer supports 'mmap' only")
     dataloader_type: str = _choice(("single",), "this workbook's trainer supports 'single' only")
-    splits_string: Optional[str] = MISSING
+    splits_string: Optional[str] = MISSING       # train,valid,test weights (null: every document trains)
+    index_mapping_dir: Optional[str] = None      # GPTDataset index cache folder (null: <prefix>/cache/GPTDataset_indices)
     seq_length: int = _int(2)
     reset_position_ids: bool = MISSING
     reset_attention_mask: bool = MISSING

@@ -64,6 +64,10 @@ class Settings:
     precision: str                   # "32" or "bf16"
     accelerator: str                 # "cpu" | "gpu" | "auto"
     flags: dict[str, bool] = field(default_factory=dict)  # reset_position_ids, reset_attention_mask, eod_mask_loss
+    split: str | None = None         # model.data.splits_string (None: every sequence is train)
+    index_mapping_dir: str | None = None   # the index cache folder (None: Megatron's default per prefix)
+    configured_prefixes: list[str] = field(default_factory=list)  # data_prefix entries as written (the cache's dataset_path)
+    tokenizer_model: str = ""        # model.tokenizer.model as written
 
     @property
     def total_samples(self) -> int:
@@ -158,6 +162,14 @@ def settings_from_config(cfg: DictConfig, world_size: int | None = None) -> Sett
     precision = cfg.trainer.precision
     flags = {k: bool(m.data[k]) for k in ("reset_position_ids", "reset_attention_mask", "eod_mask_loss")}
 
+    split = m.data.splits_string
+    if split is not None:
+        from labsupport.datasets.splits import parse_and_normalize_split
+
+        try:
+            parse_and_normalize_split(split)
+        except ValueError as exc:
+            raise ConfigError(f"model.data.splits_string={split!r}: {exc}") from None
     raw = OmegaConf.to_container(m.data.data_prefix, resolve=True)
     try:
         parsed = get_blend_from_list(raw, check_files=False)
@@ -182,7 +194,16 @@ def settings_from_config(cfg: DictConfig, world_size: int | None = None) -> Sett
                     num_microbatches=global_bs // (micro * dp), seq_length=seq,
                     max_steps=cfg.trainer.max_steps, seed=m.seed,
                     precision="bf16" if precision.startswith("bf16") else "32", accelerator=cfg.trainer.accelerator,
-                    flags=flags)
+                    flags=flags, split=None if split is None else str(split),
+                    index_mapping_dir=_cache_dir(m.data.index_mapping_dir),
+                    configured_prefixes=[str(p) for p in prefixes_raw], tokenizer_model=str(m.tokenizer.model))
+
+
+def _cache_dir(value: str | None) -> str | None:
+    """``model.data.index_mapping_dir`` as a path (relative ones from the repository root)."""
+    if value is None:
+        return None
+    return str(Path(value) if os.path.isabs(value) else REPO_ROOT / value)
 
 
 def load_settings(source: str | os.PathLike = DEFAULT_CONFIG, overrides: Sequence[str] = (),

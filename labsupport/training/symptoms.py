@@ -38,7 +38,7 @@ def loader_and_padding(settings: Settings, steps: int, blend: Any = None) -> dic
     tokenize-every-step + one padded document per row.  Per pipeline: ``real_token_share``
     (tokens with loss / tokens computed; deterministic), ``tokenize_calls`` per step, and the
     timings ``tokens_per_s``, ``data_share`` (data time / step time) and ``data_ms_per_step``
-    (median)."""
+    (median), and per step (after the first) ``step_tokens_per_s``/``step_useful_tokens_per_s``."""
     from labsupport.datasets.tokenizer import Tokenizer, read_documents
     from labsupport.paths import data_file
     from labsupport.training.trainer import train
@@ -58,6 +58,8 @@ def loader_and_padding(settings: Settings, steps: int, blend: Any = None) -> dic
             "useful_tokens_per_s": sum(r["loss_tokens"] for r in log) / step_t,
             "data_share": sum(r["data_time"] for r in log) / step_t,
             "data_ms_per_step": 1e3 * sorted(r["data_time"] for r in log)[len(log) // 2],
+            "step_tokens_per_s": [r["tokens"] / r["step_time"] for r in log],          # the spread, per step
+            "step_useful_tokens_per_s": [r["loss_tokens"] / r["step_time"] for r in log],
         }
     return out
 
@@ -100,9 +102,11 @@ def tokenizer_mismatch(settings: Settings, other_model: str | os.PathLike, sampl
     return {"same": good.decode(ids)[:chars], "other": _decode_lenient(bad, ids)[:chars], "refusal": refusal}
 
 
-def small_domain_split(domain: str, train_docs: int, heldout_docs: int) -> tuple[str, str]:
+def small_domain_split(domain: str, train_docs: int, heldout_docs: int = 0) -> tuple[str, str | None]:
     """Prefixes of the first ``train_docs`` documents of ``domain`` and of the next
-    ``heldout_docs`` (built once in ``work/ch06/``), for the over-sampling row."""
+    ``heldout_docs`` (built once in ``work/ch06/``; None when 0), for the over-sampling row.
+    Chapter 6 takes its held-out documents from the config's split instead
+    (:func:`labsupport.training.data.split_dataset`)."""
     from labsupport.datasets.indexed import IndexedDataset
     from labsupport.datasets.preprocess import preprocess
     from labsupport.datasets.tokenizer import Tokenizer, read_documents, workbook_tokenizer
@@ -114,6 +118,9 @@ def small_domain_split(domain: str, train_docs: int, heldout_docs: int) -> tuple
     tok = Tokenizer(workbook_tokenizer())
     out = []
     for name, part in (("small", docs[:train_docs]), ("heldout", docs[train_docs:train_docs + heldout_docs])):
+        if not part:
+            out.append(None)
+            continue
         base = work_dir("ch06") / f"{domain}_{name}{len(part)}_{tok.fingerprint[:8]}"
         prefix = f"{base}_text_document"
         if not IndexedDataset.exists(prefix):
@@ -134,11 +141,12 @@ def _mean_loss(model: torch.nn.Module, batch) -> float:
     return float((ce * batch.loss_mask).sum() / batch.loss_mask.sum())
 
 
-def overfit_small_domain(settings: Settings, small: str, heldout: str, weight: float, steps: int,
+def overfit_small_domain(settings: Settings, small: str, heldout: Any, weight: float, steps: int,
                          eval_every: int, eval_samples: int = 16) -> dict[str, list[float]]:
     """Blend ``small`` at ``weight`` with the config's domains; every ``eval_every`` steps record
-    the loss on the small domain's own samples, on ``heldout`` samples of the same domain, and
-    the epochs of the small domain drawn so far."""
+    the loss on the small domain's own samples, on ``heldout`` samples of the same domain (a
+    GPTDataset, e.g. a validation split, or a prefix), and the epochs of the small domain drawn
+    so far."""
     from labsupport.datasets.gpt_samples import GPTDataset
     from labsupport.datasets.indexed import IndexedDataset
     from labsupport.datasets.tokenizer import Tokenizer
@@ -155,7 +163,8 @@ def overfit_small_domain(settings: Settings, small: str, heldout: str, weight: f
     run = load_settings(overrides=_base_overrides(settings) + cfg_overrides)
     eod = Tokenizer(run.tokenizer_path).eod
     flags = run.flags
-    held = GPTDataset(IndexedDataset(heldout), run.seq_length, None, run.seed, **flags, eod_token=eod)
+    held = heldout if isinstance(heldout, GPTDataset) else \
+        GPTDataset(IndexedDataset(heldout), run.seq_length, None, run.seed, **flags, eod_token=eod)
     held_ids = list(range(min(eval_samples, len(held))))
     held_batch = collate([{**held[i], "dataset_id": 0} for i in held_ids], held_ids, flags["reset_attention_mask"])
     blend = build_blend(run)
