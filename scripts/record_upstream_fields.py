@@ -76,6 +76,15 @@ def init_params(source: str, name: str) -> list[str]:
     return []
 
 
+def function_params(source: str, name: str) -> list[str]:
+    """Parameters of the module-level function ``name``."""
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            a = node.args
+            return [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs]
+    raise KeyError(name)
+
+
 def call_keywords(source: str, func_attr: str, first_arg: str | None = None) -> dict[str, str]:
     """keyword → source expression of the first call ``...<func_attr>(...)`` (or ``func_attr(...)``),
     whose first positional argument is ``first_arg`` when given (``run.Config(nl.Trainer, ...)``)."""
@@ -203,6 +212,10 @@ def record(mlm: Mirror, nemo: Mirror, bridge: Mirror) -> dict:
     out["nemo2:MegatronMixedPrecision"] = entry(nemo, NEMO_REF, [(mpp, "MegatronMixedPrecision.__init__")],
                                                 init_params(nemo.show(NEMO_REF, mpp), "MegatronMixedPrecision"),
                                                 "arguments of nemo.lightning.MegatronMixedPrecision")
+    tu = "nemo/collections/nlp/modules/common/tokenizer_utils.py"
+    out["nemo2:get_nmt_tokenizer"] = entry(nemo, NEMO_REF, [(tu, "get_nmt_tokenizer")],
+                                           function_params(nemo.show(NEMO_REF, tu), "get_nmt_tokenizer"),
+                                           "arguments of the tokenizer factory PreTrainingDataModule uses")
     gbase = "nemo/collections/llm/gpt/model/base.py"
     out["nemo2:GPTConfig"] = entry(nemo, NEMO_REF, [(gbase, "GPTConfig")],
                                    dataclass_fields(nemo.show(NEMO_REF, gbase), "GPTConfig"),

@@ -165,3 +165,16 @@ def test_renderings_use_the_config_values():
     assert "micro_batch_size=2," in G.render_nemo2(cfg) and "max_steps=7" in G.render_nemo2(cfg)
     assert "micro_batch_size=2," in G.render_bridge(cfg) and "train_iters=7" in G.render_bridge(cfg)
     assert 'paths=["0.4", "work/indexed/web_text_document"' in G.render_nemo2(cfg)
+
+
+def test_every_key_of_the_rendered_nemo1_command_is_in_the_yaml():
+    yaml_keys = _names("nemo1:megatron_gpt_config.yaml")
+    lines = G.render_nemo1(load_config(DEFAULT_CONFIG)).splitlines()[2:]
+    keys = [line.strip().strip('"').split("=", 1)[0] for line in lines]
+    assert len(keys) > 20 and [k for k in keys if k not in yaml_keys] == []
+    assert "model.encoder_seq_length" in keys and "model.data.seq_length" not in keys
+
+
+def test_the_rendered_nemo2_tokenizer_call_uses_its_arguments():
+    assert {"library", "tokenizer_model"} <= _names("nemo2:get_nmt_tokenizer")
+    assert 'get_nmt_tokenizer(library="sentencepiece", tokenizer_model=' in G.render_nemo2(load_config(DEFAULT_CONFIG))

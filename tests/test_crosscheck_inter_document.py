@@ -146,3 +146,25 @@ def test_document_boundaries_rules():
     assert pad_cu_seqlens(torch.tensor([0, 2, 8], dtype=torch.int32), 5).tolist() == [0, 2, 8, 8, 8]
     with pytest.raises(ValueError, match="more than seq_length"):
         document_boundaries([5, 6], 4)
+
+
+def test_what_changed_between_0_16_and_0_19(megatron):
+    """Chapter 4's table, the rows the installed package can show: Requires-Python, the THD merge of a
+    micro-batch, the inter-document field (0.16.1 on Python 3.11, 0.19.2 on 3.12)."""
+    import importlib.metadata
+
+    import megatron.core
+    from megatron.core import utils
+    from megatron.core.datasets.gpt_dataset import GPTDatasetConfig
+
+    version = tuple(int(x) for x in megatron.core.__version__.split(".")[:2])
+    requires = importlib.metadata.metadata("megatron-core")["Requires-Python"]
+    fields = {f.name for f in dataclasses.fields(GPTDatasetConfig)}
+    if version == (0, 16):
+        assert requires == ">=3.10" and "inter_document_masking" not in fields
+        assert not hasattr(utils, "flatten_batch_for_packed_sequences")
+    elif version >= (0, 19):
+        assert requires == ">=3.12" and "inter_document_masking" in fields
+        assert hasattr(utils, "flatten_batch_for_packed_sequences")
+    else:
+        pytest.skip(f"the table covers 0.16 and 0.19, not {megatron.core.__version__}")

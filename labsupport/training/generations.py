@@ -201,9 +201,14 @@ def render_nemo1(cfg: Any) -> str:
     v = _values(cfg)
     prefix = "[" + ",".join(str(x) for x in v["model.data.data_prefix"]) + "]"
     keys = [r.key for r in ROWS if r.key and r.key not in ("model.data.data_prefix", "model.data.splits_string")]
-    lines = [f"  model.data.data_prefix={prefix} \\", f"  model.data.splits_string={_split(v)!r} \\"]
+    # quoted for the shell; Hydra reads an unquoted 1,0,0 as a sweep, so the split is quoted for Hydra too
+    split = _split(v)
+    lines = [f'  "model.data.data_prefix={prefix}" \\', f"  \"model.data.splits_string='{split}'\" \\"]
     shown = {**v, "model.tokenizer.model": "TOKENIZER.model"}   # the workbook's alias "workbook" is not NeMo's
-    lines += [f"  {k}={str(shown[k]).lower() if isinstance(shown[k], bool) else shown[k]} \\" for k in keys]
+    # NeMo 1.x's model.data.seq_length interpolates model.encoder_seq_length: override the latter
+    names = {"model.data.seq_length": "model.encoder_seq_length"}
+    lines += [f"  {names.get(k, k)}={str(shown[k]).lower() if isinstance(shown[k], bool) else shown[k]} \\"
+              for k in keys]
     lines[-1] = lines[-1].removesuffix(" \\")
     return ("python examples/nlp/language_modeling/megatron_gpt_pretraining.py \\\n"
             "  --config-path=conf --config-name=megatron_gpt_config \\\n" + "\n".join(lines))
@@ -222,6 +227,12 @@ def render_nemo2(cfg: Any) -> str:
     tf = lambda x: "True" if x else "False"  # noqa: E731
     prec = "bf16-mixed" if str(v["trainer.precision"]).startswith("bf16") else "32"
     return "\n".join([
+        "from nemo import lightning as nl",
+        "from nemo.collections import llm",
+        "from nemo.collections.nlp.modules.common.tokenizer_utils import get_nmt_tokenizer",
+        "from megatron.core.optimizer import OptimizerConfig",
+        "",
+        'tokenizer = get_nmt_tokenizer(library="sentencepiece", tokenizer_model="TOKENIZER.model")',
         f"data = llm.PreTrainingDataModule(paths=[{paths}],",
         f'    split="{_split(v)}", seq_length={v["model.data.seq_length"]}, seed={v["model.seed"]},',
         f'    micro_batch_size={v["model.micro_batch_size"]}, global_batch_size={v["model.global_batch_size"]},',
@@ -248,6 +259,13 @@ def render_bridge(cfg: Any) -> str:
     tf = lambda x: "True" if x else "False"  # noqa: E731
     mp = '"bf16_mixed"' if str(v["trainer.precision"]).startswith("bf16") else "None"
     return "\n".join([
+        "from megatron.bridge.models import GPTModelProvider",
+        "from megatron.bridge.training.config import (CheckpointConfig, ConfigContainer, GPTDatasetConfig, LoggerConfig,",
+        "    OptimizerConfig, RNGConfig, SchedulerConfig, TrainingConfig)",
+        "from megatron.bridge.training.gpt_step import forward_step",
+        "from megatron.bridge.training.pretrain import pretrain",
+        "from megatron.bridge.training.tokenizers.config import TokenizerConfig",
+        "",
         "cfg = ConfigContainer(",
         f"    dataset=GPTDatasetConfig(blend=({prefixes!r}, {weights!r}),".replace("'", '"'),
         f'        split="{_split(v)}", seq_length={v["model.data.seq_length"]}, random_seed={v["model.seed"]},',
@@ -263,7 +281,7 @@ def render_bridge(cfg: Any) -> str:
         f'pipeline_model_parallel_size={v["model.pipeline_model_parallel_size"]}),',
         f'    optimizer=OptimizerConfig(optimizer="adam", lr={v["model.optim.lr"]}),',
         f'    scheduler=SchedulerConfig(lr_warmup_iters={v["model.optim.sched.warmup_steps"]}),',
-        '    tokenizer=TokenizerConfig(tokenizer_type="SentencePieceTokenizer", tokenizer_model=...),',
+        '    tokenizer=TokenizerConfig(tokenizer_type="SentencePieceTokenizer", tokenizer_model="TOKENIZER.model"),',
         f'    logger=LoggerConfig(log_interval={v["trainer.log_every_n_steps"]}), checkpoint=CheckpointConfig(),',
         f"    rng=RNGConfig(seed={v['model.seed']}), mixed_precision={mp})",
         f'pretrain(cfg, forward_step_func=forward_step)   # torchrun --nproc-per-node {v["trainer.devices"]} '
