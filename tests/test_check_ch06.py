@@ -74,7 +74,8 @@ def diagnose(log):
     if log["real_token_share"] < 0.8:
         return {"suspect": "padding", "fix": "packing"}
     if log["cross_document_attention"] > 0:
-        return {"suspect": "no_boundary_mask", "fix": "reset_attention_mask"}
+        return {"suspect": "no_boundary_mask",
+                "fix": "reset_attention_mask" if log["attention_path"] == "unfused" else "cu_seqlens"}
     if not log["decode_roundtrip_ok"]:
         return {"suspect": "tokenizer_mismatch", "fix": "same_tokenizer"}
     if log["small_domain_gap"] > 1.5:
@@ -91,6 +92,17 @@ def test_q3(capsys):
         return {**out, "fix": "mmap"} if out["suspect"] == "padding" else out
 
     assert check.q3(wrong_fix).status == FAIL
+
+    def flag_only(log):                       # the old answer: the flag, whatever the attention path
+        out = diagnose(log)
+        return {**out, "fix": "reset_attention_mask"} if out["suspect"] == "no_boundary_mask" else out
+
+    assert check.q3(flag_only).status == FAIL
+    rng = np.random.default_rng(1)
+    logs = [check.make_symptom_log("no_boundary_mask", rng) for _ in range(40)]
+    assert {log["attention_path"] for log in logs} == set(check.ATTENTION_PATHS)
+    assert all(not log["reset_attention_mask"] for log in logs if log["attention_path"] == "unfused")
+    assert {log["reset_attention_mask"] for log in logs if log["attention_path"] == "fused"} == {True, False}
     assert check.q3(stub).status == NOT_ATTEMPTED
     for suspect in check.SUSPECTS:  # every generated log has exactly its own symptom
         assert diagnose(check.make_symptom_log(suspect, np.random.default_rng(0)))["suspect"] == suspect

@@ -65,3 +65,17 @@ def test_literal_meta_symbol_is_the_one_difference(mcore_sp, model_path):
 def test_dtype_rule_matches_megatron(mcore_sp, vocab):
     _, DType = mcore_sp
     assert DType.optimal_dtype(vocab) is optimal_dtype(vocab)
+
+
+@pytest.mark.parametrize("tokenizer_type", ["SentencePieceTokenizer", "GPTSentencePieceTokenizer"])
+def test_preprocess_data_appends_eos(megatron, model_path, tokenizer_type):
+    """tools/preprocess_data.py's default tokenizer (megatron.core.tokenizers, 0.15+; the only one from
+    0.17) appends the model's EOS with --append-eod, for both SentencePiece types: no new <EOD> id."""
+    from labsupport.datasets.preprocess_eod import preprocess_tokenizer
+
+    got = preprocess_tokenizer(model_path, tokenizer_type)
+    ours = Tokenizer(model_path)
+    assert got.eod == ours.eos == ours.eod and got.vocab_size == ours.vocab_size
+    major_minor = tuple(int(x) for x in got.megatron_core.split(".")[:2])
+    assert got.module.endswith("tokenizers.utils.build_tokenizer" if major_minor >= (0, 17)
+                               else "tokenizers.text.utils.build_tokenizer")

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from labsupport.datasets.gpt_samples import attention_mask_from_cu_seqlens
+from labsupport.models import tiny_lm as pm
 from labsupport.models.tiny_lm import (
     TinyCausalLM, apply_rotary, causal_attention, dense_block_attention, leakage, pack_documents, run_packed,
     run_separately, sdpa_mask, varlen_attention,
@@ -120,3 +121,24 @@ def test_with_rotary_embeddings_the_mask_alone_suffices(seed):
     assert (leaked[bounds[1]:] - alone[bounds[1]:]).abs().max() > 1e-2
     with pytest.raises(ValueError, match="must be even"):
         apply_rotary(torch.zeros(3, 5), torch.arange(3))
+
+
+def test_an_attention_path_without_a_mask_input_mixes_documents_silently():
+    """Chapter 4/6: the block mask protects a later document only on a path that applies it; a
+    fused-style path (``is_causal=True``, no mask input) lets the first document change it."""
+    torch.manual_seed(3)
+    model = pm.TinyCausalLM(vocab_size=50, d_model=16, n_heads=2, n_layers=2).eval()
+    docs = [torch.randint(0, 50, (n,)) for n in (7, 5, 9)]
+    tokens, cu = pm.pack_documents(docs)
+    from labsupport.datasets.gpt_samples import attention_mask_from_cu_seqlens, position_ids_from_cu_seqlens
+
+    masked, pos = attention_mask_from_cu_seqlens(cu), position_ids_from_cu_seqlens(cu)
+    kept = pm.cross_document_change(model, tokens, cu, pos, masked)
+    mixed = pm.cross_document_change(pm.with_attention(model, "causal"), tokens, cu, pos, masked)
+    assert kept.shape == mixed.shape == (tokens.numel() - 7,)
+    assert float(kept.max()) == 0.0                              # the mask applied: exactly no influence
+    assert bool((mixed > 1e-4).all())                             # no mask input: every later token moves
+    same = pm.with_attention(model, "causal")(tokens.reshape(1, -1))   # without documents both paths agree
+    assert torch.allclose(same, model(tokens.reshape(1, -1)), atol=1e-5)
+    with pytest.raises(ValueError, match="attention='flash'"):
+        pm.TinyCausalLM(attention="flash")

@@ -145,27 +145,36 @@ def q2(batch_arithmetic: Callable) -> str:
 #: The suspects of book §6.2.7's table and the fixes to choose from (options; the pairing is the exercise).
 SUSPECTS = ("tokenize_every_step", "padding", "no_boundary_mask", "tokenizer_mismatch", "small_set_oversampled",
             "load_everything")
-FIXES = tuple(sorted(("binary_index", "packing", "reset_attention_mask", "same_tokenizer", "cap_epochs", "mmap")))
+FIXES = tuple(sorted(("binary_index", "packing", "reset_attention_mask", "cu_seqlens", "same_tokenizer", "cap_epochs",
+                      "mmap")))
+#: where the boundary mask must act (chapter 4, "When reset_attention_mask takes effect"): an unfused
+#: attention path applies the dataloader's dense mask; a fused/flash path (Transformer Engine's
+#: attn_mask_type=causal) ignores it and needs THD cu_seqlens (PackedSeqParams, or megatron-core 0.19's
+#: inter-document masking).
+ATTENTION_PATHS = ("unfused", "fused")
 #: the log field each suspect disturbs (for generating logs; reading it from a submission is flagged)
 _FIELD = {"tokenize_every_step": "data_share", "padding": "real_token_share",
           "no_boundary_mask": "cross_document_attention", "tokenizer_mismatch": "decode_roundtrip_ok",
           "small_set_oversampled": "small_domain_gap", "load_everything": "rss_over_corpus"}
-#: q3's [suspect, fix] pairs, sealed (see _core.Sealed).
+#: q3's [suspect, fix] pairs — for no_boundary_mask [suspect, attention_path, fix] — sealed (see _core.Sealed).
 _FIX = Sealed("labsupport:ch06:q3:fix", [
+    "02b4b74461918efc5c2d049038547f787d1a00fcaf8981c0211c831f0d43ae66",
     "2aae9a97760722640572f04508d81a17f7521c87806b63e838b48d915ac4c6e1",
     "59d92e3140863e3288c4ad2acc6d274f9c2ceec9f8eada51bd75ba483488b9a2",
     "5c4f032669dd839c558dbb8b7e8fb7092e5864f79a54a68f557ee07c95b0fa07",
     "86d2379fc3b9a6afd384c065a515364f401b97d8c623be929aa2918c962f243a",
     "8c68839f601e65e69918b0ad8b42bc43ba383805b08fcf0992a51cb16a1f6af6",
-    "c363ff9a183cb6781e2a7764920e7e173e34e489504d6cacb494d25a550cd68b",
+    "956ceccaecab38ef961c9a893bb69be8d4a4d4ad398a7992316f607eaa4c706c",
 ])
 
 
 def _healthy_log(rng: np.random.Generator) -> dict[str, Any]:
+    path = str(rng.choice(ATTENTION_PATHS))
     return {"data_share": float(rng.uniform(0.01, 0.15)), "real_token_share": float(rng.uniform(0.93, 1.0)),
             "cross_document_attention": 0.0, "decode_roundtrip_ok": True,
             "small_domain_gap": float(rng.uniform(0.0, 0.8)),
-            "rss_over_corpus": float(rng.uniform(0.001, 0.2))}
+            "rss_over_corpus": float(rng.uniform(0.001, 0.2)),
+            "attention_path": path, "reset_attention_mask": True if path == "unfused" else bool(rng.integers(2))}
 
 
 def make_symptom_log(suspect: str, rng: np.random.Generator | None = None) -> dict[str, Any]:
@@ -174,7 +183,10 @@ def make_symptom_log(suspect: str, rng: np.random.Generator | None = None) -> di
     computed), ``cross_document_attention`` (share of allowed attention pairs crossing documents),
     ``decode_roundtrip_ok`` (serving decode of training ids gives the text back),
     ``small_domain_gap`` (held-out loss minus the loss on its own training samples, in nats, for the
-    most up-weighted domain: memorisation opens the gap), ``rss_over_corpus`` (resident memory / corpus bytes)."""
+    most up-weighted domain: memorisation opens the gap), ``rss_over_corpus`` (resident memory / corpus bytes),
+    ``attention_path`` ("unfused": applies the dataloader's mask; "fused": takes no mask) and the config's
+    ``reset_attention_mask``.  Mixed documents on the unfused path come with the flag off; on the fused
+    path the flag does not matter."""
     rng = np.random.default_rng() if rng is None else rng
     log = _healthy_log(rng)
     field = _FIELD[suspect]
@@ -182,6 +194,8 @@ def make_symptom_log(suspect: str, rng: np.random.Generator | None = None) -> di
                   "cross_document_attention": float(rng.uniform(0.01, 0.3)), "decode_roundtrip_ok": False,
                   "small_domain_gap": float(rng.uniform(2.0, 6.0)),
                   "rss_over_corpus": float(rng.uniform(1.0, 1.5))}[field]
+    if suspect == "no_boundary_mask":
+        log["reset_attention_mask"] = False if log["attention_path"] == "unfused" else bool(rng.integers(2))
     return log
 
 
@@ -194,7 +208,8 @@ def make_symptom_log(suspect: str, rng: np.random.Generator | None = None) -> di
     "one field, one row: data_share → the tokenizer at every step, real_token_share → padding, "
     "cross_document_attention → no boundary mask, decode_roundtrip_ok → tokenizer mismatch, small_domain_gap → "
     "the small set over-sampled, rss_over_corpus → loading everything; the fix is the mechanism of chapters 1–4 "
-    "that removes that cause"))
+    "that removes that cause — for mixed documents it depends on attention_path: an unfused path applies the "
+    "dataloader's mask once reset_attention_mask is on, a fused path ignores any mask and needs cu_seqlens"))
 def q3(diagnose: Callable) -> str:
     """``diagnose(log)`` → ``{"suspect": one of SUSPECTS, "fix": one of FIXES}``."""
     rng = np.random.default_rng(check_seed())
@@ -212,8 +227,10 @@ def q3(diagnose: Callable) -> str:
                 named = f" — {field} = {short(log[field])} is healthy in this log; which field is not?"
             expect(False, f"diagnose({short(log, 200)}) named suspect {short(got['suspect'])}, expected {suspect!r}"
                    + named)
-        expect([suspect, got["fix"]] in _FIX,
-               f"suspect {suspect!r} is right, but fix {short(got['fix'])} does not remove it; choose from {FIXES}")
+        key = [suspect, log["attention_path"], got["fix"]] if suspect == "no_boundary_mask" else [suspect, got["fix"]]
+        where = f" on the {log['attention_path']} attention path" if suspect == "no_boundary_mask" else ""
+        expect(key in _FIX, f"suspect {suspect!r} is right, but fix {short(got['fix'])} does not remove it{where}; "
+                            f"choose from {FIXES}")
     return f"{len(cases)} random logs, each with one symptom"
 
 

@@ -21,7 +21,7 @@ loss masks are float32 with 1 = counts in the loss; position ids are int64.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -31,7 +31,7 @@ __all__ = [
     "build_sample_idx", "build_document_index", "build_shuffle_index", "num_epochs_for",
     "get_ltor_masks_and_position_ids", "get_ltor_boundaries", "Boundaries",
     "attention_mask_from_cu_seqlens", "position_ids_from_cu_seqlens", "segment_ids_from_cu_seqlens",
-    "GPTDataset",
+    "document_boundaries", "pad_cu_seqlens", "GPTDataset",
 ]
 
 _INT32_MAX = int(np.iinfo(np.int32).max)
@@ -302,6 +302,47 @@ def _check_cu_seqlens(cu_seqlens: Any, seq_length: int | None) -> np.ndarray:
     return cu
 
 
+def document_boundaries(piece_lengths: Sequence[int], seq_length: int, add_extra_token: int = 1
+                        ) -> tuple[torch.Tensor, int, torch.Tensor]:
+    """megatron-core 0.19's inter-document masking for one sample: boundaries from the *index*.
+
+    ``piece_lengths``: the tokens the sample reads from each document it touches, in order
+    (:func:`sample_segments`; S + ``add_extra_token`` tokens in all, fewer for a padded last
+    sample).  The extra token belongs to the labels only, so it leaves the last piece (which
+    disappears if nothing is left); padding is folded into the last document.  Returns
+    ``(cu_seqlens, max_seqlen, position_ids)``: int32 (n+1,) from 0 to S, int, int64 (S,)
+    restarting at every document — as ``GPTDataset.__getitem__`` computes them with
+    ``GPTDatasetConfig(inter_document_masking=True)``, whatever ``reset_position_ids`` says.
+    No EOD token is looked at: a corpus without ``--append-eod`` gets its boundaries too.
+    """
+    lengths = [int(n) for n in piece_lengths]
+    if add_extra_token and lengths:
+        lengths[-1] -= 1
+        if lengths[-1] == 0:
+            lengths.pop()
+    shortfall = int(seq_length) - sum(lengths)
+    if shortfall < 0:
+        raise ValueError(f"the pieces hold {sum(lengths)} tokens, more than seq_length {seq_length}")
+    if shortfall:
+        if lengths:
+            lengths[-1] += shortfall
+        else:
+            lengths.append(shortfall)
+    cu = np.concatenate(([0], np.cumsum(lengths))).astype(np.int32)
+    return torch.from_numpy(cu), int(np.diff(cu).max()), position_ids_from_cu_seqlens(cu, seq_length)
+
+
+def pad_cu_seqlens(cu_seqlens: Any, length: int) -> torch.Tensor:
+    """``cu_seqlens`` right-padded to ``length`` entries with its last value (megatron-core 0.19 pads to
+    S + 1 so that ``default_collate`` can stack samples; ``flatten_batch_for_packed_sequences`` strips it)."""
+    cu = torch.as_tensor(cu_seqlens, dtype=torch.int32)
+    if cu.numel() > length:
+        raise ValueError(f"cu_seqlens has {cu.numel()} entries, more than {length}")
+    out = torch.full((int(length),), int(cu[-1]), dtype=torch.int32)
+    out[: cu.numel()] = cu
+    return out
+
+
 def get_ltor_masks_and_position_ids(tokens: Any, eod_token: int, reset_position_ids: bool,
                                     reset_attention_mask: bool, eod_mask_loss: bool
                                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -355,6 +396,8 @@ class GPTDataset:
         cache: an :class:`~labsupport.datasets.index_cache.IndexCache` (chapter 6): load the
             three indices from its files when all exist (``cache_hit`` is then True), else build
             and save them there, under Megatron's names.  None (default): build in memory.
+        inter_document_masking: megatron-core ≥ 0.19's option — ``cu_seqlens`` and position ids
+            from the documents' lengths in the index (:func:`document_boundaries`), no dense mask.
     """
 
     SEPARATE_FINAL_EPOCH_THRESHOLD = 0.80
@@ -364,7 +407,7 @@ class GPTDataset:
                  eod_mask_loss: bool, eod_token: int, pad_token: int = NO_PAD,
                  indices: np.ndarray | None = None, drop_last_partial_sequence: bool = True,
                  add_extra_token: bool = True, create_attention_mask: bool = False,
-                 cache: Any = None) -> None:
+                 cache: Any = None, inter_document_masking: bool = False) -> None:
         self.dataset = indexed_dataset
         self.cache = cache
         self.cache_hit = False
@@ -383,6 +426,7 @@ class GPTDataset:
         self.drop_last_partial_sequence = bool(drop_last_partial_sequence)
         self.extra = int(bool(add_extra_token))
         self.create_attention_mask = bool(create_attention_mask)
+        self.inter_document_masking = bool(inter_document_masking)
         lengths = np.asarray(indexed_dataset.sequence_lengths)
         self.indices = (np.arange(lengths.size, dtype=np.int32) if indices is None
                         else np.asarray(indices, dtype=np.int32))
@@ -444,6 +488,12 @@ class GPTDataset:
             parts.append(np.full(want - have, self.pad_token, dtype=np.int64))
         return np.concatenate(parts, dtype=np.int64), doc[beg:end + 1].astype(np.int64)
 
+    def piece_lengths(self, idx: int) -> list[int]:
+        """Tokens sample ``idx`` reads from each document it touches (from the index; no token is read)."""
+        row = int(self.shuffle_index[normalize_index(idx, len(self), "sample", "this GPTDataset")])
+        return [stop - start for _, start, stop in sample_segments(
+            np.asarray(self.dataset.sequence_lengths), self.document_index, self.sample_index, row, self.extra)]
+
     def token_reads(self, num_samples: int | None = None) -> np.ndarray:
         """How many times samples ``0 … num_samples−1`` (what a blend draws) read each document.
 
@@ -498,6 +548,10 @@ class GPTDataset:
             "cu_seqlens": b.cu_seqlens,
             "max_seqlen": b.max_seqlen,
         }
+        if self.inter_document_masking:   # megatron-core ≥ 0.19: boundaries from the index, no dense mask
+            cu, longest, positions = document_boundaries(self.piece_lengths(idx), self.seq_length, self.extra)
+            sample.update(cu_seqlens=cu, max_seqlen=longest, position_ids=positions)
+            return sample
         if self.create_attention_mask:
             sample["attention_mask"] = attention_mask_from_cu_seqlens(b.cu_seqlens)
         return sample

@@ -22,6 +22,7 @@ one it takes.
 """
 from __future__ import annotations
 
+import copy
 import inspect
 import math
 import warnings
@@ -35,7 +36,15 @@ from labsupport.datasets.gpt_samples import (attention_mask_from_cu_seqlens, pos
                           segment_ids_from_cu_seqlens)
 
 __all__ = ["sdpa_mask", "causal_attention", "apply_rotary", "TinyCausalLM", "pack_documents", "run_separately",
-           "run_packed", "leakage", "varlen_attention", "dense_block_attention"]
+           "run_packed", "leakage", "varlen_attention", "dense_block_attention", "ATTENTION_PATHS",
+           "with_attention", "cross_document_change"]
+
+#: The attention paths of :class:`TinyCausalLM`: ``"mask"`` applies the mask it is given (megatron-core's
+#: unfused ``DotProductAttention`` on its PyTorch softmax path); ``"causal"`` takes no mask at all —
+#: ``scaled_dot_product_attention(is_causal=True)``, like a fused or flash kernel called with
+#: ``attn_mask_type=causal`` (Transformer Engine's default in Megatron's GPT layer spec): a
+#: dataloader's block mask is silently ignored.
+ATTENTION_PATHS = ("mask", "causal")
 
 
 def sdpa_mask(megatron_mask: torch.Tensor) -> torch.Tensor:
@@ -88,8 +97,9 @@ def apply_rotary(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0
 
 
 class _Block(nn.Module):
-    def __init__(self, d_model: int, n_heads: int, ffn_hidden: int | None = None) -> None:
+    def __init__(self, d_model: int, n_heads: int, ffn_hidden: int | None = None, attention: str = "mask") -> None:
         super().__init__()
+        self.attention = attention
         ffn_hidden = 4 * d_model if ffn_hidden is None else ffn_hidden
         self.n_heads = n_heads
         self.ln1 = nn.LayerNorm(d_model)
@@ -102,7 +112,10 @@ class _Block(nn.Module):
         b, t, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
         q, k, v = (z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+        if self.attention == "causal":      # no mask input: a later document sees the earlier ones
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
         return x + self.mlp(self.ln2(x))
 
@@ -111,6 +124,7 @@ class TinyCausalLM(nn.Module):
     """A 2-layer causal transformer LM with learned absolute position embeddings.
 
     ``ffn_hidden_size`` is the MLP width (NeMo's ``model.ffn_hidden_size``; default 4 × d_model).
+    ``attention``: one of :data:`ATTENTION_PATHS` (default ``"mask"``: the given mask is applied).
     Chapter 6 trains it on the blend (``labsupport.training.trainer``).
 
     ``forward(tokens, position_ids=None, masked=None)``: ``tokens`` int64 (B, T);
@@ -119,11 +133,13 @@ class TinyCausalLM(nn.Module):
     """
 
     def __init__(self, vocab_size: int = 256, d_model: int = 32, n_heads: int = 2, n_layers: int = 2,
-                 max_positions: int = 4096, ffn_hidden_size: int | None = None) -> None:
+                 max_positions: int = 4096, ffn_hidden_size: int | None = None, attention: str = "mask") -> None:
         super().__init__()
+        if attention not in ATTENTION_PATHS:
+            raise ValueError(f"attention={attention!r}: use one of {ATTENTION_PATHS}")
         self.tok = nn.Embedding(vocab_size, d_model)
         self.pos = nn.Embedding(max_positions, d_model)
-        self.blocks = nn.ModuleList(_Block(d_model, n_heads, ffn_hidden_size) for _ in range(n_layers))
+        self.blocks = nn.ModuleList(_Block(d_model, n_heads, ffn_hidden_size, attention) for _ in range(n_layers))
         self.ln = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
 
@@ -141,6 +157,37 @@ class TinyCausalLM(nn.Module):
         for block in self.blocks:
             x = block(x, allowed)
         return self.head(self.ln(x))
+
+
+def with_attention(model: TinyCausalLM, attention: str) -> TinyCausalLM:
+    """A copy of ``model`` (same weights, eval mode) whose blocks take the attention path ``attention``."""
+    if attention not in ATTENTION_PATHS:
+        raise ValueError(f"attention={attention!r}: use one of {ATTENTION_PATHS}")
+    other = copy.deepcopy(model).eval()
+    for block in other.blocks:
+        block.attention = attention
+    return other
+
+
+@torch.no_grad()
+def cross_document_change(model: nn.Module, tokens: torch.Tensor, cu_seqlens: torch.Tensor,
+                          position_ids: torch.Tensor, masked: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    """How much the logits of the *later* documents of one packed row move when the first changes.
+
+    ``tokens``/``position_ids``: int64 (T,); ``cu_seqlens``: int32 (n+1,) with n ≥ 2; ``masked``:
+    bool (1, T, T), True = masked (the dataloader's mask).  The first document's tokens are replaced
+    by other random ids (``seed``); returns float32 (T − cu[1],): max |Δ logit| of every later token.
+    All zeros when the attention path keeps documents apart.
+    """
+    first = int(cu_seqlens[1])
+    if first >= tokens.numel():
+        raise ValueError("cross_document_change needs a row with at least two documents")
+    vocab = model.head.out_features
+    gen = torch.Generator().manual_seed(seed)
+    other = tokens.clone()
+    other[:first] = (tokens[:first] + torch.randint(1, vocab, (first,), generator=gen)) % vocab
+    run = lambda t: model(t.reshape(1, -1), position_ids.reshape(1, -1), masked)[0]  # noqa: E731
+    return (run(other)[first:] - run(tokens)[first:]).abs().amax(-1)
 
 
 def pack_documents(docs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,289 @@
+"""One run in three generations of NVIDIA's stack — chapter 0 (the map) and chapter 6 (the key table).
+
+The same settings are spelled differently in
+
+* **NeMo 1.x** — a YAML file read with OmegaConf and overridden with Hydra
+  (``examples/nlp/language_modeling/conf/megatron_gpt_config.yaml``; this workbook's
+  ``configs/megatron_gpt_tiny.yaml`` keeps that layout, so its keys are the first column);
+* **NeMo 2.0** — Python objects: ``llm.PreTrainingDataModule``, ``nl.Trainer``,
+  ``nl.MegatronStrategy``, ``nl.MegatronMixedPrecision``, ``llm.GPTConfig``;
+* **Megatron-Bridge** — one ``ConfigContainer`` of typed sub-configs (``dataset``, ``train``,
+  ``model``, ``optimizer``, ``scheduler``, ``tokenizer``, ``logger``, ``rng``, ``mixed_precision``).
+
+All three end in megatron-core's ``GPTDatasetConfig`` for the data path; :data:`ROWS` names that
+field too.  Every name here was read in the projects' sources at the refs of :data:`VERSIONS`
+(as of 2026-12-01) and is recorded, with repository, path and commit, in
+``upstream_fields.json`` (written by ``scripts/record_upstream_fields.py``);
+``tests/test_config_generations.py`` checks the table against that record, against the installed
+megatron-core and against this workbook's schema, so the table cannot drift silently.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Row", "ROWS", "VERSIONS", "upstream", "key_table", "render_nemo1", "render_nemo2", "render_bridge",
+           "UPSTREAM_FILE"]
+
+UPSTREAM_FILE = Path(__file__).with_name("upstream_fields.json")
+
+#: the versions read (their repository refs and commits are in upstream_fields.json)
+VERSIONS = {
+    "nemo1": "NeMo 1.x YAML layout, as still shipped in NVIDIA/NeMo v2.5.0rc0",
+    "nemo2": "NeMo 2.0 (NVIDIA/NeMo v2.5.0rc0)",
+    "bridge": "Megatron-Bridge v0.6.0 (NVIDIA-NeMo/Megatron-Bridge; pins megatron-core 0.19.0)",
+    "mcore": "megatron-core 0.16.1 and 0.19 (NVIDIA/Megatron-LM core_v0.16.1, core_r0.19.0)",
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One setting in every generation.
+
+    ``key``: this workbook's config key (``configs/megatron_gpt_tiny.yaml``), None when the workbook
+    has none; ``nemo1``: the NeMo 1.x YAML key; ``mcore``: the megatron-core ``GPTDatasetConfig``
+    field it reaches (None: not a dataset setting); ``nemo2``: (class, argument); ``bridge``:
+    (ConfigContainer attribute, sub-config class, field) — a field of None means the attribute takes
+    a value itself (``mixed_precision="bf16_mixed"``); None where that generation has no such
+    setting.  ``note`` is shown with the Bridge spelling.
+    """
+
+    key: str | None
+    book: str | None
+    nemo1: str | None
+    mcore: str | None
+    nemo2: tuple[str, str] | None
+    bridge: tuple[str, str, str | None] | None
+    what: str
+    chapter: str
+    note: str = ""
+
+
+ROWS: tuple[Row, ...] = (
+    Row("model.data.data_prefix", "data.data_prefix", "model.data.data_prefix", "blend",
+        ("PreTrainingDataModule", "paths"), ("dataset", "GPTDatasetConfig", "blend"),
+        "weight, prefix pairs to blend", "ch2, ch3", "(prefixes, weights); or data_path=[w, prefix, …]"),
+    Row("model.data.splits_string", None, "model.data.splits_string", "split",
+        ("PreTrainingDataModule", "split"), ("dataset", "GPTDatasetConfig", "split"),
+        "train/validation/test shares of each prefix", "ch3"),
+    Row("model.data.seq_length", "data.seq_length", "model.data.seq_length", "sequence_length",
+        ("PreTrainingDataModule", "seq_length"), ("dataset", "GPTDatasetConfig", "seq_length"),
+        "tokens per sample", "ch4", "and model.seq_length"),
+    Row(None, None, "model.data.mmap_bin_files", "mmap_bin_files",
+        ("PreTrainingDataModule", "mmap_bin_files"), ("dataset", "GPTDatasetConfig", "mmap_bin_files"),
+        "memory-map the .bin (else read with file pointers)", "ch2"),
+    Row(None, None, "model.data.index_mapping_dir", "path_to_cache",
+        ("PreTrainingDataModule", "index_mapping_dir"), ("dataset", "GPTDatasetConfig", "path_to_cache"),
+        "where the document/sample/shuffle index .npy files are cached", "ch3, ch4"),
+    Row("model.seed", None, "model.seed", "random_seed",
+        ("PreTrainingDataModule", "seed"), ("dataset", "GPTDatasetConfig", "random_seed"),
+        "the datasets' shuffle seed", "ch4", "model init: rng.seed"),
+    Row("model.data.reset_position_ids", None, "model.data.reset_position_ids", "reset_position_ids",
+        ("PreTrainingDataModule", "reset_position_ids"), ("dataset", "GPTDatasetConfig", "reset_position_ids"),
+        "positions restart after EOD", "ch4"),
+    Row("model.data.reset_attention_mask", None, "model.data.reset_attention_mask", "reset_attention_mask",
+        ("PreTrainingDataModule", "reset_attention_mask"), ("dataset", "GPTDatasetConfig", "reset_attention_mask"),
+        "block mask in the dataloader's dense mask", "ch4, ch6", "only with a dataloader mask: see create_attention_mask"),
+    Row(None, None, "model.get_attention_mask_from_fusion", "create_attention_mask",
+        ("PreTrainingDataModule", "create_attention_mask"),
+        ("dataset", "GPTDatasetConfig", "skip_getting_attention_mask_from_dataset"),
+        "build the dense mask in the dataloader", "ch4, ch6",
+        "default True: the mask is dropped; NeMo 1.x passes not get_attention_mask_from_fusion"),
+    Row(None, None, None, "inter_document_masking", None, ("dataset", "GPTDatasetConfig", "inter_document_masking"),
+        "cu_seqlens per sample from the document index (megatron-core ≥ 0.19)", "ch4"),
+    Row("model.data.eod_mask_loss", None, "model.data.eod_mask_loss", "eod_mask_loss",
+        ("PreTrainingDataModule", "eod_mask_loss"), ("dataset", "GPTDatasetConfig", "eod_mask_loss"),
+        "no loss on EOD tokens", "ch4"),
+    Row("model.tokenizer.library", "data.tokenizer.type", "model.tokenizer.library", "tokenizer",
+        ("PreTrainingDataModule", "tokenizer"), ("tokenizer", "TokenizerConfig", "tokenizer_type"),
+        "tokenizer library", "ch1", '"SentencePieceTokenizer"'),
+    Row("model.tokenizer.model", "data.tokenizer.model", "model.tokenizer.model", None,
+        ("PreTrainingDataModule", "tokenizer"), ("tokenizer", "TokenizerConfig", "tokenizer_model"),
+        "tokenizer model file", "ch1"),
+    Row("model.micro_batch_size", None, "model.micro_batch_size", None,
+        ("PreTrainingDataModule", "micro_batch_size"), ("train", "TrainingConfig", "micro_batch_size"),
+        "samples per rank per forward", "ch6"),
+    Row("model.global_batch_size", None, "model.global_batch_size", None,
+        ("PreTrainingDataModule", "global_batch_size"), ("train", "TrainingConfig", "global_batch_size"),
+        "samples per optimizer step", "ch6"),
+    Row("model.tensor_model_parallel_size", "model.tensor_model_parallel_size", "model.tensor_model_parallel_size",
+        None, ("MegatronStrategy", "tensor_model_parallel_size"),
+        ("model", "GPTModelProvider", "tensor_model_parallel_size"), "TP size", "ch5"),
+    Row("model.pipeline_model_parallel_size", "model.pipeline_model_parallel_size",
+        "model.pipeline_model_parallel_size", None, ("MegatronStrategy", "pipeline_model_parallel_size"),
+        ("model", "GPTModelProvider", "pipeline_model_parallel_size"), "PP size", "ch5"),
+    Row("model.num_layers", None, "model.num_layers", None, ("GPTConfig", "num_layers"),
+        ("model", "GPTModelProvider", "num_layers"), "transformer layers", "ch6"),
+    Row("model.hidden_size", "model.hidden_size", "model.hidden_size", None, ("GPTConfig", "hidden_size"),
+        ("model", "GPTModelProvider", "hidden_size"), "width of every layer", "ch6"),
+    Row("model.num_attention_heads", None, "model.num_attention_heads", None, ("GPTConfig", "num_attention_heads"),
+        ("model", "GPTModelProvider", "num_attention_heads"), "attention heads", "ch6"),
+    Row("model.optim.lr", None, "model.optim.lr", None, ("OptimizerConfig", "lr"),
+        ("optimizer", "OptimizerConfig", "lr"), "peak learning rate", "ch6"),
+    Row("model.optim.sched.warmup_steps", None, "model.optim.sched.warmup_steps", None, None,
+        ("scheduler", "SchedulerConfig", "lr_warmup_iters"), "linear warm-up steps", "ch6"),
+    Row("trainer.precision", "model.precision", "trainer.precision", None, ("MegatronMixedPrecision", "precision"),
+        ("mixed_precision", "mixed_precision", None), "number format", "ch0", '"bf16_mixed"'),
+    Row("trainer.devices", "trainer.devices", "trainer.devices", None, ("Trainer", "devices"), None,
+        "GPUs (processes) per node", "ch0, ch6", "torchrun --nproc-per-node"),
+    Row("trainer.num_nodes", "trainer.num_nodes", "trainer.num_nodes", None, ("Trainer", "num_nodes"), None,
+        "machines", "ch0, ch6", "torchrun --nnodes"),
+    Row("trainer.max_steps", "trainer.max_steps", "trainer.max_steps", None, ("Trainer", "max_steps"),
+        ("train", "TrainingConfig", "train_iters"), "optimizer steps", "ch6"),
+    Row("trainer.log_every_n_steps", None, "trainer.log_every_n_steps", None, ("Trainer", "log_every_n_steps"),
+        ("logger", "LoggerConfig", "log_interval"), "log every N steps", "ch6"),
+)
+
+#: NeMo 2.0 class → the record in upstream_fields.json that lists its arguments.  ``GPTConfig``
+#: extends megatron-core's ``TransformerConfig`` and ``OptimizerConfig`` *is* megatron-core's: their
+#: inherited names are checked against the installed megatron-core (:data:`NEMO2_MCORE_BASE`).
+NEMO2_RECORD = {"PreTrainingDataModule": "nemo2:PreTrainingDataModule", "MegatronStrategy": "nemo2:MegatronStrategy",
+                "MegatronMixedPrecision": "nemo2:MegatronMixedPrecision", "Trainer": "nemo2:Trainer-keywords",
+                "GPTConfig": "nemo2:GPTConfig", "OptimizerConfig": None}
+NEMO2_MCORE_BASE = {"GPTConfig": "megatron.core.transformer.transformer_config.TransformerConfig",
+                    "OptimizerConfig": "megatron.core.optimizer.OptimizerConfig"}
+#: how a NeMo 2.0 class is written in a recipe
+NEMO2_PREFIX = {"PreTrainingDataModule": "llm.", "MegatronStrategy": "nl.", "MegatronMixedPrecision": "nl.",
+                "Trainer": "nl.", "GPTConfig": "llm.", "OptimizerConfig": "OptimizerConfig"}
+
+
+@lru_cache(maxsize=1)
+def upstream() -> dict[str, dict[str, Any]]:
+    """The recorded upstream names (``upstream_fields.json``'s ``sources``)."""
+    return json.loads(UPSTREAM_FILE.read_text(encoding="utf-8"))["sources"]
+
+
+def _nemo2_text(row: Row) -> str:
+    if row.nemo2 is None:
+        return "–"
+    cls, arg = row.nemo2
+    prefix = NEMO2_PREFIX[cls]
+    name = cls if prefix == cls else prefix + cls
+    return f"{name}({arg}=...)"
+
+
+def _bridge_text(row: Row) -> str:
+    if row.bridge is None:
+        return f"– ({row.note})" if row.note else "–"
+    attr, _, fld = row.bridge
+    if fld is None:
+        return f"{attr}={row.note}"
+    return f"{attr}.{fld}" + (f" ({row.note})" if row.note else "")
+
+
+def key_table() -> list[tuple[str, str, str, str, str]]:
+    """Rows (workbook key or –, NeMo 1.x key, megatron-core field, NeMo 2.0, Megatron-Bridge) for printing."""
+    return [(r.key or "–", r.nemo1 or "–", r.mcore or "–", _nemo2_text(r), _bridge_text(r)) for r in ROWS]
+
+
+# ------------------------------------------------------------------------------------- rendering
+def _values(cfg: Any) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    out = {}
+    for r in ROWS:
+        if r.key is not None:
+            v = OmegaConf.select(cfg, r.key)
+            out[r.key] = OmegaConf.to_container(v) if OmegaConf.is_config(v) else v
+    return out
+
+
+def _split(v: dict[str, Any]) -> str:
+    """megatron-core needs a split with a blend; the workbook's null means every document for training."""
+    return v["model.data.splits_string"] or "1,0,0"
+
+
+def render_nemo1(cfg: Any) -> str:
+    """The NeMo 1.x launch of ``cfg``: Hydra overrides of megatron_gpt_config.yaml."""
+    v = _values(cfg)
+    prefix = "[" + ",".join(str(x) for x in v["model.data.data_prefix"]) + "]"
+    keys = [r.key for r in ROWS if r.key and r.key not in ("model.data.data_prefix", "model.data.splits_string")]
+    # quoted for the shell; Hydra reads an unquoted 1,0,0 as a sweep, so the split is quoted for Hydra too
+    split = _split(v)
+    lines = [f'  "model.data.data_prefix={prefix}" \\', f"  \"model.data.splits_string='{split}'\" \\"]
+    shown = {**v, "model.tokenizer.model": "TOKENIZER.model"}   # the workbook's alias "workbook" is not NeMo's
+    # NeMo 1.x's model.data.seq_length interpolates model.encoder_seq_length: override the latter
+    names = {"model.data.seq_length": "model.encoder_seq_length"}
+    lines += [f"  {names.get(k, k)}={str(shown[k]).lower() if isinstance(shown[k], bool) else shown[k]} \\"
+              for k in keys]
+    lines[-1] = lines[-1].removesuffix(" \\")
+    return ("python examples/nlp/language_modeling/megatron_gpt_pretraining.py \\\n"
+            "  --config-path=conf --config-name=megatron_gpt_config \\\n" + "\n".join(lines))
+
+
+def _blend(v: dict[str, Any]) -> tuple[list[str], list[float]]:
+    items = v["model.data.data_prefix"]
+    return [str(p) for p in items[1::2]], [float(w) for w in items[0::2]]
+
+
+def render_nemo2(cfg: Any) -> str:
+    """The NeMo 2.0 objects of ``cfg`` (the list form of ``paths``: blend and split)."""
+    v = _values(cfg)
+    prefixes, weights = _blend(v)
+    paths = ", ".join(f'"{w:g}", "{p}"' for w, p in zip(weights, prefixes))
+    tf = lambda x: "True" if x else "False"  # noqa: E731
+    prec = "bf16-mixed" if str(v["trainer.precision"]).startswith("bf16") else "32"
+    return "\n".join([
+        "from nemo import lightning as nl",
+        "from nemo.collections import llm",
+        "from nemo.collections.nlp.modules.common.tokenizer_utils import get_nmt_tokenizer",
+        "from megatron.core.optimizer import OptimizerConfig",
+        "",
+        'tokenizer = get_nmt_tokenizer(library="sentencepiece", tokenizer_model="TOKENIZER.model")',
+        f"data = llm.PreTrainingDataModule(paths=[{paths}],",
+        f'    split="{_split(v)}", seq_length={v["model.data.seq_length"]}, seed={v["model.seed"]},',
+        f'    micro_batch_size={v["model.micro_batch_size"]}, global_batch_size={v["model.global_batch_size"]},',
+        f'    reset_position_ids={tf(v["model.data.reset_position_ids"])}, '
+        f'reset_attention_mask={tf(v["model.data.reset_attention_mask"])}, '
+        f'eod_mask_loss={tf(v["model.data.eod_mask_loss"])},',
+        "    mmap_bin_files=True, index_mapping_dir=None, tokenizer=tokenizer)",
+        f'model = llm.GPTModel(llm.GPTConfig(num_layers={v["model.num_layers"]}, hidden_size={v["model.hidden_size"]}, '
+        f'num_attention_heads={v["model.num_attention_heads"]}, seq_length={v["model.data.seq_length"]}))',
+        f'trainer = nl.Trainer(devices={v["trainer.devices"]}, num_nodes={v["trainer.num_nodes"]}, '
+        f'max_steps={v["trainer.max_steps"]}, log_every_n_steps={v["trainer.log_every_n_steps"]},',
+        f'    strategy=nl.MegatronStrategy(tensor_model_parallel_size={v["model.tensor_model_parallel_size"]}, '
+        f'pipeline_model_parallel_size={v["model.pipeline_model_parallel_size"]}),',
+        f'    plugins=nl.MegatronMixedPrecision(precision="{prec}"))',
+        f'optim = nl.MegatronOptimizerModule(config=OptimizerConfig(optimizer="adam", lr={v["model.optim.lr"]}))',
+        "llm.pretrain(model, data, trainer, optim=optim)",
+    ])
+
+
+def render_bridge(cfg: Any) -> str:
+    """The Megatron-Bridge ``ConfigContainer`` of ``cfg`` (launched with torchrun)."""
+    v = _values(cfg)
+    prefixes, weights = _blend(v)
+    tf = lambda x: "True" if x else "False"  # noqa: E731
+    mp = '"bf16_mixed"' if str(v["trainer.precision"]).startswith("bf16") else "None"
+    return "\n".join([
+        "from megatron.bridge.models import GPTModelProvider",
+        "from megatron.bridge.training.config import (CheckpointConfig, ConfigContainer, GPTDatasetConfig, LoggerConfig,",
+        "    OptimizerConfig, RNGConfig, SchedulerConfig, TrainingConfig)",
+        "from megatron.bridge.training.gpt_step import forward_step",
+        "from megatron.bridge.training.pretrain import pretrain",
+        "from megatron.bridge.training.tokenizers.config import TokenizerConfig",
+        "",
+        "cfg = ConfigContainer(",
+        f"    dataset=GPTDatasetConfig(blend=({prefixes!r}, {weights!r}),".replace("'", '"'),
+        f'        split="{_split(v)}", seq_length={v["model.data.seq_length"]}, random_seed={v["model.seed"]},',
+        f'        reset_position_ids={tf(v["model.data.reset_position_ids"])}, '
+        f'reset_attention_mask={tf(v["model.data.reset_attention_mask"])}, '
+        f'eod_mask_loss={tf(v["model.data.eod_mask_loss"])},',
+        "        mmap_bin_files=True, path_to_cache=None),",
+        f'    train=TrainingConfig(micro_batch_size={v["model.micro_batch_size"]}, '
+        f'global_batch_size={v["model.global_batch_size"]}, train_iters={v["trainer.max_steps"]}),',
+        f'    model=GPTModelProvider(num_layers={v["model.num_layers"]}, hidden_size={v["model.hidden_size"]}, '
+        f'num_attention_heads={v["model.num_attention_heads"]}, seq_length={v["model.data.seq_length"]},',
+        f'        tensor_model_parallel_size={v["model.tensor_model_parallel_size"]}, '
+        f'pipeline_model_parallel_size={v["model.pipeline_model_parallel_size"]}),',
+        f'    optimizer=OptimizerConfig(optimizer="adam", lr={v["model.optim.lr"]}),',
+        f'    scheduler=SchedulerConfig(lr_warmup_iters={v["model.optim.sched.warmup_steps"]}),',
+        '    tokenizer=TokenizerConfig(tokenizer_type="SentencePieceTokenizer", tokenizer_model="TOKENIZER.model"),',
+        f'    logger=LoggerConfig(log_interval={v["trainer.log_every_n_steps"]}), checkpoint=CheckpointConfig(),',
+        f"    rng=RNGConfig(seed={v['model.seed']}), mixed_precision={mp})",
+        f'pretrain(cfg, forward_step_func=forward_step)   # torchrun --nproc-per-node {v["trainer.devices"]} '
+        f'--nnodes {v["trainer.num_nodes"]}',
+    ])
