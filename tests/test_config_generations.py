@@ -155,7 +155,11 @@ def test_the_rendered_bridge_dataset_config_builds_in_megatron_core():
         unique_identifiers = {"class": "Tok"}
 
     cfg = GPTDatasetConfig(tokenizer=Tok(), **kwargs)
-    assert cfg.blend[1] == [0.4, 0.3, 0.2, 0.1] and cfg.split_matrix[0] == (0, 1.0)
+    from labsupport.datasets.splits import split_matrix
+    workbook = load_config(DEFAULT_CONFIG)
+    assert cfg.blend[1] == [0.4, 0.3, 0.2, 0.1]
+    assert cfg.split_matrix == split_matrix(workbook.model.data.splits_string or "1,0,0")
+    assert cfg.path_to_cache == workbook.model.data.index_mapping_dir
     assert cfg.sequence_length == 64 and cfg.reset_attention_mask is True and cfg.mmap_bin_files is True
 
 

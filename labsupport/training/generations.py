@@ -75,7 +75,7 @@ ROWS: tuple[Row, ...] = (
     Row(None, None, "model.data.mmap_bin_files", "mmap_bin_files",
         ("PreTrainingDataModule", "mmap_bin_files"), ("dataset", "GPTDatasetConfig", "mmap_bin_files"),
         "memory-map the .bin (else read with file pointers)", "ch2"),
-    Row(None, None, "model.data.index_mapping_dir", "path_to_cache",
+    Row("model.data.index_mapping_dir", None, "model.data.index_mapping_dir", "path_to_cache",
         ("PreTrainingDataModule", "index_mapping_dir"), ("dataset", "GPTDatasetConfig", "path_to_cache"),
         "where the document/sample/shuffle index .npy files are cached", "ch3, ch4"),
     Row("model.seed", None, "model.seed", "random_seed",
@@ -196,6 +196,13 @@ def _split(v: dict[str, Any]) -> str:
     return v["model.data.splits_string"] or "1,0,0"
 
 
+def _hydra(value: Any) -> str:
+    """A value as a Hydra override writes it (true/false, null)."""
+    if value is None:
+        return "null"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def render_nemo1(cfg: Any) -> str:
     """The NeMo 1.x launch of ``cfg``: Hydra overrides of megatron_gpt_config.yaml."""
     v = _values(cfg)
@@ -207,8 +214,7 @@ def render_nemo1(cfg: Any) -> str:
     shown = {**v, "model.tokenizer.model": "TOKENIZER.model"}   # the workbook's alias "workbook" is not NeMo's
     # NeMo 1.x's model.data.seq_length interpolates model.encoder_seq_length: override the latter
     names = {"model.data.seq_length": "model.encoder_seq_length"}
-    lines += [f"  {names.get(k, k)}={str(shown[k]).lower() if isinstance(shown[k], bool) else shown[k]} \\"
-              for k in keys]
+    lines += [f"  {names.get(k, k)}={_hydra(shown[k])} \\" for k in keys]
     lines[-1] = lines[-1].removesuffix(" \\")
     return ("python examples/nlp/language_modeling/megatron_gpt_pretraining.py \\\n"
             "  --config-path=conf --config-name=megatron_gpt_config \\\n" + "\n".join(lines))
@@ -239,7 +245,7 @@ def render_nemo2(cfg: Any) -> str:
         f'    reset_position_ids={tf(v["model.data.reset_position_ids"])}, '
         f'reset_attention_mask={tf(v["model.data.reset_attention_mask"])}, '
         f'eod_mask_loss={tf(v["model.data.eod_mask_loss"])},',
-        "    mmap_bin_files=True, index_mapping_dir=None, tokenizer=tokenizer)",
+        f'    mmap_bin_files=True, index_mapping_dir={v["model.data.index_mapping_dir"]!r}, tokenizer=tokenizer)',
         f'model = llm.GPTModel(llm.GPTConfig(num_layers={v["model.num_layers"]}, hidden_size={v["model.hidden_size"]}, '
         f'num_attention_heads={v["model.num_attention_heads"]}, seq_length={v["model.data.seq_length"]}))',
         f'trainer = nl.Trainer(devices={v["trainer.devices"]}, num_nodes={v["trainer.num_nodes"]}, '
@@ -272,7 +278,7 @@ def render_bridge(cfg: Any) -> str:
         f'        reset_position_ids={tf(v["model.data.reset_position_ids"])}, '
         f'reset_attention_mask={tf(v["model.data.reset_attention_mask"])}, '
         f'eod_mask_loss={tf(v["model.data.eod_mask_loss"])},',
-        "        mmap_bin_files=True, path_to_cache=None),",
+        f'        mmap_bin_files=True, path_to_cache={v["model.data.index_mapping_dir"]!r}),',
         f'    train=TrainingConfig(micro_batch_size={v["model.micro_batch_size"]}, '
         f'global_batch_size={v["model.global_batch_size"]}, train_iters={v["trainer.max_steps"]}),',
         f'    model=GPTModelProvider(num_layers={v["model.num_layers"]}, hidden_size={v["model.hidden_size"]}, '
