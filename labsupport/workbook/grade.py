@@ -53,7 +53,8 @@ SUMMARY_FIELDS = ["student", "chapter", "points", "max_points"]
 
 
 _FORMULA = ("=", "+", "-", "@", "\t", "\r", "'")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]|\x1b\[[0-?]*[ -/]*[@-~]")
+# CSI and OSC sequences first (their text goes with them), then any other control character
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def neutralise(value: object) -> object:
@@ -71,7 +72,7 @@ def restore(value: str) -> str:
 
 def plain(text: object) -> str:
     """``text`` without terminal escape sequences and control characters (what the grader prints)."""
-    return _CONTROL.sub("", str(text).replace("\x1b", ""))
+    return _CONTROL.sub("", str(text))
 
 
 def _csv_text(fields: list[str], rows: list[dict]) -> str:
@@ -405,12 +406,19 @@ def _main(argv: list[str] | None = None) -> int:
         if official:
             answers[(SOLUTIONS, key)] = official
     pairs = similar_pairs(answers, args.similarity)
-    atomic_write(out.with_name("similarity.csv"), _csv_text(
-        ["chapter", "question", "student_a", "student_b", "similarity", "matching_lines"],
-        [{"chapter": p.chapter, "question": p.question, "student_a": p.student_a, "student_b": p.student_b,
-          "similarity": f"{p.similarity:.3f}", "matching_lines": "\n".join(p.matching_lines)} for p in pairs]))
+    fields = ["chapter", "question", "student_a", "student_b", "similarity", "matching_lines"]
+    rows = [{"chapter": p.chapter, "question": p.question, "student_a": p.student_a, "student_b": p.student_b,
+             "similarity": f"{p.similarity:.3f}", "matching_lines": "\n".join(p.matching_lines)} for p in pairs]
+    similarity = out.with_name("similarity.csv")
+    if similarity.is_file():  # pairs of students not graded in this run stay listed
+        with open(similarity, newline="", encoding="utf-8") as fh:
+            old = [{k: restore(v or "") for k, v in r.items()} for r in csv.DictReader(fh)]
+        fresh = {key for key in answers if key[0] != SOLUTIONS}
+        rows = [r for r in old if (r["student_a"], r["chapter"]) not in fresh
+                and (r["student_b"], r["chapter"]) not in fresh] + rows
+    atomic_write(similarity, _csv_text(fields, rows))
     print(f"graded {done} submission(s) in {elapsed:.1f} s; wrote {out}, {book.summary.name}, feedback/, executed/, "
-          f"similarity.csv ({len(pairs)} similar pair(s))")
+          f"similarity.csv ({len(rows)} similar pair(s))")
     for key in sorted({(r['student'], r['chapter']) for r in book.rows}):
         pts = [r for r in book.rows if (r["student"], r["chapter"]) == key]
         got = sum(float(r["points"] or 0) for r in pts)

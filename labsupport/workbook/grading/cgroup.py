@@ -128,6 +128,19 @@ class Group:
                     continue
         return None
 
+    def oom_kills(self) -> int:
+        """How many of the group's processes the kernel killed at the memory limit."""
+        for d in self.dirs:
+            for name in ("memory.events", "memory.oom_control"):
+                try:
+                    for line in (d / name).read_text().splitlines():
+                        key, _, value = line.partition(" ")
+                        if key == "oom_kill":
+                            return int(value)
+                except (OSError, ValueError):
+                    continue
+        return 0
+
     def kill(self) -> None:
         """SIGKILL every process left in the group, then remove it."""
         for d in self.dirs:

@@ -161,7 +161,7 @@ class _Warm:
         self.workdir = Path(tempfile.mkdtemp(prefix="submission-", dir=options.workroot))
         self.worker: Worker | None = None
         try:
-            prepare_folder(self.workdir)
+            prepare_folder(self.workdir, chapter)
             self.library = _manifest(self.workdir / "lib" / "labsupport")
             self.leading = _leading_setup(chapter)
             self.worker = Worker(self.workdir, options.limits, protect=options.protect)
@@ -291,7 +291,7 @@ class Session:
         for pos, cell, source in self.program[done:]:
             if self.stop_at is not None and pos >= self.stop_at:
                 break
-            if self.state.get(cell.id, "").startswith(("timeout", "died")):
+            if self.state.get(cell.id, "").startswith(("timeout", "died", "memory")):
                 continue
             left = min(self.limits.cell_timeout if cell.kind == "answer" else max(self.limits.cell_timeout, 60),
                        self.submission_deadline - time.monotonic())
@@ -301,6 +301,10 @@ class Session:
                 self.state[cell.id] = f"timeout: cell {pos} ran past its {self.limits.cell_timeout:g} s limit"
                 return False
             except WorkerDied:
+                if self.worker.out_of_memory:  # like a time-out: that cell failed, the notebook goes on
+                    self.state[cell.id] = (f"memory: cell {pos} used more than the submission's "
+                                           f"{self.limits.memory_mb} MiB")
+                    return False
                 self.state[cell.id] = "died"
                 self.stop_at, self.stop_reason = pos, f"cell {pos} ended the student's process"
                 return False
@@ -335,13 +339,15 @@ class Session:
             row.status, row.reason = UNPARSABLE, next(self.syntax[c] for c in q.cells if c in self.syntax)
         elif any(self.state.get(c, "").startswith("timeout") for c in q.cells):
             row.status, row.reason = TIMED_OUT, next(self.state[c] for c in q.cells if c in self.state)
+        elif any(self.state.get(c, "").startswith("memory") for c in q.cells):
+            row.status, row.reason = "failed", next(self.state[c] for c in q.cells if c in self.state)
         elif self.stop_at is not None and any(self.position(c) >= self.stop_at for c in q.cells):
             row.status, row.reason = NOT_RUN, f"not reached: {self.stop_reason}"
         elif time.monotonic() >= self.submission_deadline:
             row.status, row.reason = TIMED_OUT, f"the submission ran past its {self.limits.submission_timeout:g} s limit"
         else:
             self._run_check(q, row, feedback)
-        if row.status in (MISSING, UNPARSABLE, TIMED_OUT, NOT_RUN):
+        if row.status in (MISSING, UNPARSABLE, TIMED_OUT, NOT_RUN) or row.reason.startswith("memory:"):
             feedback.append(f"{q.name} {row.status} — {row.reason}")
         for cid in q.cells:
             if cid in self.answers:
@@ -450,7 +456,7 @@ def grade_file(path: Path, chapters: dict[str, Chapter], options: Options, force
     _core.reset()
     try:
         if warm is None:
-            prepare_folder(workdir)
+            prepare_folder(workdir, chapter)
         library = warm.library if warm else _manifest(workdir / "lib" / "labsupport")  # its copy, as handed over
         session = Session(chapter, answers, options, workdir, warm)
         try:

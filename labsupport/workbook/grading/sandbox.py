@@ -185,17 +185,20 @@ def sandbox_note(mode: str | None = None) -> str:
     return enforcement(mode=mode)[0]
 
 
-def prepare_folder(workdir: Path) -> Path:
+def prepare_folder(workdir: Path, chapter: Any = None) -> Path:
     """Give ``workdir`` the student's private ``labsupport`` and data (``lib/``) and an empty home.
 
     The copy holds no check code: ``labsupport/check`` becomes stubs carrying only the option lists
-    the exercise prints (:mod:`.stubs`)."""
-    from labsupport.workbook.grading.stubs import write_check_stubs
+    the exercise prints, and the reference functions of ``chapter``'s questions raise instead of
+    answering, except those its setup cells call (:mod:`.stubs`)."""
+    from labsupport.workbook.grading.stubs import hidden_references, strip_references, write_check_stubs
 
     lib = workdir / "lib"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(REPO_ROOT / "labsupport", lib / "labsupport", ignore=ignore)
     write_check_stubs(lib / "labsupport" / "check")
+    if chapter is not None:
+        strip_references(lib, hidden_references(chapter)[0])
     for extra in ("data", "configs"):
         if (REPO_ROOT / extra).is_dir():
             shutil.copytree(REPO_ROOT / extra, lib / extra, ignore=ignore)
@@ -210,6 +213,7 @@ class Worker:
         self.workdir, self.limits, self.mode = Path(workdir), limits, mode or sandbox_mode()
         self.protect = tuple(Path(p) for p in protect)
         self.group: cgroup.Group | None = None
+        self.out_of_memory = False   # the kernel killed one of its processes at the submission's memory limit
         self.proc: subprocess.Popen | None = None
         self._to = self._from = -1
 
@@ -285,6 +289,7 @@ class Worker:
                 pass
             self.proc = None
         if getattr(self, "group", None) is not None:
+            self.out_of_memory = self.out_of_memory or self.group.oom_kills() > 0
             self.group.kill()
             self.group = None
         for fd in (self._to, self._from):
