@@ -47,6 +47,7 @@ from labsupport.workbook.grading.grader import (SOLUTIONS, Graded, Options, _unr
                                                 identify, solution_answers)
 from labsupport.workbook.grading.sandbox import Limits, enforcement, sandbox_mode
 from labsupport.workbook.grading.similarity import similar_pairs
+from labsupport.workbook.grading.stubs import hidden_references
 
 FIELDS = ["student", "chapter", "question", "status", "points", "max_points", "reason", "flags", "manual_grading"]
 SUMMARY_FIELDS = ["student", "chapter", "points", "max_points"]
@@ -332,13 +333,20 @@ def _main(argv: list[str] | None = None) -> int:
         print(f"{len(unreadable)} file(s) are not readable notebooks (each gets rows saying why):")
         for line in unreadable[:10]:
             print(f"  {plain(line)}")
-    for line in enforcement(options.limits):
+    enforced = enforcement(options.limits)
+    for line in enforced:
         print(line)
+    for number in sorted({identify(f, forced)[1] for f in todo if identify(f, forced)[1] in chapters}):
+        kept = hidden_references(chapters[number])[1]
+        if kept:  # the student's copy keeps these: the exercise itself (or the grader's codec) calls them
+            print(f"{chapters[number].key}: kept importable for the exercise: "
+                  + ", ".join(k.replace(":", ".") for k in kept))
     print(f"seed: {'given' if args.seed else 'fresh'} (saved in {out.with_name('grading-run.json').name}) · "
           f"{args.rounds} round(s) per check")
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out.with_name("grading-run.json"), json.dumps(
-        {"seed": seed, "rounds": args.rounds, "sandbox": sandbox_mode(), "chapters": sorted(chapters),
+        {"seed": seed, "rounds": args.rounds, "sandbox": sandbox_mode(), "enforced": enforced,
+         "chapters": sorted(chapters),
          "exercises": {n: hashlib.sha256(c.notebook.read_bytes()).hexdigest()[:16] for n, c in chapters.items()}},
         indent=1) + "\n")
     book.write()
