@@ -34,6 +34,8 @@ class Expected:
     flags: dict[str, str] = field(default_factory=dict)      # question → a text its flags must hold
     reason: dict[str, str] = field(default_factory=dict)     # question → a text its reason must hold
     why: str = ""
+    # the grade when a time limit fires first on a loaded machine (then some question says "timed out")
+    if_timed_out: tuple[float, float, float, float, float] | None = None
 
 
 def _load(folder: str) -> dict:
@@ -438,7 +440,9 @@ def build_class(folder: Path, book: Path | None = None) -> dict[str, Expected]:
     subs["a31_near_copy"] = (copy_nb.text(), exp((1, 1, 1, 1, 1), why="listed in similarity.csv with a01_correct"))
 
     for student, text in _escapes(book, folder / "a01_correct" / NAME).items():
-        subs[student] = (text, exp((1, 1, 1, 1, 1), {q: "passed" for q in QUESTIONS}, why="the attempt fails"))
+        slow = student == "e06_memory_children"  # reclaim at the memory limit can outlast the cell limit
+        subs[student] = (text, exp((1, 1, 1, 1, 1), {} if slow else {q: "passed" for q in QUESTIONS},
+                                   why="the attempt fails", if_timed_out=(0, 1, 1, 1, 0) if slow else None))
 
     subs["e09_reference_in_a_thread"] = (_all().set("q1", """
         import importlib, inspect, threading
