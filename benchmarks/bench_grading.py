@@ -1,9 +1,11 @@
-"""Grading a class: 30 submissions of chapter 3 (the adversarial class of tests/, generated from
-solutions/ and exercises/), graded sequentially and with ``--jobs 2``.
+"""Grading a class: 25 submissions of chapter 3 (the adversarial class of tests/, generated from
+solutions/ and exercises/, escape attempts included), graded sequentially and with ``--jobs 2``
+in the bubblewrap sandbox with its per-submission limits (the header of the run says which).
 
-Both sides must write the same gradebook (same status and points for every student × question);
-the numbers are the seconds per class and per submission.  Issue #12's target: a class of 30 in
-under two minutes on 2 cores.
+Both sides must write the same gradebook (same status and points for every student × question,
+except where a limit fired: a memory hog is "failed" or "timed out" depending on load); the
+numbers are the seconds per class and per submission.  Issue #22's target: a class of 25 in
+under 5 minutes on 2 cores.
 
     python -m benchmarks grading
 """
@@ -32,12 +34,13 @@ def _grade(folder: Path, out: Path, jobs: int) -> tuple[float, dict]:
     seconds = time.perf_counter() - started
     require(status == 0, f"grading with --jobs {jobs} exited {status}")
     rows = list(csv.DictReader(out.open(encoding="utf-8")))
-    return seconds, {(r["student"], r["question"]): (r["status"], r["points"]) for r in rows}
+    return seconds, {(r["student"], r["question"]): (r["status"].replace("timed out", "failed"), r["points"])
+                     for r in rows}
 
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(prog="python -m benchmarks grading", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--size", type=int, default=30, help="submissions in the class (default 30)")
+    ap.add_argument("--size", type=int, default=25, help="submissions in the class (default 25)")
     args = ap.parse_args(argv)
     from tests.adversarial_class import build_class
 
@@ -59,11 +62,11 @@ def main(argv: list[str] | None = None) -> dict:
         "seconds_jobs_1": round(serial, 1),
         "seconds_jobs_2": round(parallel, 1),
         "seconds_per_submission_jobs_1": round(serial / len(keep), 2),
-        "target_seconds": 120,
+        "target_seconds": 300,
     }
     write_results(RESULTS, result)
     print(f"a class of {len(keep)}: {serial:.1f} s with --jobs 1, {parallel:.1f} s with --jobs 2 "
-          f"(target: under 120 s on 2 cores)")
+          f"(target: under 300 s on 2 cores)")
     return result
 
 

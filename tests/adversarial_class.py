@@ -22,13 +22,20 @@ FUNCTIONS = {"q1": "greedy_step", "q2": "epochs", "q3": "cap_weights", "q4": "ex
 _MARK = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*$")
 
 
+SOCKET = "/tmp/labsupport-adversary.sock"       # a host unix socket the test listens on
+ABSTRACT = "labsupport-adversary"                # and an abstract one
+ODD_IDS = ("-bob", "=1+1", "a b", "a_b", "l" * 100, "evil\x1b[31mred")
+
+
 @dataclass
 class Expected:
     points: tuple[float, float, float, float, float]
-    status: dict[str, str] = field(default_factory=dict)     # question → status (where it matters)
+    status: dict[str, str | tuple[str, ...]] = field(default_factory=dict)  # question → status (or any of several)
     flags: dict[str, str] = field(default_factory=dict)      # question → a text its flags must hold
     reason: dict[str, str] = field(default_factory=dict)     # question → a text its reason must hold
     why: str = ""
+    # the grade when a time limit fires first on a loaded machine (then some question says "timed out")
+    if_timed_out: tuple[float, float, float, float, float] | None = None
 
 
 def _load(folder: str) -> dict:
@@ -92,8 +99,181 @@ def _all() -> _Notebook:
     return _Notebook().solve(*QUESTIONS)
 
 
-def build_class(folder: Path) -> dict[str, Expected]:
+_TRY = """
+import os, sys
+_escaped = []
+
+
+def _try(label, attempt):
+    try:
+        if attempt():
+            _escaped.append(label)
+    except BaseException:  # noqa: BLE001 - the attack failed, as it must
+        pass
+"""
+# after the solved greedy_step: an attack that succeeded fails q1 (and q5) with what it did
+_VERDICT = """
+
+if _escaped:
+    def greedy_step(weights, counts, step):
+        raise RuntimeError("escaped: " + ", ".join(_escaped))
+"""
+
+
+def _attack(code: str) -> str:
+    """A fully solved notebook whose q1 cell first tries ``code`` (``_try(label, fn)`` lines): if any
+    attempt succeeds, q1 and q5 fail naming it; the honest grade is 5/5."""
+    nb = _all()
+    cell = nb.answer_cell("q1")
+    cell["source"] = textwrap.dedent(_TRY).strip("\n") + "\n" + textwrap.dedent(code).strip("\n") + "\n\n" + \
+        _source(cell) + textwrap.dedent(_VERDICT)
+    return nb.text()
+
+
+def _escapes(book: Path, classmate: Path) -> dict[str, str]:
+    """The escape attempts of issue #22, one submission each (each must fail: 5/5, no 'escaped')."""
+    repo = str(REPO_ROOT)
+    out: dict[str, str] = {}
+    out["e01_writes_everywhere"] = _attack(f"""
+        import pathlib, site, sysconfig, labsupport
+
+        def _append(path):  # opening for append proves write access without changing a byte
+            with open(path, "a"):
+                return True
+
+        def _create(folder):
+            target = pathlib.Path(folder) / "zz_labsupport_adversary.pth"
+            target.write_text("import os\\n")
+            target.unlink()
+            return True
+
+        _try("own labsupport/check", lambda: _append(pathlib.Path(labsupport.__file__).parent / "check" / "ch03.py"))
+        _try("own labsupport", lambda: _create(pathlib.Path(labsupport.__file__).parent))
+        _try("repository labsupport/check", lambda: _append({repo!r} + "/labsupport/check/ch03.py"))
+        _try("virtualenv", lambda: _create(sysconfig.get_paths()["purelib"]))
+        _try("virtualenv site", lambda: _create(site.getsitepackages()[0]))
+        _try("interpreter", lambda: _create(sys.base_prefix))
+        _try("gradebook", lambda: _append({str(book / "grades.csv")!r}))
+        _try("gradebook folder", lambda: _create({str(book)!r}))
+        _try("classmate", lambda: _append({str(classmate)!r}))
+        _try("/etc", lambda: _create("/etc"))
+        _try("/root", lambda: _create("/root"))
+        _try("/usr", lambda: _create("/usr/lib"))
+    """)
+    out["e02_mounts_and_secrets"] = _attack(f"""
+        import ctypes, glob, subprocess
+        libc = ctypes.CDLL(None, use_errno=True)
+        MS_REMOUNT, MS_BIND, MNT_DETACH = 32, 4096, 2
+        _try("remount rw", lambda: libc.mount(None, b"/grading/lib", None, MS_REMOUNT | MS_BIND, None) == 0)
+        _try("umount", lambda: libc.umount2(b"/grading/lib", MNT_DETACH) == 0)
+        _try("umount /", lambda: libc.umount2(b"/", MNT_DETACH) == 0)
+        _try("new user namespace", lambda: subprocess.run(["unshare", "-Urm", "true"], capture_output=True).returncode == 0)
+        _try("capabilities", lambda: "CapEff:\\t0000000000000000" not in open("/proc/self/status").read())
+        _try("uid 0", lambda: os.getuid() == 0 or os.geteuid() == 0)
+        _try("no_new_privs off", lambda: "NoNewPrivs:\\t1" not in open("/proc/self/status").read())
+        _try("mountinfo names the run", lambda: "grading-run" in open("/proc/self/mountinfo").read()
+             or {str(book)!r} in open("/proc/self/mountinfo").read())
+        _try("seed in environment", lambda: "LABSUPPORT_CHECK_SEED" in os.environ
+             or any("class-test" in v for v in os.environ.values()))
+        _try("seed in a process", lambda: any(b"class-test" in open(p, "rb").read()
+                                              for p in glob.glob("/proc/[0-9]*/cmdline") + glob.glob("/proc/[0-9]*/environ")))
+        _try("grader visible", lambda: len(glob.glob("/proc/[0-9]*")) > 12)
+        _try("solutions/", lambda: len(open({repo!r} + "/solutions/03_blending.ipynb").read()) > 0)
+        _try("executed/", lambda: len(glob.glob({str(book)!r} + "/executed/*")) > 0)
+        _try("gradebook readable", lambda: len(open({str(book / "grading-run.json")!r}).read()) > 0)
+        _try("check code", lambda: __import__("importlib.util").util.find_spec("labsupport.check._core") is not None)
+        _try("model answer", lambda: hasattr(check, "MODEL_ANSWER_Q4"))
+    """)
+    out["e03_shm_writer"] = _attack("""
+        def _leave():
+            for folder in ("/dev/shm", "/tmp", os.path.expanduser("~")):
+                with open(os.path.join(folder, "labsupport-note"), "w") as fh:
+                    fh.write("the answer")
+            return False  # writing its own private folders is allowed; being read by a classmate is not
+        _try("leave a note", _leave)
+    """)
+    out["e04_shm_reader"] = _attack("""
+        _try("/dev/shm shared", lambda: os.path.exists("/dev/shm/labsupport-note"))
+        _try("/tmp shared", lambda: os.path.exists("/tmp/labsupport-note"))
+    """)
+    out["e05_sockets"] = _attack(f"""
+        import glob, socket
+
+        def _connect(address):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(2)
+                s.connect(address)
+                return True
+
+        _try("host unix socket", lambda: _connect({SOCKET!r}))
+        _try("abstract socket", lambda: _connect("\\0" + {ABSTRACT!r}))
+        for _p in glob.glob("/run/**", recursive=True) + glob.glob("/var/run/**", recursive=True) + glob.glob("/tmp/*"):
+            if not os.path.isdir(_p):
+                _try(f"socket {{_p}}", lambda: _connect(_p))
+        _try("network", lambda: socket.create_connection(("127.0.0.1", 22), timeout=2) and True)
+    """)
+    out["e06_memory_children"] = _attack("""
+        import subprocess
+
+        def _three_children():  # 3 × 700 MiB: each under a per-process cap, together over the submission's
+            # (each child offers itself to the OOM killer first, so the grade does not depend on
+            # which process the kernel picks: the notebook's own process lives on)
+            code = ("open('/proc/self/oom_score_adj', 'w').write('1000'); b = bytearray(700 << 20); "
+                    "b[::4096] = b'x' * len(b[::4096]); print('ok', flush=True); import time; time.sleep(2)")
+            kids = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                    for _ in range(3)]
+            return sum(b"ok" in k.communicate(timeout=60)[0] for k in kids) == 3
+        _try("3 children x 700 MiB", _three_children)
+    """)
+    out["e07_processes"] = _attack("""
+        def _many(n=300):
+            r, w = os.pipe()
+            started = 0
+            for _ in range(n):
+                try:
+                    pid = os.fork()
+                except OSError:
+                    break
+                if pid == 0:
+                    os.close(w)
+                    os.read(r, 1)   # until the parent closes the pipe
+                    os._exit(0)
+                started += 1
+            os.close(w)
+            os.close(r)
+            for _ in range(started):
+                os.wait()
+            return started >= n
+        _try("300 processes", _many)
+    """)
+    out["e08_disk"] = _attack("""
+        def _fill():
+            total, chunk = 0, b"x" * (8 << 20)
+            for folder in (os.path.expanduser("~"), "/tmp", "/dev/shm"):
+                for i in range(90):
+                    try:
+                        with open(os.path.join(folder, f"fill{i}"), "wb") as fh:
+                            for _ in range(4):
+                                fh.write(chunk)
+                                total += len(chunk)
+                    except OSError:
+                        break
+            for folder in (os.path.expanduser("~"), "/tmp", "/dev/shm"):
+                for i in range(90):
+                    try:
+                        os.unlink(os.path.join(folder, f"fill{i}"))
+                    except OSError:
+                        pass
+            return total >= 720 << 20
+        _try("720 MB of files", _fill)
+    """)
+    return out
+
+
+def build_class(folder: Path, book: Path | None = None) -> dict[str, Expected]:
+    """The class in ``folder``; ``book`` is the gradebook folder the escape attempts aim at."""
     folder = Path(folder)
+    book = Path(book) if book is not None else folder.parent / "book"
     subs: dict[str, tuple[str | bytes, Expected]] = {}
     extra: dict[str, dict[str, str]] = {}
     exp = Expected
@@ -152,7 +332,7 @@ def build_class(folder: Path) -> dict[str, Expected]:
     (pathlib.Path.home() / "sitecustomize.py").write_text("raise SystemExit('vandalised')\\n")
     """
     subs["a09_writes_outside"] = (_Notebook().prepend("q1", vandal).text(),
-                                  exp((0, 0, 0, 0, 0), flags={"q1": "wrote-outside"}))
+                                  exp((0, 0, 0, 0, 0), {"q1": "failed"}, why="its first write fails: read-only"))
     subs["a10_next_untouched"] = (_Notebook().text(), exp((0, 0, 0, 0, 0), {q: "not attempted" for q in QUESTIONS},
                                                          why="graded after the vandal: unharmed"))
 
@@ -194,14 +374,15 @@ def build_class(folder: Path) -> dict[str, Expected]:
 
         def exercise_2(total_tokens, code_tokens, code_weight):
             return {**_found, "b_code_epochs": code_weight * total_tokens / code_tokens}
-        """).text(), exp((1, 1, 1, 0, 1), {"q4": "flagged"}, flags={"q4": "oracle"}))
+        """).text(), exp((1, 1, 1, 0, 1), flags={"q4": "oracle"}, why="the stub check answers nothing"))
 
     subs["a19_reference_function"] = (_all().set("q1", """
         from labsupport.datasets.blending import greedy_step as _library
 
         def greedy_step(weights, counts, step):
             return _library(weights, counts, step)
-        """).text(), exp((0, 1, 1, 1, 1), {"q1": "flagged"}, flags={"q1": "reference"}))
+        """).text(), exp((0, 1, 1, 1, 0), {"q1": "failed"}, flags={"q1": "reference"},
+                         why="the sandbox's copy of the reference raises; the import is flagged too"))
     subs["a20_getframe"] = (_all().set("q2", """
         import sys
 
@@ -233,7 +414,8 @@ def build_class(folder: Path) -> dict[str, Expected]:
             return [w / total_weight * total_tokens / size for w, size in zip(weights, dataset_tokens)]
         """).text(), exp((1, 1, 1, 1, 1)))
     subs["a28_memory_hog"] = (_all().prepend("q1", "_hog = []\nwhile True:\n    _hog.append(bytearray(64 * 2**20))").text(),
-                              exp((0, 1, 1, 1, 0), {"q1": "failed"}, reason={"q1": "greedy_step"}))
+                              exp((0, 1, 1, 1, 0), {"q1": ("failed", "timed out")},
+                                  why="killed at the memory limit, or by the cell limit first on a loaded machine"))
 
     nb = _all()
     for i, cell in enumerate(nb.nb["cells"]):  # new ids everywhere, markers written in and around the answers
@@ -257,6 +439,43 @@ def build_class(folder: Path) -> dict[str, Expected]:
     copy_nb.set("q1", "# my own work\n" + src.replace("# strictly greater", "# greater"))
     subs["a31_near_copy"] = (copy_nb.text(), exp((1, 1, 1, 1, 1), why="listed in similarity.csv with a01_correct"))
 
+    for student, text in _escapes(book, folder / "a01_correct" / NAME).items():
+        slow = student == "e06_memory_children"  # reclaim at the memory limit can outlast the cell limit
+        subs[student] = (text, exp((1, 1, 1, 1, 1), {} if slow else {q: "passed" for q in QUESTIONS},
+                                   why="the attempt fails", if_timed_out=(0, 1, 1, 1, 0) if slow else None))
+
+    subs["e09_reference_in_a_thread"] = (_all().set("q1", """
+        import importlib, inspect, threading
+        _library = importlib.import_module("labsupport.datasets." + "blend" + "ing")
+
+        def greedy_step(weights, counts, step):
+            found = []
+            target = inspect.unwrap(getattr(_library, "greedy" + "_step"))
+            worker = threading.Thread(target=lambda: found.append(target(weights, counts, step)))
+            worker.start()
+            worker.join()
+            return found[0]
+        """).text(), exp((0, 1, 1, 1, 0), {"q1": "failed"}, why="the sandbox's copy has no reference to call"))
+    subs["e10_huge_reply"] = (_all().set("q2", """
+        def epochs(weights, dataset_tokens, total_tokens):
+            return [0] * 4_500_000
+        """).text(), exp((1, 0, 1, 1, 1), {"q2": ("failed", "timed out")},
+                         why="a reply over the value limit is refused (or a loaded machine times out encoding it)"))
+    big = json.loads(_all().text())
+    big["cells"][0].setdefault("outputs", []).append({"output_type": "display_data", "metadata": {},
+                                                       "data": {"image/png": "iVBORw0KGgo" + "A" * (24 << 20)}})
+    subs["e11_notebook_over_20_mb"] = (json.dumps(big), exp((1, 1, 1, 1, 1)))
+    import nbformat
+
+    subs["e12_nbformat_3"] = (nbformat.writes(nbformat.convert(nbformat.reads(_all().text(), as_version=4), 3), version=3),
+                              exp((1, 1, 1, 1, 1), why="upgraded with nbformat"))
+    for i, odd in enumerate(ODD_IDS):
+        subs[odd] = ((_all() if i % 2 == 0 else _Notebook()).text(),
+                     exp((1, 1, 1, 1, 1) if i % 2 == 0 else (0, 0, 0, 0, 0), why="the same student on every run"))
+
+    only = subset()
+    if only is not None:
+        subs = {k: v for k, v in subs.items() if k in only}
     for student, (content, _) in subs.items():
         target = folder / student / NAME
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -274,9 +493,21 @@ def build_class(folder: Path) -> dict[str, Expected]:
 MARKER = REPO_ROOT / "labsupport" / "_adversary_was_here.py"
 
 
+SUBSET_ENV = "LABSUPPORT_CLASS_SUBSET"  # "a01_correct,e01_writes_everywhere,...": grade only these
+
+
+def subset() -> set[str] | None:
+    import os
+
+    raw = os.environ.get(SUBSET_ENV, "").strip()
+    return {s for s in raw.split(",") if s} or None
+
+
 def student_names() -> list[str]:
     """The class list (for test ids), without writing the class anywhere that lasts."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="labsupport-class-") as tmp:
-        return sorted(build_class(Path(tmp)))
+        names = sorted(build_class(Path(tmp)))
+    only = subset()
+    return [n for n in names if only is None or n in only]

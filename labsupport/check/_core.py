@@ -18,7 +18,9 @@ Grading support, used by :mod:`labsupport.workbook.grading`:
   derived from ``$LABSUPPORT_CHECK_SEED``, the chapter and the question when that variable is set
   (tests; the grader sets it from its ``--seed``, which the student never sees);
 * :class:`Sealed` — accepted answers of conceptual questions stored as salted SHA-256 digests, so
-  no answer key can be read from a module the student's kernel imports;
+  the key is not written out in the module; with a few options anyone can recover it by trying them
+  all, so this is a courtesy, not a secret (an open-source course cannot hide such a key; the
+  grader grades the submitted value and never lets the student's process import this module);
 * tiered hints — ``hint=`` takes one text or a sequence of texts: the first failure of a question
   shows the first tier (a nudge), each further failure the next one (up to the formula);
 * :func:`parts` — collect every failing part of a structured answer into one message;
@@ -47,6 +49,9 @@ _FAILURES: Counter = Counter()        # failed attempts per (chapter, question):
 _ATTEMPTS: Counter = Counter()        # every run of a check per (chapter, question)
 _CURRENT: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("labsupport_check", default=None)
 _SINK: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar("labsupport_sink", default=None)
+# set by the grader: the most characters a failure message may show of a value (the length of the
+# largest input the check passed to the learner's code), so a return value cannot smuggle more out
+_ECHO: contextvars.ContextVar[Callable[[], int] | None] = contextvars.ContextVar("labsupport_echo", default=None)
 
 
 class CheckFailed(AssertionError):
@@ -113,7 +118,10 @@ def parts() -> Iterator[Callable[[bool, str], bool]]:
 
 
 def short(value: Any, limit: int = 120) -> str:
-    """repr() cut to ``limit`` characters, for failure messages."""
+    """repr() cut to ``limit`` characters, for failure messages (fewer while grading: see ``echo_limit``)."""
+    cap = _ECHO.get()
+    if cap is not None:
+        limit = max(8, min(limit, cap()))
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -197,6 +205,16 @@ def capture(sink: Callable[[str], None]) -> Iterator[None]:
         yield
     finally:
         _SINK.reset(token)
+
+
+@contextmanager
+def echo_limit(cap: Callable[[], int]) -> Iterator[None]:
+    """While grading: :func:`short` shows at most ``cap()`` characters of any value."""
+    token = _ECHO.set(cap)
+    try:
+        yield
+    finally:
+        _ECHO.reset(token)
 
 
 def _record(result: CheckResult) -> CheckResult:

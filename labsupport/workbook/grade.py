@@ -14,16 +14,23 @@ inputs drawn from the instructor's ``--seed``.  Writes, beside ``--out``:
 * ``executed/STUDENT__chNN.ipynb`` — the rebuilt notebook as it ran (outputs trimmed);
 * ``similarity.csv`` — pairs of students with near-identical answers (normalised code).
 
-Exit status: 0 graded (whatever the grades), 2 bad command line, 130 interrupted (what was
-graded is written).
+The run's header states what this machine enforces on the student's code (isolation, memory,
+processes, disk, time); without an isolating sandbox (bubblewrap) the command refuses to start
+unless ``--no-sandbox`` is given.  One grader at a time writes a gradebook (a lock beside ``--out``).
+
+Exit status: 0 graded (whatever the grades), 1 no sandbox or the gradebook is locked by another
+grader, 2 bad command line, 130 interrupted (what was graded is written).
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import fcntl
 import hashlib
 import io
 import json
+import os
+import re
 import secrets
 import shutil
 import sys
@@ -36,19 +43,37 @@ from pathlib import Path
 from labsupport.fileio import atomic_write
 from labsupport.paths import REPO_ROOT
 from labsupport.workbook.grading.exercise import Chapter, Unreadable, discover, read_submission
-from labsupport.workbook.grading.grader import Graded, Options, _unreadable_rows, close_warm, grade_file, identify
-from labsupport.workbook.grading.sandbox import Limits, sandbox_mode, sandbox_note
+from labsupport.workbook.grading.grader import (SOLUTIONS, Graded, Options, _unreadable_rows, close_warm, grade_file,
+                                                identify, solution_answers)
+from labsupport.workbook.grading.sandbox import Limits, enforcement, sandbox_mode
 from labsupport.workbook.grading.similarity import similar_pairs
+from labsupport.workbook.grading.stubs import hidden_references
 
 FIELDS = ["student", "chapter", "question", "status", "points", "max_points", "reason", "flags", "manual_grading"]
 SUMMARY_FIELDS = ["student", "chapter", "points", "max_points"]
 
 
+_FORMULA = ("=", "+", "-", "@", "\t", "\r", "'")
+# CSI and OSC sequences first (their text goes with them), then any other control character
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
 def neutralise(value: object) -> object:
-    """A CSV cell a spreadsheet will not run as a formula (``=``, ``+``, ``-``, ``@`` …)."""
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+    """A CSV cell a spreadsheet will not run as a formula (``=``, ``+``, ``-``, ``@`` …): a ``'`` in
+    front.  A value that itself starts with ``'`` gets one more, so :func:`restore` is exact."""
+    if isinstance(value, str) and value[:1] in _FORMULA:
         return "'" + value
     return value
+
+
+def restore(value: str) -> str:
+    """The value :func:`neutralise` protected (reading a gradebook back: the same student id)."""
+    return value[1:] if value[:1] == "'" and value[1:2] in _FORMULA else value
+
+
+def plain(text: object) -> str:
+    """``text`` without terminal escape sequences and control characters (what the grader prints)."""
+    return _CONTROL.sub("", str(text))
 
 
 def _csv_text(fields: list[str], rows: list[dict]) -> str:
@@ -61,7 +86,34 @@ def _csv_text(fields: list[str], rows: list[dict]) -> str:
 
 
 def _safe(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)[:80] or "_"
+    """A file name for ``name``: itself where it is short and plain; otherwise a cleaned prefix and
+    ``~`` with a digest of the whole id (no plain name holds ``~``, so distinct ids never share)."""
+    cleaned = "".join(ch if ch.isascii() and (ch.isalnum() or ch in "-_") else "_" for ch in name)
+    if cleaned == name and 0 < len(name) <= 80 and not name.startswith("-"):
+        return name
+    return f"{cleaned[:60].lstrip('-')}~{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
+
+
+class GradebookLocked(RuntimeError):
+    """Another grader is writing the same gradebook."""
+
+
+def lock_gradebook(out: Path):
+    """Hold an exclusive lock on ``OUT.lock`` for this run (released when the process ends)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fh = open(out.with_name(out.name + ".lock"), "a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.seek(0)
+        other = fh.read().strip() or "?"
+        fh.close()
+        raise GradebookLocked(f"{out} is being written by another grader (pid {other})") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(str(os.getpid()))
+    fh.flush()
+    return fh
 
 
 class RepoGuard:
@@ -135,7 +187,7 @@ class Gradebook:
         self.rows: list[dict] = []
         if out.is_file():  # kept until a student is graded again, so an interrupted --regrade loses nothing
             with open(out, newline="", encoding="utf-8") as fh:
-                self.rows = [dict(r) for r in csv.DictReader(fh)]
+                self.rows = [{k: restore(v or "") for k, v in r.items()} for r in csv.DictReader(fh)]
         self.done = set() if regrade else {(r["student"], r["chapter"]) for r in self.rows}
 
     def add(self, graded: Graded) -> None:
@@ -149,9 +201,9 @@ class Gradebook:
         top = sum(r.max_points for r in graded.rows)
         lines = [f"{graded.student} · {graded.chapter or '?'} · {total:g} / {top:g}", ""]
         lines += graded.feedback
-        flagged = [f"{r.question}: {'; '.join(r.flags)}" for r in graded.rows if r.flags]
-        if flagged:
-            lines += ["", "flagged for your instructor:"] + [f"  {f}" for f in flagged]
+        flagged = [r.question for r in graded.rows if r.flags]
+        if flagged:  # which detector fired stays in grades.csv, for the instructor
+            lines += ["", "held for your instructor's review (0 points until then): " + ", ".join(flagged)]
         atomic_write(base / "feedback" / f"{name}.txt", "\n".join(lines) + "\n")
         if graded.executed is not None:
             atomic_write(base / "executed" / f"{name}.ipynb", json.dumps(graded.executed, ensure_ascii=False, indent=1))
@@ -187,8 +239,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--timeout", type=float, default=30, help="seconds per question (default 30)")
     ap.add_argument("--cell-timeout", type=float, default=20, help="seconds per answer cell (default 20)")
     ap.add_argument("--submission-timeout", type=float, default=300, help="seconds per submission (default 300)")
-    ap.add_argument("--memory-mb", type=int, default=3072, help="address-space cap of the student's process "
-                    "(default 3072 MiB)")
+    ap.add_argument("--memory-mb", type=int, default=3072, help="memory of one submission, all its processes "
+                    "together where a cgroup is available (default 3072 MiB; the header says what is enforced)")
+    ap.add_argument("--max-procs", type=int, default=64, help="processes of one submission (default 64)")
+    ap.add_argument("--disk-mb", type=int, default=256, help="size of the submission's private home folder "
+                    "(default 256 MiB; /tmp and /dev/shm get a quarter each)")
+    ap.add_argument("--no-sandbox", action="store_true", help="grade even without isolation (no bubblewrap or no "
+                    "user namespaces): the student's code then runs as your user")
     ap.add_argument("--jobs", type=int, default=1, help="submissions graded in parallel (default 1)")
     ap.add_argument("--regrade", action="store_true", help="grade again submissions already in --out")
     ap.add_argument("--override", action="append", default=[], metavar="STUDENT:CHAPTER:QUESTION",
@@ -197,8 +254,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                     "(default 0.9)")
     ap.add_argument("--exercises", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.jobs < 1 or args.rounds < 1:
-        ap.error("--jobs and --rounds must be at least 1")
+    if args.jobs < 1 or args.rounds < 1 or args.max_procs < 8 or args.disk_mb < 16 or args.memory_mb < 256:
+        ap.error("--jobs and --rounds must be at least 1, --max-procs 8, --disk-mb 16, --memory-mb 256")
     bad = [o for o in args.override if o.count(":") != 2]
     if bad:
         ap.error(f"--override {bad[0]!r}: write STUDENT:CHAPTER:QUESTION, e.g. alice:ch03:q1")
@@ -229,11 +286,25 @@ def _main(argv: list[str] | None = None) -> int:
     seed = args.seed or secrets.token_hex(8)
     options = Options(seed=seed, rounds=args.rounds,
                       limits=Limits(cell_timeout=args.cell_timeout, question_timeout=args.timeout,
-                                    submission_timeout=args.submission_timeout, memory_mb=args.memory_mb),
+                                    submission_timeout=args.submission_timeout, memory_mb=args.memory_mb,
+                                    max_procs=args.max_procs, disk_mb=args.disk_mb),
                       overrides=frozenset(tuple(o.split(":")) for o in args.override),
                       protect=tuple(dict.fromkeys([Path(args.out).resolve().parent] +
                                                   [Path(s).resolve() if Path(s).is_dir() else Path(s).resolve().parent
                                                    for s in args.submissions])))
+    if sandbox_mode() == "none" and not args.no_sandbox:
+        print("error: no sandbox on this machine (bubblewrap missing, or user namespaces disabled): install "
+              "bubblewrap (apt-get install bubblewrap) or pass --no-sandbox to let students' code run as your user",
+              file=sys.stderr)
+        return 1
+    try:
+        lock = lock_gradebook(out)  # noqa: F841 - held until this process ends
+    except GradebookLocked as exc:
+        print(f"error: {exc}: wait for it to finish, or grade into another --out", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"error: cannot create the lock beside {out}: {exc.strerror}: choose a writable --out", file=sys.stderr)
+        return 1
     book = Gradebook(out, chapters, args.regrade)
     todo, skipped = [], 0
     for f in files:
@@ -247,10 +318,10 @@ def _main(argv: list[str] | None = None) -> int:
     for f in todo:
         key = identify(f, forced)
         if key in seen:
-            print(f"grade: {f} and {seen[key]} are both student {key[0]!r}, chapter {key[1]}; the later one counts",
+            print(plain(f"grade: {f} and {seen[key]} are both student {key[0]!r}, chapter {key[1]}; the later one counts"),
                   file=sys.stderr)
         seen[key] = f
-    print(f"grading {len(todo)} submission(s) of chapter(s) {', '.join(sorted({identify(f, forced)[1] or '?' for f in todo}))}"
+    print(f"grading {len(todo)} submission(s) of chapter(s) {', '.join(sorted({plain(identify(f, forced)[1] or '?') for f in todo}))}"
           f"{f' ({skipped} already in {out.name}: --regrade to grade them again)' if skipped else ''}")
     unreadable = []
     for f in todo:  # every file is read and validated before the first one is graded
@@ -261,14 +332,21 @@ def _main(argv: list[str] | None = None) -> int:
     if unreadable:
         print(f"{len(unreadable)} file(s) are not readable notebooks (each gets rows saying why):")
         for line in unreadable[:10]:
-            print(f"  {line}")
-    print(sandbox_note(sandbox_mode()))
+            print(f"  {plain(line)}")
+    enforced = enforcement(options.limits)
+    for line in enforced:
+        print(line)
+    for number in sorted({identify(f, forced)[1] for f in todo if identify(f, forced)[1] in chapters}):
+        kept = hidden_references(chapters[number])[1]
+        if kept:  # the student's copy keeps these: the exercise itself (or the grader's codec) calls them
+            print(f"{chapters[number].key}: kept importable for the exercise: "
+                  + ", ".join(k.replace(":", ".") for k in kept))
     print(f"seed: {'given' if args.seed else 'fresh'} (saved in {out.with_name('grading-run.json').name}) · "
-          f"{args.rounds} round(s) per check · limits {args.timeout:g} s/question, {args.cell_timeout:g} s/cell, "
-          f"{args.memory_mb} MiB")
+          f"{args.rounds} round(s) per check")
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out.with_name("grading-run.json"), json.dumps(
-        {"seed": seed, "rounds": args.rounds, "sandbox": sandbox_mode(), "chapters": sorted(chapters),
+        {"seed": seed, "rounds": args.rounds, "sandbox": sandbox_mode(), "enforced": enforced,
+         "chapters": sorted(chapters),
          "exercises": {n: hashlib.sha256(c.notebook.read_bytes()).hexdigest()[:16] for n, c in chapters.items()}},
         indent=1) + "\n")
     book.write()
@@ -330,18 +408,30 @@ def _main(argv: list[str] | None = None) -> int:
         shutil.rmtree(workroot, ignore_errors=True)
     bar.close()
     elapsed = time.monotonic() - started
+    for key in sorted({ch for _, ch in answers if ch}):  # copying from the official solutions too
+        chapter = next((c for c in chapters.values() if c.key == key), None)
+        official = solution_answers(chapter) if chapter is not None else {}
+        if official:
+            answers[(SOLUTIONS, key)] = official
     pairs = similar_pairs(answers, args.similarity)
-    atomic_write(out.with_name("similarity.csv"), _csv_text(
-        ["chapter", "question", "student_a", "student_b", "similarity", "matching_lines"],
-        [{"chapter": p.chapter, "question": p.question, "student_a": p.student_a, "student_b": p.student_b,
-          "similarity": f"{p.similarity:.3f}", "matching_lines": "\n".join(p.matching_lines)} for p in pairs]))
+    fields = ["chapter", "question", "student_a", "student_b", "similarity", "matching_lines"]
+    rows = [{"chapter": p.chapter, "question": p.question, "student_a": p.student_a, "student_b": p.student_b,
+             "similarity": f"{p.similarity:.3f}", "matching_lines": "\n".join(p.matching_lines)} for p in pairs]
+    similarity = out.with_name("similarity.csv")
+    if similarity.is_file():  # pairs of students not graded in this run stay listed
+        with open(similarity, newline="", encoding="utf-8") as fh:
+            old = [{k: restore(v or "") for k, v in r.items()} for r in csv.DictReader(fh)]
+        fresh = {key for key in answers if key[0] != SOLUTIONS}
+        rows = [r for r in old if (r["student_a"], r["chapter"]) not in fresh
+                and (r["student_b"], r["chapter"]) not in fresh] + rows
+    atomic_write(similarity, _csv_text(fields, rows))
     print(f"graded {done} submission(s) in {elapsed:.1f} s; wrote {out}, {book.summary.name}, feedback/, executed/, "
-          f"similarity.csv ({len(pairs)} similar pair(s))")
+          f"similarity.csv ({len(rows)} similar pair(s))")
     for key in sorted({(r['student'], r['chapter']) for r in book.rows}):
         pts = [r for r in book.rows if (r["student"], r["chapter"]) == key]
         got = sum(float(r["points"] or 0) for r in pts)
         flagged = sum(1 for r in pts if r["flags"])
-        print(f"  {key[0]:<24} {key[1] or '?':<5} {got:g}/{sum(float(r['max_points'] or 0) for r in pts):g}"
+        print(f"  {plain(key[0]):<24} {plain(key[1] or '?'):<5} {got:g}/{sum(float(r['max_points'] or 0) for r in pts):g}"
               + (f"  ({flagged} flagged)" if flagged else ""))
     return 0
 

@@ -3,8 +3,10 @@ student's notebook's say-so.
 
 * :mod:`.exercise` — chapters discovered from ``exercises/`` and ``labsupport/check/``; answer
   cells taken from a submission, the notebook rebuilt from the pristine exercise;
-* :mod:`.sandbox` and :mod:`.worker` — the student's code in its own process, session, folder,
-  limits and (where available) namespaces;
+* :mod:`.sandbox` and :mod:`.worker` — the student's code in a bubblewrap sandbox (uid 65534, no
+  capabilities, own namespaces, read-only file system but a size-limited private home);
+* :mod:`.cgroup` — memory and process limits for the whole submission, where a cgroup can be made;
+* :mod:`.stubs` — the student's copy of ``labsupport``: check stubs, reference functions that raise;
 * :mod:`.codec` — plain data (JSON, numpy bytes) across that boundary, never pickle;
 * :mod:`.grader` — one submission: cells run there, checks run here, rows with reasons and flags;
 * :mod:`.flags` and :mod:`.similarity` — what an honest answer never does; look-alike answers;

@@ -26,7 +26,7 @@ from typing import Any
 from labsupport.paths import REPO_ROOT
 from labsupport.workbook.make_exercises import STUB
 
-MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024
+MAX_NOTEBOOK_BYTES = 256 * 1024 * 1024   # figures make notebooks big; only code cells are kept
 _CHECK_IMPORT = re.compile(r"from\s+labsupport\.check\s+import\s+(ch\w+)\s+as\s+check\b")
 _NAME = re.compile(r"^(\d\d)_")
 
@@ -206,6 +206,8 @@ def read_submission(path: Path) -> list[dict]:
         raise Unreadable(f"not UTF-8 text (byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise Unreadable(f"not JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
+    if isinstance(nb, dict) and (nb.get("nbformat") == 3 or "worksheets" in nb):
+        nb = _upgrade(nb)
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         raise Unreadable("JSON, but not a notebook: no list of cells")
     out = []
@@ -221,6 +223,16 @@ def read_submission(path: Path) -> list[dict]:
         cid = cell.get("id")
         out.append({"index": i, "id": cid if isinstance(cid, str) else None, "source": src})
     return out
+
+
+def _upgrade(nb: dict) -> dict:
+    """An nbformat 3 notebook (``worksheets``, ``input``) as nbformat 4, with nbformat's converter."""
+    import nbformat
+
+    try:
+        return dict(nbformat.convert(nbformat.from_dict(nb), 4))
+    except Exception as exc:  # noqa: BLE001 - whatever the converter rejects is unreadable
+        raise Unreadable(f"an nbformat 3 notebook nbformat cannot upgrade ({type(exc).__name__})") from None
 
 
 def answer_sources(chapter: Chapter, cells: list[dict]) -> tuple[dict[str, str], dict[str, str]]:

@@ -11,8 +11,9 @@ Flags (each scored 0 unless the instructor overrides it):
 * ``signals`` — sends signals to other processes (``os.kill(os.getppid(), …)``): the whole
   submission is flagged.
 
-The worker adds what it sees at run time (a reference function called during a check, checks
-run by the student's code); see :mod:`labsupport.workbook.grading.grader`.
+All of it is read by the grader from the submitted source; nothing runs in the student's process
+(which could lie).  What a static reading misses is made impossible there instead: its copy of
+``labsupport.check`` holds stubs and the question's reference functions raise (:mod:`.stubs`).
 """
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from labsupport.check import _core
+from labsupport.paths import REPO_ROOT
 from labsupport.workbook.grading import codec
 from labsupport.workbook.grading.exercise import (
     Chapter,
@@ -43,6 +44,9 @@ from labsupport.workbook.grading.sandbox import (
 # statuses of a gradebook row (besides the checks' own "passed", "failed", "not attempted")
 MISSING, UNPARSABLE, TIMED_OUT, NOT_RUN, FLAGGED, UNREADABLE, ERROR = (
     "missing", "unparsable", "timed out", "not run", "flagged", "unreadable", "error")
+
+
+FEEDBACK_LINE = 600  # characters of one check line kept in the feedback (messages, never whole values)
 
 
 @dataclass
@@ -113,9 +117,12 @@ class _Remote:
         left = min(self.deadline, s.submission_deadline) - time.monotonic()
         if left <= 0:
             raise WorkerTimeout
+        try:
+            s.echo = max(s.echo, max((len(repr(a)) for a in args), default=0))
+        except Exception:  # noqa: BLE001 - an input without a repr
+            pass
         reply = worker.request({"op": "call", "name": self.name, "question": self.question,
                                 "args": codec.encode(list(args))}, left)
-        s.runtime_refs.setdefault(self.question, set()).update(reply.get("references", []))
         if reply.get("output"):
             s.call_output.setdefault(self.question, []).append(reply["output"])
         for w in reply.get("warnings", []):   # re-emitted here, so a check can expect a warning
@@ -154,12 +161,12 @@ class _Warm:
         self.workdir = Path(tempfile.mkdtemp(prefix="submission-", dir=options.workroot))
         self.worker: Worker | None = None
         try:
-            prepare_folder(self.workdir)
+            prepare_folder(self.workdir, chapter)
             self.library = _manifest(self.workdir / "lib" / "labsupport")
             self.leading = _leading_setup(chapter)
             self.worker = Worker(self.workdir, options.limits, protect=options.protect)
             self.worker.start()
-            self.worker.send({"op": "init", "references": {q.name: q.references for q in chapter.questions}}, 30)
+            self.worker.send({"op": "init"}, 30)
             for pos, _, source in self.leading:
                 self.worker.send({"op": "exec", "cell": pos, "source": source}, 30)
         except BaseException:
@@ -242,9 +249,9 @@ class Session:
         self.cell_output: dict[str, str] = {}
         self.stop_at: int | None = None
         self.stop_reason = ""
-        self.runtime_refs: dict[str, set[str]] = {}
         self.call_output: dict[str, list[str]] = {}
         self.worker: Worker | None = None
+        self.echo = 0   # the largest input (repr characters) passed to the student's code in this question
         self.started = time.monotonic()
         self.submission_deadline = self.started + self.limits.submission_timeout
 
@@ -277,15 +284,14 @@ class Session:
         else:
             self.worker = Worker(self.workdir, self.limits, protect=self.options.protect)
             self.worker.start()
-            refs = {q.name: q.references for q in self.chapter.questions}
             try:
-                self.worker.request({"op": "init", "references": refs}, max(self.limits.cell_timeout, 30))
+                self.worker.request({"op": "init"}, max(self.limits.cell_timeout, 30))
             except (WorkerTimeout, WorkerDied):
                 return False
         for pos, cell, source in self.program[done:]:
             if self.stop_at is not None and pos >= self.stop_at:
                 break
-            if self.state.get(cell.id, "").startswith(("timeout", "died")):
+            if self.state.get(cell.id, "").startswith(("timeout", "died", "memory")):
                 continue
             left = min(self.limits.cell_timeout if cell.kind == "answer" else max(self.limits.cell_timeout, 60),
                        self.submission_deadline - time.monotonic())
@@ -295,6 +301,10 @@ class Session:
                 self.state[cell.id] = f"timeout: cell {pos} ran past its {self.limits.cell_timeout:g} s limit"
                 return False
             except WorkerDied:
+                if self.worker.out_of_memory:  # like a time-out: that cell failed, the notebook goes on
+                    self.state[cell.id] = (f"memory: cell {pos} used more than the submission's "
+                                           f"{self.limits.memory_mb} MiB")
+                    return False
                 self.state[cell.id] = "died"
                 self.stop_at, self.stop_reason = pos, f"cell {pos} ended the student's process"
                 return False
@@ -329,21 +339,19 @@ class Session:
             row.status, row.reason = UNPARSABLE, next(self.syntax[c] for c in q.cells if c in self.syntax)
         elif any(self.state.get(c, "").startswith("timeout") for c in q.cells):
             row.status, row.reason = TIMED_OUT, next(self.state[c] for c in q.cells if c in self.state)
+        elif any(self.state.get(c, "").startswith("memory") for c in q.cells):
+            row.status, row.reason = "failed", next(self.state[c] for c in q.cells if c in self.state)
         elif self.stop_at is not None and any(self.position(c) >= self.stop_at for c in q.cells):
             row.status, row.reason = NOT_RUN, f"not reached: {self.stop_reason}"
         elif time.monotonic() >= self.submission_deadline:
             row.status, row.reason = TIMED_OUT, f"the submission ran past its {self.limits.submission_timeout:g} s limit"
         else:
             self._run_check(q, row, feedback)
-        if row.status in (MISSING, UNPARSABLE, TIMED_OUT, NOT_RUN):
+        if row.status in (MISSING, UNPARSABLE, TIMED_OUT, NOT_RUN) or row.reason.startswith("memory:"):
             feedback.append(f"{q.name} {row.status} — {row.reason}")
         for cid in q.cells:
             if cid in self.answers:
                 row.flags += [f for f in static_flags(self.answers[cid], q.references) if f not in row.flags]
-        for spec in sorted(self.runtime_refs.get(q.name, ())):
-            flag = f"reference: called {spec.replace(':', '.')} while being checked"
-            if flag not in row.flags:
-                row.flags.append(flag)
         return row
 
     def _run_check(self, q: Question, row: Row, feedback: list[str]) -> None:
@@ -358,12 +366,13 @@ class Session:
         lines: list[str] = []
         saved = os.environ.get(_core.SEED_ENV)
         result = None
+        self.echo = 0
         try:
             for r in range(max(1, self.options.rounds)):
                 os.environ[_core.SEED_ENV] = f"{self.options.seed}:{r}"
                 _core._FAILURES.clear()
                 round_lines: list[str] = []
-                with _core.capture(round_lines.append):
+                with _core.capture(round_lines.append), _core.echo_limit(lambda: max(self.echo, 8)):
                     result = fn(*proxies)
                 if r == 0 or not result.passed:
                     lines += round_lines
@@ -381,7 +390,7 @@ class Session:
                 os.environ.pop(_core.SEED_ENV, None)
             else:
                 os.environ[_core.SEED_ENV] = saved
-        feedback.extend(lines)
+        feedback.extend(line if len(line) <= FEEDBACK_LINE else line[:FEEDBACK_LINE - 1] + "…" for line in lines)
         row.status, row.reason = result.status, result.message
         row.points = result.points if result.passed else 0.0
         row.manual = dict(result.manual)
@@ -447,7 +456,7 @@ def grade_file(path: Path, chapters: dict[str, Chapter], options: Options, force
     _core.reset()
     try:
         if warm is None:
-            prepare_folder(workdir)
+            prepare_folder(workdir, chapter)
         library = warm.library if warm else _manifest(workdir / "lib" / "labsupport")  # its copy, as handed over
         session = Session(chapter, answers, options, workdir, warm)
         try:
@@ -458,15 +467,6 @@ def grade_file(path: Path, chapters: dict[str, Chapter], options: Options, force
             _prewarm(chapter, options)  # ... and start the next one's while this one is graded
         for q in chapter.questions:
             rows.append(session.grade(q, student, feedback))
-        oracle: dict[str, int] = {}
-        try:
-            if session.worker is not None and session.worker.alive:
-                oracle = session.worker.request({"op": "stats"}, 10).get("oracle", {})
-        except (WorkerTimeout, WorkerDied):
-            pass
-        for row in rows:  # one run is the notebook's own check line left in an answer cell
-            if oracle.get(row.question, 0) > 1:
-                row.flags.append(f"oracle: the student's code ran check.{row.question} {oracle[row.question]} times")
         now = _manifest(workdir / "lib" / "labsupport")
         changed = sorted(k for k in set(now) | set(library) if now.get(k) != library.get(k))
         if changed:
@@ -492,6 +492,20 @@ def grade_file(path: Path, chapters: dict[str, Chapter], options: Options, force
     answers.pop(IMPORTS, None)
     graded.executed = _executed(chapter, answers, session, feedback) if session is not None else None
     return graded
+
+
+SOLUTIONS = "solutions/"  # the official answers' name in similarity.csv (no student id holds a "/")
+
+
+def solution_answers(chapter: Chapter) -> dict[str, str]:
+    """``{question: answer source}`` of ``solutions/NN_topic.ipynb`` (empty when there is none)."""
+    path = REPO_ROOT / "solutions" / chapter.notebook.name
+    try:
+        cells = read_submission(path)
+    except Unreadable:
+        return {}
+    answers, _ = answer_sources(chapter, cells)
+    return {q.name: "\n\n".join(answers[c] for c in q.cells if c in answers) for q in chapter.questions}
 
 
 def _executed(chapter: Chapter, answers: dict[str, str], session: "Session", feedback: list[str]) -> dict:

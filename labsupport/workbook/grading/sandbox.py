@@ -1,14 +1,22 @@
 """Starting and talking to a student's worker process (the grader's side of the boundary).
 
-Each worker runs ``python -I`` in its own session and working folder, with limits set by
-``resource.setrlimit`` (address space, file size, CPU time, no core dumps), a scrubbed
-environment (no ``$LABSUPPORT_CHECK_SEED``, ``HOME`` and ``TMPDIR`` inside its folder) and its
-own copy of the ``labsupport`` package and data, so nothing it writes reaches the repository,
-the next submission or the gradebook.  Where the kernel allows unprivileged namespaces
-(util-linux ``unshare``), the worker also gets its own PID and network namespaces: it cannot see
-or signal the grader and has no network.  ``bwrap``, when installed, is used instead and also
-makes the whole file system read-only except the worker's folder.  :func:`sandbox_mode` says
-which one a run uses (the grader prints it in its header).
+The student's code runs in ``python -I`` inside a bubblewrap (``bwrap``) sandbox:
+
+* its own user namespace, mapped to uid/gid 65534 (``nobody``), every capability dropped
+  (``--cap-drop ALL``, also when the grader is root), ``no_new_privs``, no further user namespaces;
+* its own mount, PID, IPC, UTS, cgroup and network namespaces: it cannot see or signal the grader,
+  has no network and no host socket (abstract or in ``/tmp``/``/run``);
+* a file system of its own: ``/usr``, a few files of ``/etc``, the Python environment and the
+  submission's private copy of ``labsupport`` (checks replaced by stubs), all read-only; a
+  size-limited tmpfs as its home, ``/tmp`` and ``/dev/shm``.  The repository, ``solutions/``,
+  the gradebook, other submissions and the run's seed are not in it at all;
+* per submission, not per process, where a cgroup can be made (:mod:`.cgroup`): memory and number
+  of processes; otherwise the number of processes of its user namespace (``RLIMIT_NPROC``) and a
+  per-process address-space limit; always a file-size limit, CPU time and the grader's wall clocks.
+
+Without bwrap (``$LABSUPPORT_GRADE_SANDBOX=none``, or no user namespaces) a worker still gets its
+own session, folder and limits, but runs as the grader's user: the command refuses that unless the
+instructor passes ``--no-sandbox``.  :func:`enforcement` says exactly what a run enforces.
 """
 from __future__ import annotations
 
@@ -28,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from labsupport.paths import REPO_ROOT
+from labsupport.workbook.grading import cgroup
 
 _HEADER = struct.Struct("<Q")
 _BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
@@ -35,18 +44,29 @@ _BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
 # without namespaces, a go-between parent: the student's os.getppid() is this process, not the grader
 _NANNY = "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:], close_fds=False))"
 SANDBOX_ENV = "LABSUPPORT_GRADE_SANDBOX"
+SANDBOX_UID = 65534
+INSIDE = Path("/grading")            # inside the sandbox: lib/ (read-only) and home/ (tmpfs)
+_ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "nsswitch.conf", "passwd", "group",
+        "hosts", "fonts", "ssl", "mime.types", "alternatives", "matplotlibrc")
+# CUDA builds of torch map about 3.2 GB of address space at import (measured: torch 2.13.0+cu130,
+# VmPeak 3 202 580 kB, resident 0.5 GB); an address-space limit (used only where no memory cgroup
+# is available) leaves room for that on top of --memory-mb
+CUDA_ADDRESS_SLACK_MB = 4096
 
 
 @dataclass
 class Limits:
-    """Per-submission limits (seconds, MiB, bytes)."""
+    """Per-submission limits (seconds, MiB, bytes, processes)."""
 
     cell_timeout: float = 20.0
     question_timeout: float = 30.0
     submission_timeout: float = 300.0
     memory_mb: int = 3072
     file_mb: int = 64
-    reply_bytes: int = 256 * 1024 * 1024
+    disk_mb: int = 256              # the tmpfs home; /tmp and /dev/shm get a quarter each
+    max_procs: int = 64
+    reply_bytes: int = 64 * 1024 * 1024
+    reply_values: int = 4_000_000   # JSON values in one reply (bounds the grader's memory decoding it)
 
 
 class WorkerTimeout(BaseException):
@@ -63,91 +83,122 @@ class LearnerError(Exception):
 
 def _probe(cmd: list[str]) -> bool:
     try:
-        return subprocess.run(cmd + ["true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        return subprocess.run(cmd + ["/usr/bin/true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, timeout=20).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
 
 
-_UNSHARE = ["--user", "--map-root-user", "--pid", "--net", "--fork", "--kill-child", "--mount-proc"]
-# inside the namespaces: the protected folders become read-only bind mounts, the worker's own
-# folder stays writable, then the worker starts (a failed remount is logged, not fatal)
-_MOUNTS = r"""
-IFS=:
-for p in $LABSUPPORT_RO; do
-  [ -d "$p" ] || continue
-  mount --bind "$p" "$p" && mount -o remount,bind,ro "$p" || echo "grading sandbox: could not make $p read-only" >&2
-done
-mount --bind "$LABSUPPORT_RW" "$LABSUPPORT_RW" && mount -o remount,bind,rw "$LABSUPPORT_RW" || echo "grading sandbox: $LABSUPPORT_RW stays as it is" >&2
-unset LABSUPPORT_RO LABSUPPORT_RW IFS
-"$@"
-"""
-# (not `exec`: this shell stays the namespace's init, the worker's parent, which a signal from
-# inside the namespace cannot kill — os.kill(os.getppid(), SIGKILL) does nothing, deterministically)
-
-
-@functools.lru_cache(maxsize=None)
-def sandbox_mode() -> str:
-    """``"bwrap"``, ``"unshare"`` or ``"none"`` (``$LABSUPPORT_GRADE_SANDBOX`` forces one)."""
-    forced = os.environ.get(SANDBOX_ENV, "").strip().lower()
-    if forced == "none":
-        return "none"
-    bwrap, unshare = shutil.which("bwrap"), shutil.which("unshare")
-    if forced in ("", "bwrap") and bwrap and _probe([bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-                                                      "--unshare-all", "--die-with-parent", "--"]):
-        return "bwrap"
-    if forced in ("", "unshare") and unshare and _probe([unshare, *_UNSHARE, "sh", "-c",
-                                                        "mount --bind / /mnt 2>/dev/null || mount --bind /tmp /tmp; exec \"$@\"",
-                                                        "sh"]):
-        return "unshare"
-    return "none"
-
-
-def sandbox_note(mode: str | None = None) -> str:
-    mode = mode or sandbox_mode()
-    return {
-        "bwrap": "sandbox: bwrap — read-only file system except the worker's folder, own PID and network namespaces",
-        "unshare": "sandbox: unshare — own PID, network and mount namespaces: cannot see or signal the grader, "
-                   "no network; the repository, the submissions, the gradebook, your home and the other "
-                   "students' folders are read-only to it",
-        "none": "sandbox: NONE available (no bwrap, no unprivileged unshare) — student code runs as your user "
-                "with limits, its own session and folder, but could reach your files and processes; grade on "
-                "a machine or account you can spare, or install bubblewrap",
-    }[mode]
-
-
-def _needed_under_tmp() -> list[str]:
-    """The interpreter, its virtualenv and the repository, where they lie under /tmp (outermost only)."""
-    tmp = Path("/tmp").resolve()
+def _python_roots() -> list[str]:
+    """The folders the interpreter and its packages need (read-only in the sandbox), outermost only,
+    never the repository itself (a checkout's .venv inside it is fine)."""
+    repo = REPO_ROOT.resolve()
     found: list[Path] = []
-    for raw in (sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)), REPO_ROOT):
+    for raw in (sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+                *[p for p in sys.path if p and "site-packages" in p]):
         path = Path(raw).resolve()
-        if path != tmp and tmp in path.parents:
-            found.append(path)
+        if not path.is_dir() or path == repo or (repo in path.parents and ".venv" not in path.relative_to(repo).parts[:1]):
+            continue
+        found.append(path)
     outer = [p for p in found if not any(q != p and q in p.parents for q in found)]
     return sorted({str(p) for p in outer})
 
 
-def _prefix(mode: str, workdir: Path) -> list[str]:
+def bwrap_args(lib: Path, limits: Limits) -> list[str]:
+    """The bwrap command line (up to ``--``) for one worker whose private library is ``lib``."""
+    args = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID),
+            "--gid", str(SANDBOX_UID), "--cap-drop", "ALL", "--disable-userns", "--die-with-parent",
+            "--new-session", "--hostname", "grading", "--ro-bind", "/usr", "/usr"]
+    for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        p = Path("/") / top
+        if p.is_symlink():
+            args += ["--symlink", os.readlink(p), str(p)]
+        elif p.is_dir():
+            args += ["--ro-bind", str(p), str(p)]
+    for name in _ETC:
+        if (Path("/etc") / name).exists():
+            args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    for root in _python_roots():
+        args += ["--ro-bind", root, root]
+    disk = limits.disk_mb * 1024 * 1024
+    args += ["--dev", "/dev", "--proc", "/proc",
+             "--size", str(disk // 4), "--tmpfs", "/tmp", "--size", str(disk // 4), "--tmpfs", "/dev/shm",
+             "--size", str(disk), "--tmpfs", str(INSIDE / "home"),
+             "--ro-bind", str(lib), str(INSIDE / "lib"), "--remount-ro", "/", "--chdir", str(INSIDE / "home"), "--"]
+    return args
+
+
+@functools.lru_cache(maxsize=None)
+def sandbox_mode() -> str:
+    """``"bwrap"`` or ``"none"`` (``$LABSUPPORT_GRADE_SANDBOX=none`` forces none)."""
+    if os.environ.get(SANDBOX_ENV, "").strip().lower() == "none" or not shutil.which("bwrap"):
+        return "none"
+    probe = Path(sys.prefix)  # any readable folder stands in for the library
+    return "bwrap" if _probe(bwrap_args(probe, Limits())) else "none"
+
+
+def _cuda_torch() -> bool:
+    """Is the torch this interpreter would import a CUDA build (big address-space mappings)?"""
+    for root in sys.path:
+        if root and "site-packages" in root and (Path(root) / "nvidia").is_dir() and (Path(root) / "torch").is_dir():
+            return True
+    return False
+
+
+def enforcement(limits: Limits | None = None, mode: str | None = None) -> list[str]:
+    """What this machine enforces on the student's code, one line each (the run's header)."""
+    limits, mode = limits or Limits(), mode or sandbox_mode()
+    groups = cgroup.available()
+    lines = []
     if mode == "bwrap":
-        # /tmp becomes an empty tmpfs; what the worker needs from it (a checkout or a virtualenv that
-        # lives under /tmp, e.g. a CI clone) is mounted back read-only on top, the worker's folder writable
-        keep = []
-        for path in _needed_under_tmp():
-            keep += ["--ro-bind", path, path]
-        return [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-                "--tmpfs", "/tmp", *keep, "--bind", str(workdir), str(workdir), "--unshare-all", "--die-with-parent",
-                "--new-session", "--chdir", str(workdir / "home"), "--"]
-    if mode == "unshare":
-        return [shutil.which("unshare") or "unshare", *_UNSHARE, "sh", "-c", _MOUNTS, "sh"]
-    return [sys.executable, "-I", "-c", _NANNY]
+        lines.append(f"isolation: bwrap — uid {SANDBOX_UID} in its own user namespace, no capabilities, no_new_privs, "
+                     "no nested user namespaces; own mount/PID/IPC/UTS/network namespaces (no network, no host sockets); "
+                     "sees /usr, the Python environment and its own read-only copy of labsupport (no check code, no "
+                     "answer keys), never the repository, solutions/, the gradebook, other submissions or the seed")
+        lines.append(f"disk: {limits.disk_mb} MiB tmpfs home, {limits.disk_mb // 4} MiB /tmp, "
+                     f"{limits.disk_mb // 4} MiB /dev/shm (private), {limits.file_mb} MiB per file")
+    else:
+        lines.append("isolation: NONE (--no-sandbox) — the student's code runs as your user, with its own session, "
+                     "folder and limits, but could read or change whatever your user can (your files, the "
+                     "gradebook, solutions/), reach the network and see your processes")
+        lines.append(f"disk: not limited (only {limits.file_mb} MiB per file)")
+    if "memory" in groups:
+        lines.append(f"memory: {limits.memory_mb} MiB for the whole submission (cgroup v{groups['version']})")
+    else:
+        slack = CUDA_ADDRESS_SLACK_MB if _cuda_torch() else 0
+        lines.append(f"memory: NOT per submission (no writable cgroup) — {limits.memory_mb + slack} MiB of address "
+                     f"space per process" + (" (--memory-mb + room for CUDA torch's mappings)" if slack else ""))
+    if "pids" in groups:
+        lines.append(f"processes: {limits.max_procs} for the whole submission (cgroup v{groups['version']})")
+    elif mode == "bwrap" and os.geteuid() != 0:
+        lines.append(f"processes: {limits.max_procs} in the submission's user namespace (RLIMIT_NPROC)")
+    else:
+        lines.append("processes: NOT limited (no writable cgroup" + (", and RLIMIT_NPROC does not bind root)" if
+                                                                   os.geteuid() == 0 else ")"))
+    lines.append(f"time: {limits.cell_timeout:g} s per answer cell, {limits.question_timeout:g} s per question, "
+                 f"{limits.submission_timeout:g} s per submission (wall clock), CPU time "
+                 f"{int(limits.submission_timeout) + 30} s")
+    return lines
 
 
-def prepare_folder(workdir: Path) -> Path:
-    """Give ``workdir`` a private copy of ``labsupport`` and its data (``lib/``) and an empty home."""
+def sandbox_note(mode: str | None = None) -> str:
+    return enforcement(mode=mode)[0]
+
+
+def prepare_folder(workdir: Path, chapter: Any = None) -> Path:
+    """Give ``workdir`` the student's private ``labsupport`` and data (``lib/``) and an empty home.
+
+    The copy holds no check code: ``labsupport/check`` becomes stubs carrying only the option lists
+    the exercise prints, and the reference functions of ``chapter``'s questions raise instead of
+    answering, except those its setup cells call (:mod:`.stubs`)."""
+    from labsupport.workbook.grading.stubs import hidden_references, strip_references, write_check_stubs
+
     lib = workdir / "lib"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(REPO_ROOT / "labsupport", lib / "labsupport", ignore=ignore)
+    write_check_stubs(lib / "labsupport" / "check")
+    if chapter is not None:
+        strip_references(lib, hidden_references(chapter)[0])
     for extra in ("data", "configs"):
         if (REPO_ROOT / extra).is_dir():
             shutil.copytree(REPO_ROOT / extra, lib / extra, ignore=ignore)
@@ -161,41 +212,60 @@ class Worker:
     def __init__(self, workdir: Path, limits: Limits, mode: str | None = None, protect: tuple[Path, ...] = ()):
         self.workdir, self.limits, self.mode = Path(workdir), limits, mode or sandbox_mode()
         self.protect = tuple(Path(p) for p in protect)
+        self.group: cgroup.Group | None = None
+        self.out_of_memory = False   # the kernel killed one of its processes at the submission's memory limit
         self.proc: subprocess.Popen | None = None
         self._to = self._from = -1
 
     # ------------------------------------------------------------------
     def start(self) -> None:
-        home = self.workdir / "home"
+        """Start the student's process (its cgroup first, where one can be made)."""
+        sandboxed = self.mode == "bwrap"
+        home = (INSIDE / "home") if sandboxed else self.workdir / "home"
+        lib = (INSIDE / "lib") if sandboxed else self.workdir / "lib"
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "TMPDIR": str(home / "tmp"),
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "TMPDIR": "/tmp" if sandboxed else str(home / "tmp"),
                "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "LABSUPPORT_HEADLESS": "1", "PYTHONHASHSEED": "0",
                "MPLBACKEND": "Agg", "LABSUPPORT_WORK": str(home / "work"), "OMP_NUM_THREADS": "1",
                "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
-               "CUDA_VISIBLE_DEVICES": ""}
-        if self.mode == "unshare":
-            ro = [REPO_ROOT, Path.home(), self.workdir.parent, *self.protect]
-            env["LABSUPPORT_RO"] = ":".join(dict.fromkeys(str(Path(p).resolve()) for p in ro if ":" not in str(p)))
-            env["LABSUPPORT_RW"] = str(self.workdir.resolve())
+               "CUDA_VISIBLE_DEVICES": "", "LABSUPPORT_GRADE_NPROC": str(self.limits.max_procs)}
         limits = self.limits
+        self.group = None
+        if cgroup.available():
+            try:
+                self.group = cgroup.Group(limits.memory_mb * 1024 * 1024, limits.max_procs)
+            except OSError:
+                self.group = None
+        group = self.group
+        per_submission_memory = group is not None and group.memory
+        slack = CUDA_ADDRESS_SLACK_MB if _cuda_torch() else 0
 
         def set_limits() -> None:  # runs in the child before exec: inherited by everything it starts
-            mem = limits.memory_mb * 1024 * 1024
-            resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+            if group is not None:
+                group.join()
+            if not per_submission_memory:
+                mem = (limits.memory_mb + slack) * 1024 * 1024
+                resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
             size = limits.file_mb * 1024 * 1024
             resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
             cpu = int(limits.submission_timeout) + 30
             resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
 
-        cmd = _prefix(self.mode, self.workdir) + [sys.executable, "-I", "-c", _BOOT, str(self.workdir / "lib"),
-                                                  str(req_r), str(resp_w)]
+        prefix = bwrap_args(self.workdir / "lib", limits) if sandboxed else [sys.executable, "-I", "-c", _NANNY]
+        cmd = prefix + [sys.executable, "-I", "-c", _BOOT, str(lib), str(req_r), str(resp_w)]
         log = open(self.workdir / "worker.log", "ab")
         try:
-            self.proc = subprocess.Popen(cmd, cwd=home, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, pass_fds=(req_r, resp_w),
-                                         start_new_session=True, preexec_fn=set_limits)
+            self.proc = subprocess.Popen(cmd, cwd=self.workdir if sandboxed else home, env=env,
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         pass_fds=(req_r, resp_w), start_new_session=True, preexec_fn=set_limits)
+        except BaseException:
+            os.close(req_w)
+            os.close(resp_r)
+            if group is not None:
+                group.kill()
+            raise
         finally:
             log.close()
             os.close(req_r)
@@ -218,6 +288,10 @@ class Worker:
             except subprocess.TimeoutExpired:
                 pass
             self.proc = None
+        if getattr(self, "group", None) is not None:
+            self.out_of_memory = self.out_of_memory or self.group.oom_kills() > 0
+            self.group.kill()
+            self.group = None
         for fd in (self._to, self._from):
             if fd >= 0:
                 try:
@@ -248,7 +322,13 @@ class Worker:
         if size > self.limits.reply_bytes:
             self.kill()
             raise WorkerDied(f"the reply of the student's code is {size} bytes (limit {self.limits.reply_bytes})")
-        return json.loads(self._read(size, deadline))
+        data = self._read(size, deadline)
+        # each JSON value costs the grader ~100 bytes decoded: count them before decoding
+        values = data.count(b",") + data.count(b"[") + data.count(b"{")
+        if values > self.limits.reply_values:
+            self.kill()
+            raise WorkerDied(f"the reply of the student's code holds over {self.limits.reply_values} values")
+        return json.loads(data)
 
     def _wait(self, fd: int, deadline: float, write: bool) -> None:
         left = deadline - time.monotonic()

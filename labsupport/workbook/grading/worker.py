@@ -9,9 +9,11 @@ pickle):
   notebook, answer cells from the submission) in the notebook's namespace;
 * ``call``  — call one of the student's functions with plain-data arguments and send back the
   plain-data result (and the arguments as the function left them);
-* ``stats`` — how often the student's code ran a ``labsupport.check`` check (an oracle).
+* ``init``  — nothing to set up (kept so the grader knows the process is ready).
 
-The checks themselves never run here: the grader runs them and calls into this process.
+The checks themselves never run here: the grader runs them and calls into this process, and this
+process's copy of ``labsupport.check`` holds stubs only.  Nothing this process says is trusted
+beyond "your function returned this value": detection (flags, similarity) happens in the grader.
 """
 from __future__ import annotations
 
@@ -24,7 +26,6 @@ import struct
 import sys
 import traceback
 import warnings
-from collections import Counter
 from typing import Any
 
 _HEADER = struct.Struct("<Q")
@@ -102,44 +103,22 @@ def _raised(exc: BaseException) -> dict:
             "where": _where(exc.__traceback__), "not_implemented": not_implemented}
 
 
-def _resolve(spec: str):
-    """``"package.module:Qual.name"`` → the code object of that function (or None)."""
-    import importlib
-    import inspect
-
-    module, _, qual = spec.partition(":")
-    try:
-        obj: Any = importlib.import_module(module)
-        for part in qual.split("."):
-            obj = getattr(obj, part)
-        obj = inspect.unwrap(obj)
-        return getattr(obj, "__code__", None)
-    except Exception:  # noqa: BLE001 - a reference that does not resolve is simply not watched
-        return None
-
-
 def main() -> None:
     req_fd, resp_fd = int(sys.argv[2]), int(sys.argv[3])
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversized file write fails, it does not kill
     from labsupport.workbook.grading import codec
 
+    nproc = int(os.environ.pop("LABSUPPORT_GRADE_NPROC", "0") or 0)
+    if nproc > 0:  # counted in this sandbox's user namespace; the hard limit cannot be raised again
+        try:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+        except (ValueError, OSError):
+            pass
     stream = CappedStream()
     sys.stdout = sys.stderr = stream
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
-    oracle: Counter = Counter()
-    try:  # count every check the student's own code runs (the grader never runs one here)
-        from labsupport.check import _core
-
-        original_record = _core._record
-
-        def counting_record(result):
-            oracle[result.question] += 1
-            return original_record(result)
-
-        _core._record = counting_record
-    except Exception:  # noqa: BLE001 - no check module: nothing to count
-        pass
-    references: dict[str, dict[Any, str]] = {}
     while True:
         try:
             (size,) = _HEADER.unpack(_read_exact(req_fd, _HEADER.size))
@@ -149,13 +128,6 @@ def main() -> None:
         op = request.get("op")
         reply: dict[str, Any]
         if op == "init":
-            for question, specs in request.get("references", {}).items():
-                codes = {}
-                for spec in specs:
-                    code = _resolve(spec)
-                    if code is not None:
-                        codes[code] = spec
-                references[question] = codes
             reply = {"ok": True}
         elif op == "exec":
             reply = {"ok": True}
@@ -170,26 +142,15 @@ def main() -> None:
             reply["output"] = stream.take()
         elif op == "call":
             name = request["name"]
-            hits: set[str] = set()
-            watched = references.get(request.get("question", ""), {})
             try:
                 fn = namespace.get(name)
                 if not callable(fn):
                     raise NameError(f"name {name!r} is not defined (or not a function) after running your cells")
                 args = codec.decode(request["args"])
 
-                def profile(frame, event, arg):
-                    if event == "call" and frame.f_code in watched:
-                        hits.add(watched[frame.f_code])
-
-                if watched:
-                    sys.setprofile(profile)
                 with warnings.catch_warnings(record=True) as caught:  # carried to the check, which may expect one
                     warnings.simplefilter("always")
-                    try:
-                        result = fn(*args)
-                    finally:
-                        sys.setprofile(None)
+                    result = fn(*args)
                 payload = {"result": codec.encode(result), "args": codec.encode(list(args))}
                 reply = {"ok": True, **payload}
             except BaseException as exc:  # noqa: BLE001 - reported to the grader, which re-raises it
@@ -197,10 +158,7 @@ def main() -> None:
                 caught = []
             reply["warnings"] = [{"category": w.category.__name__, "message": str(w.message)[:500]}
                                  for w in caught[:20]]
-            reply["references"] = sorted(hits)
             reply["output"] = stream.take()
-        elif op == "stats":
-            reply = {"ok": True, "oracle": dict(oracle)}
         else:
             reply = {"ok": False, "error": f"unknown request {op!r}"}
         try:
