@@ -26,6 +26,7 @@ single file is the whole checkpoint and loads on any number of ranks (DP 2 → 1
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import random
 import re
@@ -168,8 +169,10 @@ def save_checkpoint(directory: str | os.PathLike, *, step: int, consumed_samples
     }
     state["content_sha256"] = content_digest(state)
     path = folder / checkpoint_name(step, consumed_samples)
+    buffer = io.BytesIO()  # serialised first: a full disk is then a plain OSError from write()
+    torch.save(state, buffer)
     with atomic_open(path, "wb") as fh:
-        torch.save(state, fh)
+        fh.write(buffer.getbuffer())
     return path
 
 

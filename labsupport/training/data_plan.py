@@ -119,7 +119,8 @@ def check_plan(saved: dict[str, Any] | None, settings: Any, blend: Any, consumed
     if not allow:
         raise DataPlanError(
             f"{name}: resuming would change the {consumed} samples already trained on (they would come in "
-            f"another order): {what}; resume with the original values (e.g. trainer.max_steps="
-            f"{saved.get('max_steps')}), or accept the new order with +{ALLOW_KEY}=true")
+            f"another order): {what}; keep the values the checkpoint was planned with (trainer.max_steps="
+            f"{saved.get('max_steps')}; plan a longer run from the start to train further), or accept the new "
+            f"order with +{ALLOW_KEY}=true")
     return hasher, (f"warning: {name}: new data plan accepted ({what}); the {consumed} samples already "
                     "trained on are not those this plan puts first, so the run is no longer an exact resume")
