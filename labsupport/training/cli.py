@@ -45,7 +45,19 @@ def _init_distributed(timeout_s: float) -> None:
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+    timeout = datetime.timedelta(seconds=timeout_s)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if "TORCHELASTIC_RESTART_COUNT" not in os.environ:
+        dist.init_process_group(backend, timeout=timeout)
+        return
+    # torchrun keeps its store across restarts: a restarted worker must not find the dead
+    # workers' entries (gloo's and NCCL's connection keys, our heartbeats), so every key of this
+    # attempt lives under its own prefix.
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "False") == "True"
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                          is_master=(rank == 0 and not agent_store), timeout=timeout, wait_for_workers=False)
+    prefixed = dist.PrefixStore(f"labsupport/restart{os.environ['TORCHELASTIC_RESTART_COUNT']}/", store)
+    dist.init_process_group(backend, store=prefixed, rank=rank, world_size=world, timeout=timeout)
 
 
 def _os_error(exc: OSError) -> str:

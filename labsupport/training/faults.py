@@ -190,7 +190,7 @@ class RankHealth:
 
     def __init__(self, store: Any, rank: int, world: int, timeout: float) -> None:
         self.store, self.rank, self.world, self.timeout = store, rank, world, timeout
-        self.prefix = f"labsupport/restart{restart_count()}/beat/"
+        self.prefix = f"labsupport/restart{restart_count()}/beat/"   # also under the group's own prefix
 
     @classmethod
     def create(cls, run: Any) -> "RankHealth | None":
