@@ -99,7 +99,7 @@ def describe_config(cfg: DictConfig) -> list[tuple[str, object, str, str]]:
 
 @dataclass(frozen=True)
 class ParallelLayout:
-    """How the GPUs of a run are divided: world = TP × PP × DP."""
+    """How the GPUs of a run are divided: world = TP × PP × DP (× CP when the config sets it)."""
 
     world_size: int
     tensor_parallel: int
@@ -121,16 +121,23 @@ class ParallelLayout:
 
 
 def parallel_layout(cfg: DictConfig) -> ParallelLayout:
-    """Derive the data-parallel size from trainer.devices × trainer.num_nodes / (TP × PP).
+    """Derive the data-parallel size from trainer.devices × trainer.num_nodes / (TP × PP × CP).
 
-    Megatron-Core's rule (``parallel_state.initialize_model_parallel``): the world size must be
-    divisible by TP × PP (× CP, not used here); DP = world / (TP × PP). Raises ConfigError naming
-    the field when a size is not a positive integer or the world size is not divisible.
+    Megatron-Core's rules (megatron-core 0.16.1), each checked when the config has the key:
+
+    * ``parallel_state.initialize_model_parallel``: the world size divides by TP × PP × CP
+      (``model.context_parallel_size``, default 1); DP = world / (TP × PP × CP);
+    * ``TransformerConfig.__post_init__``: ``model.num_attention_heads`` divides by TP, and
+      ``model.num_query_groups`` (KV heads) is a multiple or a divisor of TP;
+    * ``transformer_block.get_num_layers_to_build``: ``model.num_layers`` divides by PP (the even
+      split; Megatron's uneven first/last-stage options are not modelled here).
+
+    Raises ConfigError naming the field when a size is not a positive integer or a rule fails.
     TP larger than ``trainer.devices`` is legal — the layout says so in ``tp_spans_nodes`` —
     but slow; :func:`labsupport.workbook.orientation.check_layout` warns with the cost.
     """
-    def positive(key: str) -> int:
-        value = OmegaConf.select(cfg, key)
+    def positive(key: str, default: int | None = None) -> int:
+        value = OmegaConf.select(cfg, key, default=default)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigError(f"{key} must be a positive integer, got {value!r}")
         return value
@@ -138,8 +145,31 @@ def parallel_layout(cfg: DictConfig) -> ParallelLayout:
     devices, nodes = positive("trainer.devices"), positive("trainer.num_nodes")
     tp = positive("model.tensor_model_parallel_size")
     pp = positive("model.pipeline_model_parallel_size")
+    cp = positive("model.context_parallel_size", 1)
     world = devices * nodes
-    if world % (tp * pp):
+    if world % (tp * pp * cp):
+        cp_part = " × model.context_parallel_size" if cp > 1 else ""
         raise ConfigError(f"trainer.devices × trainer.num_nodes = {world} GPUs is not divisible by "
-                          f"model.tensor_model_parallel_size × model.pipeline_model_parallel_size = {tp}×{pp}")
-    return ParallelLayout(world, tp, pp, world // (tp * pp), gpus_per_node=devices)
+                          f"model.tensor_model_parallel_size × model.pipeline_model_parallel_size{cp_part} = "
+                          f"{tp}×{pp}" + (f"×{cp}" if cp > 1 else ""))
+    _check_model_rules(cfg, positive, tp, pp)
+    return ParallelLayout(world, tp, pp, world // (tp * pp * cp), gpus_per_node=devices)
+
+
+def _check_model_rules(cfg: DictConfig, positive, tp: int, pp: int) -> None:
+    """Megatron-Core's rules that tie the model's shape to TP and PP (see :func:`parallel_layout`)."""
+    if OmegaConf.select(cfg, "model.num_attention_heads") is not None:
+        heads = positive("model.num_attention_heads")
+        if heads % tp:
+            raise ConfigError(f"model.num_attention_heads = {heads} is not divisible by "
+                              f"model.tensor_model_parallel_size = {tp}: each TP rank holds whole heads")
+    if OmegaConf.select(cfg, "model.num_query_groups") is not None:
+        groups = positive("model.num_query_groups")
+        if groups % tp and tp % groups:
+            raise ConfigError(f"model.num_query_groups = {groups} is neither a multiple nor a divisor of "
+                              f"model.tensor_model_parallel_size = {tp}")
+    if OmegaConf.select(cfg, "model.num_layers") is not None:
+        layers = positive("model.num_layers")
+        if layers % pp:
+            raise ConfigError(f"model.num_layers = {layers} is not divisible by "
+                              f"model.pipeline_model_parallel_size = {pp}: every stage holds the same number of layers")

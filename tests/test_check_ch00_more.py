@@ -13,12 +13,17 @@ def stub(*args):
 
 def test_q2_memory_gb():
     assert check.q2(training_memory_gb).passed
-    gib = lambda n, method: training_memory_gb(n, method) * 1e9 / 2**30
-    twelve_bytes = lambda n, method: n * {"bf16_weights": 2, "full_adam": 12}[method] / 1e9
-    swapped = lambda n, method: training_memory_gb(n, "full_adam" if method == "bf16_weights" else "bf16_weights")
-    hard_coded = lambda n, method: 112.0
-    for wrong in (gib, twelve_bytes, swapped, hard_coded):
+    gib = lambda n, method, dp=1: training_memory_gb(n, method, dp) * 1e9 / 2**30
+    twelve_bytes = lambda n, method, dp=1: n * {"bf16_weights": 2, "megatron_adam": 12,
+                                               "megatron_distopt": 12}[method] / 1e9
+    swapped = lambda n, method, dp=1: training_memory_gb(n, "megatron_adam" if method == "bf16_weights" else "bf16_weights")
+    hard_coded = lambda n, method, dp=1: 112.0
+    no_sharding = lambda n, method, dp=1: training_memory_gb(n, "megatron_adam" if method == "megatron_distopt" else method)
+    for wrong in (gib, twelve_bytes, swapped, hard_coded, no_sharding):
         assert check.q2(wrong).status == "failed"
+    zero_count = lambda n, method, dp=1: n * (2 if method == "bf16_weights" else 16) / 1e9
+    result = check.q2(zero_count)
+    assert result.status == "failed" and "ZeRO's 16 bytes" in result.message
     assert check.q2(stub).status == "not attempted"
 
 

@@ -232,9 +232,10 @@ MISTAKES = [
     # chapter 0
     (ch00.q1, _dp, lambda d, n, t, p: (_dp(d, n, t, p), d // (t * p))[1], "replicas inside ONE node"),
     (ch00.q1, _dp, lambda d, n, t, p: (_dp(d, n, t, p), d * n // t)[1], "divides by TP only"),
-    (ch00.q2, training_memory_gb, lambda n, m: training_memory_gb(n, m) * 1e9, "that is bytes"),
-    (ch00.q2, training_memory_gb, lambda n, m: training_memory_gb(n, m) * 1e9 / 2 ** 30, "that is GiB"),
-    (ch00.q2, training_memory_gb, lambda n, m: n * (12 if m == "full_adam" else 2) / 1e9, "12 bytes per parameter"),
+    (ch00.q2, training_memory_gb, lambda n, m, dp=1: training_memory_gb(n, m, dp) * 1e9, "that is bytes"),
+    (ch00.q2, training_memory_gb, lambda n, m, dp=1: training_memory_gb(n, m, dp) * 1e9 / 2 ** 30, "that is GiB"),
+    (ch00.q2, training_memory_gb, lambda n, m, dp=1: n * (2 if m == "bf16_weights" else 12) / 1e9, "12 bytes per parameter"),
+    (ch00.q2, training_memory_gb, lambda n, m, dp=1: n * (2 if m == "bf16_weights" else 16) / 1e9, "ZeRO's 16 bytes"),
     (ch00.q3, _dp_group, lambda r, tp, pp, dp: [r // tp * tp + t for t in range(tp)], "tensor-parallel group"),
     (ch00.q3, _dp_group, lambda r, tp, pp, dp: [r % (tp * dp) + tp * dp * p for p in range(pp)], "pipeline group"),
     (ch00.q3, _dp_group, lambda r, tp, pp, dp: [d + dp * (r // dp % tp) + dp * tp * (r // (dp * tp)) for d in range(dp)],

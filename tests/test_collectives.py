@@ -134,8 +134,10 @@ def test_training_traffic_bytes():
     cfg = dict(params=8e9, hidden=4096, layers=32, seq_len=4096, micro_batch=1, micro_batches=8, dp=8, tp=4, pp=2)
     rows = C.training_traffic(**cfg)
     by = {(r["parallelism"], r["collective"]): r for r in rows}
-    grads = 8e9 / 8 * 2
+    grads = 8e9 / 8 * 4                     # fp32 gradients: Megatron's default with --bf16
     assert by[("DP", "all_reduce")]["bytes_per_rank"] == pytest.approx(2 * 7 / 8 * grads)
+    bf16 = {(r["parallelism"], r["collective"]): r for r in C.training_traffic(**cfg, grad_bytes=2)}
+    assert bf16[("DP", "all_reduce")]["bytes_per_rank"] == pytest.approx(by[("DP", "all_reduce")]["bytes_per_rank"] / 2)
     act = 4096 * 4096 * 2
     tp_total = by[("TP", "all_gather")]["bytes_per_rank"] + by[("TP", "reduce_scatter")]["bytes_per_rank"]
     # the same as 4 all-reduces per layer and micro-batch without sequence parallelism
@@ -150,8 +152,12 @@ def test_training_traffic_bytes():
     no_sp = {r["stage"]: r for r in C.training_traffic(**cfg, sequence_parallel=False) if r["parallelism"] == "PP"}
     assert no_sp["first"]["bytes_per_rank"] == pytest.approx(8 * act)
     zero = C.training_traffic(**cfg, distributed_optimizer=True)
+    # fp32 gradients reduce-scattered, bf16 parameters all-gathered: 3/4 of the all-reduce's bytes
     assert sum(r["bytes_per_rank"] for r in zero if r["parallelism"].startswith("DP")) == \
-        pytest.approx(by[("DP", "all_reduce")]["bytes_per_rank"])
+        pytest.approx(0.75 * by[("DP", "all_reduce")]["bytes_per_rank"])
+    same = C.training_traffic(**cfg, distributed_optimizer=True, grad_bytes=2)
+    assert sum(r["bytes_per_rank"] for r in same if r["parallelism"].startswith("DP")) == \
+        pytest.approx(by[("DP", "all_reduce")]["bytes_per_rank"] / 2)
     with pytest.raises(ValueError, match="layers .* must divide by pp"):
         C.training_traffic(**{**cfg, "pp": 3})
     assert not [r for r in C.training_traffic(**{**cfg, "pp": 1}) if r["parallelism"] == "PP"]
@@ -391,3 +397,21 @@ def test_ring_figure_draws_every_send_as_an_arrow_in_legible_type():
     sizes = [t.get_fontsize() for ax in fig.axes if ax.get_visible()
              for t in ax.texts + ax.get_xticklabels() + ax.get_yticklabels() + [ax.title]]
     assert min(sizes) >= 8
+
+
+def test_measure_local_add_reports_a_bandwidth_per_size():
+    sizes = [1 << 12, 1 << 16]
+    rates = C.measure_local_add(sizes, reps=2)
+    assert len(rates) == 2 and all(np.isfinite(r) and r > 0 for r in rates)
+
+
+def test_sweep_plot_draws_the_spread_band():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from labsupport.distributed import plots as P
+    sizes = [1024, 4096, 16384]
+    fig = P.plot_allreduce_sweep(sizes, [3e-4, 3.1e-4, 3.5e-4], 2, 1.5e-4, 1e-9,
+                                 spread=([2e-4, 2.5e-4, 3e-4], [5e-4, 4e-4, 9e-4]))
+    assert any("min–max" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
+    plt.close(fig)

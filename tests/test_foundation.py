@@ -85,9 +85,11 @@ def test_tp_across_nodes_is_legal_and_warns_with_its_cost():
         assert orientation.check_layout(cfg) == layout
     message = str(record[0].message)
     cost = orientation.tp_step_cost(cfg, layout)
-    assert cost.internode_s > 3 * cost.nvlink_s and cost.internode_s > cost.compute_s
+    # NCCL's model: the ring leaves each node over its 8 NICs (400 GB/s), 14 µs per network hop
+    assert cost.busbw_GBps == pytest.approx(400.0) and cost.nodes == 2
+    assert cost.nvlink_s < cost.seconds < 2 * cost.nvlink_s
     for part in ("model.tensor_model_parallel_size=16", "trainer.devices=8", "2 nodes",
-                 f"{cost.internode_s:.2f} s", f"{cost.nvlink_s:.2f} s", "450 GB/s", "50 GB/s"):
+                 f"{cost.seconds:.2f} s", f"{cost.nvlink_s:.2f} s", "400 GB/s", "14 µs"):
         assert part in message, (part, message)
 
 
@@ -97,8 +99,10 @@ def test_tp_inside_a_node_does_not_warn(recwarn):
     assert not [w for w in recwarn if issubclass(w.category, orientation.TensorParallelAcrossNodesWarning)]
 
 
-def test_tp_cost_uses_chapter_5s_traffic_table():
+def test_tp_cost_uses_chapter_5s_traffic_table_and_nccls_latencies():
     from labsupport.distributed import collectives as C
+    from labsupport.distributed import nccl_tuning as T
+    from labsupport.distributed.hardware import H100_SXM_NODE
     cfg = cfglib.load_config("gpt_pretrain")
     layout = cfglib.parallel_layout(cfg)
     cost = orientation.tp_step_cost(cfg, layout)
@@ -106,10 +110,35 @@ def test_tp_cost_uses_chapter_5s_traffic_table():
     rows = C.training_traffic(params=12 * L * h * h + 32000 * h, hidden=h, layers=L, seq_len=cfg.data.seq_length,
                               micro_batch=1, micro_batches=8, dp=2, tp=8, pp=2)
     assert cost.tp_bytes_per_rank == sum(r["bytes_per_rank"] for r in rows if r["parallelism"] == "TP")
-    # bandwidth part alone: bytes / link speed; the rest is the α term (2 collectives × ops × (n-1) steps)
-    alpha_part = 2 * 4 * (L // 2) * 8 * 7 * orientation.LINK_ALPHA_S
-    assert cost.nvlink_s == pytest.approx(cost.tp_bytes_per_rank / 450e9 + alpha_part)
-    assert cost.internode_s == pytest.approx(cost.tp_bytes_per_rank / 50e9 + alpha_part)
+    assert cost.tokens_per_step == 8 * 4096 and cost.ops_per_step == 2 * 4 * (L // 2) * 8
+    # one node: bus bytes at one GPU's NVLink, plus NCCL's ring latency 8.4 + 7 × 3.4 µs per call
+    assert cost.bandwidth_s == pytest.approx(cost.tp_bytes_per_rank / (H100_SXM_NODE.nvlink_GBps * 1e9))
+    assert T.ring_latency_us("all_gather", 8, 1) == pytest.approx(8.4 + 7 * 3.4)
+    assert cost.latency_s == pytest.approx(cost.ops_per_step * (8.4 + 7 * 3.4) * 1e-6)
+    assert cost.seconds == pytest.approx(cost.nvlink_s)
+
+
+def test_megatron_rules_beyond_world_divisibility():
+    base = cfglib.load_config("gpt_pretrain")
+    assert cfglib.parallel_layout(base).data_parallel == 2
+    for overrides, field in ((["+model.num_attention_heads=12"], "model.num_attention_heads = 12"),
+                             (["+model.num_attention_heads=32", "+model.num_query_groups=3"], "model.num_query_groups = 3"),
+                             (["trainer.num_nodes=3", "model.pipeline_model_parallel_size=3"], "model.num_layers = 32"),
+                             (["+model.context_parallel_size=3"], "model.context_parallel_size")):
+        with pytest.raises(cfglib.ConfigError, match=field.replace("+", r"\+")):
+            cfglib.parallel_layout(cfglib.load_config("gpt_pretrain", overrides))
+    assert cfglib.parallel_layout(cfglib.load_config(
+        "gpt_pretrain", ["+model.num_attention_heads=32", "+model.num_query_groups=4"])).data_parallel == 2
+    assert cfglib.parallel_layout(cfglib.load_config("gpt_pretrain", ["+model.context_parallel_size=2"])).data_parallel == 1
+
+
+def test_megatron_core_raises_on_the_same_rules(megatron):
+    from labsupport.workbook import megatron_rules
+    rows = megatron_rules.broken_rules()
+    assert [r[0] for r in rows] == [c[0] for c in megatron_rules.CASES]
+    assert "num_attention_heads (12) must be a multiple of tensor_model_parallel_size (8)" in rows[0][2]
+    assert "num_query_groups (3)" in rows[1][2] and "divisible by pipeline_model_parallel_size" in rows[2][2]
+    assert "world_size (1) is not divisible by 2" in rows[3][2]
 
 
 def test_megatron_rank_order():
@@ -139,12 +168,17 @@ def test_missing_config_file():
 
 def test_memory_arithmetic_contradicts_seed_001_for_full_finetuning():
     assert orientation.training_memory_gb(8e9, "bf16_weights") == pytest.approx(16.0)
-    assert orientation.training_memory_gb(8e9, "full_adam") == pytest.approx(128.0)
+    assert orientation.training_memory_gb(8e9, "zero_adam") == pytest.approx(128.0)
+    assert orientation.training_memory_gb(8e9, "megatron_adam") == pytest.approx(144.0)
+    assert orientation.training_memory_gb(8e9, "megatron_distopt", dp=8) == pytest.approx(8 * 7.5)
+    assert orientation.training_memory_gb(8e9, "megatron_distopt", dp=1) == pytest.approx(144.0)
     assert orientation.training_memory_gb(8e9, "lora") < 80
     for row in orientation.K8S_GUIDE_GPU_TABLE:
-        assert orientation.training_memory_gb(row.n_params, "full_adam") > row.gpu_memory_gb
+        assert orientation.training_memory_gb(row.n_params, "megatron_adam") > row.gpu_memory_gb
     with pytest.raises(ValueError):
         orientation.training_memory_gb(8e9, "sgd")
+    with pytest.raises(ValueError, match="dp"):
+        orientation.training_memory_gb(8e9, "megatron_distopt", dp=0)
 
 
 @pytest.mark.slow

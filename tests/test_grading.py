@@ -190,8 +190,8 @@ def test_honest_habits_are_not_punished(tmp_path):
     for cell in code:
         src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
         if "def memory_gb" in src:
-            cell["source"] = ("def memory_gb(n_params, method):\n"
-                              "    return _m.fsum([n_params * {'bf16_weights': 2, 'full_adam': 16}[method] / 1e9])\n"
+            cell["source"] = ("def memory_gb(n_params, method, dp=1):\n"
+                              "    return _m.fsum([n_params * {'bf16_weights': 2, 'megatron_adam': 18, 'megatron_distopt': 6 + 12 / dp}[method] / 1e9])\n"
                               "\ncheck.q2(memory_gb)\n")
     path = tmp_path / "honest" / "00_orientation.ipynb"
     path.parent.mkdir()
@@ -224,9 +224,9 @@ def test_the_students_process_has_no_network(tmp_path):
     port = server.getsockname()[1]
     probe = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2).close()\n"
              "    _reached = True\nexcept OSError:\n    _reached = False\n")
-    path = _with_memory_gb(tmp_path, "net", probe + ("def memory_gb(n_params, method):\n"
+    path = _with_memory_gb(tmp_path, "net", probe + ("def memory_gb(n_params, method, dp=1):\n"
                                                      "    assert not _reached, 'the network was reachable'\n"
-                                                     "    return n_params * {'bf16_weights': 2, 'full_adam': 16}[method] / 1e9\n"))
+                                                     "    return n_params * {'bf16_weights': 2, 'megatron_adam': 18, 'megatron_distopt': 6 + 12 / dp}[method] / 1e9\n"))
     try:
         graded = grade_file(path, discover(), Options(seed="t", rounds=1))
     finally:
@@ -252,9 +252,9 @@ def test_sandbox_keeps_the_repository_and_other_students_read_only(tmp_path, mon
                  f"for target in ({str(marker)!r}, {str(other)!r}, 'mine.txt'):\n"
                  "    try:\n        pathlib.Path(target).write_text('x')\n        _written.append(target)\n"
                  "    except OSError:\n        pass\n")
-        path = _with_memory_gb(tmp_path, "subs/eve", probe + ("def memory_gb(n_params, method):\n"
+        path = _with_memory_gb(tmp_path, "subs/eve", probe + ("def memory_gb(n_params, method, dp=1):\n"
                                                               "    assert _written == ['mine.txt'], _written\n"
-                                                              "    return n_params * {'bf16_weights': 2, 'full_adam': 16}[method] / 1e9\n"))
+                                                              "    return n_params * {'bf16_weights': 2, 'megatron_adam': 18, 'megatron_distopt': 6 + 12 / dp}[method] / 1e9\n"))
         graded = grade_file(path, discover(), Options(seed="t", rounds=1, protect=(tmp_path / "subs",)))
     finally:
         sandbox.sandbox_mode.cache_clear()

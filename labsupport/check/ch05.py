@@ -14,6 +14,7 @@ from typing import Callable
 import numpy as np
 
 from labsupport.distributed import collectives as C
+from labsupport.distributed.hardware import H100_SXM_NODE
 from labsupport.check._core import chapter_summary, check, check_seed, expect, Sealed, short
 
 CHAPTER = "ch05"
@@ -248,7 +249,8 @@ def q5(comm_seconds_per_step: Callable) -> str:
             group = int(rng.choice([2, 4, 8, int(rng.integers(3, 65))]))
             message = float(rng.choice([33.6e6, 821.7e6, float(2 ** int(rng.integers(16, 31)))]))
             ops = int(rng.choice([1, 8, 512, int(rng.integers(2, 2000))]))
-            busbw = float(rng.choice([25.0, 300.0, 450.0, float(rng.uniform(1, 900))]))
+            busbw = float(rng.choice([H100_SXM_NODE.nvlink_GBps, H100_SXM_NODE.internode_busbw_GBps(8),
+                                      H100_SXM_NODE.nic_GBps, float(rng.uniform(1, 900))]))
             want = ops * message * C.bus_factor(collective, group) / (busbw * 1e9)
             call = f"comm_seconds_per_step({collective!r}, {message:g}, {ops}, {group}, {busbw:g})"
             got = comm_seconds_per_step(collective, message, ops, group, busbw)

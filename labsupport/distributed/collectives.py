@@ -21,7 +21,7 @@ import numpy as np
 __all__ = [
     "RingSimulation", "ring_schedule", "simulate_ring_allreduce", "ring_bytes_per_rank",
     "COLLECTIVES", "bus_factor", "algo_bandwidth", "bus_bandwidth", "alpha_beta_time", "fit_alpha_beta",
-    "measure_all_reduce", "training_traffic", "pipeline_traffic",
+    "measure_all_reduce", "measure_local_add", "training_traffic", "pipeline_traffic",
 ]
 
 #: Collectives as torch.distributed spells them, with nccl-tests' busbw factor as a function of n.
@@ -253,22 +253,51 @@ def measure_all_reduce(world_size: int, sizes: Sequence[int], reps: int | Sequen
     return [max(r[i] for r in per_rank) for i in range(len(sizes))]
 
 
+def measure_local_add(sizes: Sequence[int], reps: int = 5) -> list[float]:
+    """Bandwidth in decimal GB/s of ``np.add(a, b, out=b)`` on float32 buffers of each size (bytes):
+    the reduction a gloo rank runs on every segment it receives, alone on this CPU. Counts 3 bytes
+    moved per byte of buffer (read a, read b, write b); the median of ``reps`` timed loops."""
+    import time
+
+    out = []
+    for nbytes in sizes:
+        a = np.ones(max(int(nbytes) // 4, 1), np.float32)
+        b = np.zeros_like(a)
+        loops = max(3, (1 << 26) // max(int(nbytes), 1))
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            for _ in range(loops):
+                np.add(a, b, out=b)
+            times.append((time.perf_counter() - start) / loops)
+        out.append(3 * a.nbytes / float(np.median(times)) / 1e9)
+    return out
+
+
 # ----------------------------------------------------------------------------- training traffic
 
 def training_traffic(*, params: float, hidden: int, layers: int, seq_len: int, micro_batch: int,
-                     micro_batches: int, dp: int, tp: int, pp: int, grad_bytes: int = 2,
-                     act_bytes: int = 2, distributed_optimizer: bool = False,
+                     micro_batches: int, dp: int, tp: int, pp: int, grad_bytes: int = 4,
+                     act_bytes: int = 2, param_bytes: int = 2, distributed_optimizer: bool = False,
                      sequence_parallel: bool = True) -> list[dict]:
     """Bytes each collective sends per rank in one training step of a Megatron-style 3-D layout.
 
     params: model parameters; hidden/layers/seq_len: transformer shape; micro_batch: sequences per
     micro-batch; micro_batches: micro-batches per step per data-parallel rank; dp/tp/pp: group sizes;
-    grad_bytes/act_bytes: bytes per gradient / activation element (2 = bf16).
+    grad_bytes: bytes per reduced gradient element — 4 (fp32) by default, as Megatron reduces them with
+    ``--bf16`` unless ``--grad-reduce-in-bf16`` (2) (Megatron-LM core_v0.16.1 ``megatron/training/arguments.py``
+    sets ``accumulate_allreduce_grads_in_fp32``, which ``training.py`` passes on as
+    ``DistributedDataParallelConfig.grad_reduce_in_fp32``; NeMo 2.x ``MegatronMixedPrecision`` defaults
+    ``grad_reduce_in_fp32=True``). act_bytes: bytes per activation element (2 = bf16).
+    param_bytes: bytes per parameter element the distributed optimizer all-gathers (2 = bf16: it
+    gathers ``bucket.param_data`` in the parameters' dtype, megatron-core 0.16.1
+    ``distributed/param_and_grad_buffer.py``).
     Rows (dicts): ``parallelism, collective, group, message_bytes, ops_per_step, bytes_per_rank``.
 
     * DP: one all-reduce of this rank's gradients (params / (tp·pp) elements), or with the
       distributed optimizer (ZeRO-1/2) a reduce-scatter of gradients + an all-gather of updated
-      parameters — the same bytes.
+      parameters — the same bytes when both have the same element size; with fp32 gradients and
+      bf16 parameters the all-gather moves half of what the reduce-scatter does.
     * TP with sequence parallelism: per layer and micro-batch, forward 2 all-gathers + 2
       reduce-scatters of the activation ``micro_batch × seq_len × hidden``, backward the same, as
       Korthikanti et al. (2022) count them (without sequence parallelism: 4 all-reduces, the same
@@ -304,8 +333,9 @@ def training_traffic(*, params: float, hidden: int, layers: int, seq_len: int, m
     rows = []
     grads = params / (tp * pp) * grad_bytes
     if distributed_optimizer:
-        for coll in ("reduce_scatter", "all_gather"):
-            rows.append(_row("DP (ZeRO)", coll, dp, grads, 1, (dp - 1) / dp * grads))
+        weights = params / (tp * pp) * param_bytes
+        rows.append(_row("DP (ZeRO)", "reduce_scatter", dp, grads, 1, (dp - 1) / dp * grads))
+        rows.append(_row("DP (ZeRO)", "all_gather", dp, weights, 1, (dp - 1) / dp * weights))
     else:
         rows.append(_row("DP", "all_reduce", dp, grads, 1, 2 * (dp - 1) / dp * grads))
     act = micro_batch * seq_len * hidden * act_bytes

@@ -106,15 +106,20 @@ def plot_ring_steps(sim: RingSimulation):
 
 
 def plot_allreduce_sweep(nbytes: Sequence[float], seconds: Sequence[float], world_size: int,
-                         alpha: float | None = None, beta: float | None = None, label: str = "gloo (measured)"):
-    """Left: time vs size (log–log) with the α–β fit and its latency floor 2(n−1)·α (the plateau
-    of small messages); right: busbw vs size with the fitted link bandwidth 1/β."""
+                         alpha: float | None = None, beta: float | None = None, label: str = "gloo (measured)",
+                         spread: tuple[Sequence[float], Sequence[float]] | None = None):
+    """Left: time vs size (log–log) with the α–β fit and its latency floor 2(n−1)·α (the model's
+    plateau of small messages); right: busbw vs size with the fitted link bandwidth 1/β.
+    ``spread``: (lowest, highest) seconds per size over repeated sweeps, drawn as a band."""
     import matplotlib.pyplot as plt
 
     s = np.asarray(nbytes, dtype=float)
     t = np.asarray(seconds, dtype=float)
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10.0, 3.8), layout="constrained")
     a1.loglog(s, t * 1e6, "o-", label=label)
+    if spread is not None:
+        lo, hi = (np.asarray(x, dtype=float) * 1e6 for x in spread)
+        a1.fill_between(s, lo, hi, alpha=0.2, label="min–max over sweeps")
     fitted = alpha is not None and beta is not None
     if fitted:
         grid = np.geomspace(s.min(), s.max(), 50)

@@ -3,6 +3,8 @@ tokenizer → indexed files → blend → GPT samples → a data-parallel sample
 
 * :mod:`~labsupport.training.sampler` — Megatron's ``MegatronPretrainingSampler`` (consumed
   samples, micro-batches, each data-parallel rank its own slice);
+* :mod:`~labsupport.training.schema` — the config's typed schema (dataclasses read as OmegaConf
+  structured configs, as Megatron-Bridge types its sub-configs);
 * :mod:`~labsupport.training.settings` — the NeMo 1.x config read and checked (every bad field
   is a :class:`~labsupport.config.ConfigError` naming it), prefixes and tokenizer resolved;
 * :mod:`~labsupport.training.data` — the blend of chapter 3 over chapter 4's GPT samples, the

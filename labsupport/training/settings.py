@@ -2,7 +2,9 @@
 
 :func:`load_settings` takes a NeMo 1.x-layout YAML (``configs/megatron_gpt_tiny.yaml``) plus
 Hydra-style ``key=value`` overrides and returns :class:`Settings`: plain numbers, resolved
-dataset prefixes and the tokenizer path.  Every problem is a
+dataset prefixes and the tokenizer path.  The file is read onto the typed schema of
+:mod:`labsupport.training.schema` (OmegaConf structured configs: types, least values, allowed
+names); the rules that join two fields are checked here.  Every problem is a
 :class:`~labsupport.config.ConfigError` whose message starts with the field, e.g.
 ``model.global_batch_size=6 is not divisible by model.micro_batch_size × DP = 4 × 1``.
 
@@ -23,13 +25,14 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from labsupport.config import ConfigError, load_config, parallel_layout
+from labsupport.training.schema import typed_config
 from labsupport.paths import DOMAINS, REPO_ROOT, work_dir
 
 __all__ = ["Settings", "load_settings", "settings_from_config", "ConfigError", "DEFAULT_CONFIG",
@@ -72,30 +75,6 @@ class Settings:
         return self.global_batch_size * self.seq_length
 
 
-def _get(cfg: DictConfig, key: str) -> Any:
-    try:
-        value = OmegaConf.select(cfg, key, default="__missing__", throw_on_missing=True)
-    except OmegaConfBaseException as exc:
-        raise ConfigError(f"{key}: cannot be resolved ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
-    if value == "__missing__":
-        raise ConfigError(f"{key} is missing from the config; see configs/megatron_gpt_tiny.yaml for the layout")
-    return value
-
-
-def _int(cfg: DictConfig, key: str, minimum: int = 1) -> int:
-    value = _get(cfg, key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ConfigError(f"{key}={value!r}: expected an integer ≥ {minimum}")
-    return value
-
-
-def _bool(cfg: DictConfig, key: str) -> bool:
-    value = _get(cfg, key)
-    if not isinstance(value, bool):
-        raise ConfigError(f"{key}={value!r}: expected true or false")
-    return value
-
-
 def resolve_prefix(prefix: str, where: str) -> str:
     """A ``data_prefix`` entry → an absolute prefix with its ``.bin``/``.idx`` present.
 
@@ -124,10 +103,7 @@ def resolve_prefix(prefix: str, where: str) -> str:
 
 
 def _tokenizer(cfg: DictConfig) -> tuple[Path, str]:
-    library = _get(cfg, "model.tokenizer.library")
-    if library != "sentencepiece":
-        raise ConfigError(f"model.tokenizer.library={library!r}: this workbook trains with sentencepiece models only")
-    model = _get(cfg, "model.tokenizer.model")
+    model = cfg.model.tokenizer.model          # library: checked by the schema (sentencepiece only)
     from labsupport.datasets.tokenizer import Tokenizer, workbook_tokenizer
 
     if model == "workbook":
@@ -152,9 +128,12 @@ def config_fingerprint(cfg: DictConfig) -> str:
 def settings_from_config(cfg: DictConfig, world_size: int | None = None) -> Settings:
     """Check ``cfg`` and resolve its prefixes and tokenizer.  ``world_size``: the processes
     actually launched (torchrun's ``WORLD_SIZE``); it must equal ``trainer.devices ×
-    trainer.num_nodes``.  Raises ConfigError naming the field."""
+    trainer.num_nodes``.  Types, least values and closed sets of names are the schema's
+    (:mod:`labsupport.training.schema`); what depends on two fields is checked here.  Raises
+    ConfigError naming the field.  ``Settings.cfg`` is the typed config."""
     from labsupport.datasets.blending import BlendError, get_blend_from_list, tokenizer_fingerprint
 
+    cfg = typed_config(cfg)
     layout = parallel_layout(cfg)
     if world_size is not None and world_size != layout.world_size:
         raise ConfigError(f"trainer.devices × trainer.num_nodes = {layout.world_size} but {world_size} process(es) "
@@ -163,44 +142,23 @@ def settings_from_config(cfg: DictConfig, world_size: int | None = None) -> Sett
     if layout.tensor_parallel * layout.pipeline_parallel != 1:
         raise ConfigError(f"model.tensor_model_parallel_size={layout.tensor_parallel}, model.pipeline_model_parallel_size="
                           f"{layout.pipeline_parallel}: this workbook's trainer runs data parallelism only; set both to 1")
-    micro = _int(cfg, "model.micro_batch_size")
-    global_bs = _int(cfg, "model.global_batch_size")
-    dp = layout.data_parallel
+    m = cfg.model
+    micro, global_bs, dp, seq = m.micro_batch_size, m.global_batch_size, layout.data_parallel, m.encoder_seq_length
     if global_bs % (micro * dp):
         raise ConfigError(f"model.global_batch_size={global_bs} is not divisible by model.micro_batch_size × DP = "
                           f"{micro} × {dp}; the global batch is micro × DP × accumulation steps")
-    seq = _int(cfg, "model.encoder_seq_length", 2)
-    if _get(cfg, "model.data.seq_length") != seq:
-        raise ConfigError(f"model.data.seq_length={_get(cfg, 'model.data.seq_length')} differs from "
+    if m.data.seq_length != seq:
+        raise ConfigError(f"model.data.seq_length={m.data.seq_length} differs from "
                           f"model.encoder_seq_length={seq}; keep them equal (NeMo interpolates one from the other)")
-    if _int(cfg, "model.max_position_embeddings") < seq:
+    if m.max_position_embeddings < seq:
         raise ConfigError("model.max_position_embeddings is smaller than model.encoder_seq_length")
-    hidden, heads = _int(cfg, "model.hidden_size"), _int(cfg, "model.num_attention_heads")
-    if hidden % heads:
-        raise ConfigError(f"model.hidden_size={hidden} is not divisible by model.num_attention_heads={heads}")
-    _int(cfg, "model.num_layers")
-    _int(cfg, "model.ffn_hidden_size")
-    for key in ("model.data.data_impl", "model.data.dataloader_type"):
-        want = {"model.data.data_impl": "mmap", "model.data.dataloader_type": "single"}[key]
-        if _get(cfg, key) != want:
-            raise ConfigError(f"{key}={_get(cfg, key)!r}: this workbook's trainer supports {want!r} only")
-    name = _get(cfg, "model.optim.name")
-    if name not in ("fused_adam", "adam", "adamw"):
-        raise ConfigError(f"model.optim.name={name!r}: use fused_adam, adam or adamw (all run as torch.optim.AdamW here)")
-    lr = _get(cfg, "model.optim.lr")
-    if not isinstance(lr, (int, float)) or isinstance(lr, bool) or lr <= 0:
-        raise ConfigError(f"model.optim.lr={lr!r}: expected a number > 0")
-    _int(cfg, "model.optim.sched.warmup_steps", 0)
-    precision = str(_get(cfg, "trainer.precision"))
-    if precision not in ("32", "bf16", "bf16-mixed"):
-        raise ConfigError(f"trainer.precision={precision!r}: use 32 or bf16")
-    accelerator = _get(cfg, "trainer.accelerator")
-    if accelerator not in ("auto", "cpu", "gpu"):
-        raise ConfigError(f"trainer.accelerator={accelerator!r}: use auto, cpu or gpu")
-    flags = {k: _bool(cfg, f"model.data.{k}") for k in ("reset_position_ids", "reset_attention_mask", "eod_mask_loss")}
+    if m.hidden_size % m.num_attention_heads:
+        raise ConfigError(f"model.hidden_size={m.hidden_size} is not divisible by "
+                          f"model.num_attention_heads={m.num_attention_heads}")
+    precision = cfg.trainer.precision
+    flags = {k: bool(m.data[k]) for k in ("reset_position_ids", "reset_attention_mask", "eod_mask_loss")}
 
-    raw = _get(cfg, "model.data.data_prefix")
-    raw = OmegaConf.to_container(raw) if isinstance(raw, (DictConfig,)) or hasattr(raw, "_content") else raw
+    raw = OmegaConf.to_container(m.data.data_prefix, resolve=True)
     try:
         parsed = get_blend_from_list(raw, check_files=False)
     except BlendError as exc:
@@ -222,8 +180,8 @@ def settings_from_config(cfg: DictConfig, world_size: int | None = None) -> Sett
                     tokenizer_path=tok_path, tokenizer_fingerprint=tok_fp, world_size=layout.world_size,
                     data_parallel_size=dp, micro_batch_size=micro, global_batch_size=global_bs,
                     num_microbatches=global_bs // (micro * dp), seq_length=seq,
-                    max_steps=_int(cfg, "trainer.max_steps"), seed=_int(cfg, "model.seed", 0),
-                    precision="bf16" if precision.startswith("bf16") else "32", accelerator=accelerator,
+                    max_steps=cfg.trainer.max_steps, seed=m.seed,
+                    precision="bf16" if precision.startswith("bf16") else "32", accelerator=cfg.trainer.accelerator,
                     flags=flags)
 
 

@@ -48,27 +48,56 @@ def draw_data_path(highlight: str | None = None, ax=None):
     return ax
 
 
-#: bytes per parameter held on the GPUs, before activations.
+#: bytes per parameter held on the GPUs, before activations (``"megatron_distopt"`` depends on the
+#: data-parallel size d: see :func:`bytes_per_param`).
 BYTES_PER_PARAM: dict[str, float] = {
     "bf16_weights": 2.0,   # inference / frozen weights
     "lora": 2.0,           # frozen bf16 base; adapters and their Adam states are ~1% extra
-    "full_adam": 16.0,     # bf16 weights 2 + bf16 grads 2 + fp32 master 4 + Adam m 4 + v 4
+    "zero_adam": 16.0,     # ZeRO's count (Rajbhandari et al. 2019, §3.1): 16-bit weights 2 + 16-bit grads 2
+                           # + fp32 master 4 + Adam m 4 + v 4
+    "megatron_adam": 18.0,  # Megatron with --bf16: bf16 weights 2 + fp32 grads 4 + fp32 master 4 + m 4 + v 4
 }
+#: Where the counts come from.
+MEMORY_SOURCES = (
+    "Megatron-LM core_v0.16.1 docs/user-guide/features/dist_optimizer.md: bf16 parameters, fp32 gradients: "
+    "18 bytes per parameter, 6 + 12/d with the distributed optimizer (d = data-parallel size)",
+    "Megatron-LM core_v0.16.1 megatron/training/arguments.py: with --bf16, gradients are accumulated and "
+    "all-reduced in fp32 unless --grad-reduce-in-bf16",
+    "Rajbhandari et al., ZeRO (arXiv:1910.02054) §3.1: mixed-precision Adam keeps 2 + 2 + 12 = 16 bytes",
+)
 
 
-def training_memory_gb(n_params: float, method: str) -> float:
-    """GPU memory in decimal GB (1e9 bytes) for ``n_params`` parameters, before activations.
+def bytes_per_param(method: str, dp: int = 1) -> float:
+    """Bytes per parameter one model replica holds, before activations.
 
-    ``method``: ``"bf16_weights"`` (2 B/param), ``"lora"`` (2 B/param base + 1% adapters with
-    Adam at 16 B/param), ``"full_adam"`` (16 B/param, mixed-precision Adam).
+    ``"megatron_distopt"``: Megatron's distributed optimizer shards the fp32 master weights and
+    Adam's two moments over the ``dp`` data-parallel replicas: 6 + 12/dp (bf16 weights 2 + fp32
+    gradients 4 stay whole). Example: dp=8 → 7.5. The other methods: :data:`BYTES_PER_PARAM`.
     """
+    if isinstance(dp, bool) or not isinstance(dp, int) or dp < 1:
+        raise ValueError(f"dp (the data-parallel size) must be an int ≥ 1, got {dp!r}")
+    if method == "megatron_distopt":
+        return 6.0 + 12.0 / dp
     if method not in BYTES_PER_PARAM:
-        raise ValueError(f"method must be one of {sorted(BYTES_PER_PARAM)}, got {method!r}")
+        raise ValueError(f"method must be one of {sorted([*BYTES_PER_PARAM, 'megatron_distopt'])}, got {method!r}")
+    return BYTES_PER_PARAM[method]
+
+
+def training_memory_gb(n_params: float, method: str, dp: int = 1) -> float:
+    """GPU memory in decimal GB (1e9 bytes) that one model replica needs for ``n_params`` parameters,
+    before activations: n_params × :func:`bytes_per_param` / 1e9.
+
+    ``method``: ``"bf16_weights"`` (2 B/param), ``"lora"`` (2 B/param base + 1% adapters trained
+    with Megatron's Adam, 18 B/param), ``"zero_adam"`` (16, ZeRO's count), ``"megatron_adam"`` (18,
+    Megatron with --bf16: fp32 gradients), ``"megatron_distopt"`` (6 + 12/dp). Example: 8e9
+    parameters, ``"megatron_adam"`` → 144.0 GB.
+    """
+    per_param = bytes_per_param(method, dp)
     if n_params <= 0:
         raise ValueError(f"n_params must be positive, got {n_params!r}")
-    total = n_params * BYTES_PER_PARAM[method]
+    total = n_params * per_param
     if method == "lora":
-        total += 0.01 * n_params * BYTES_PER_PARAM["full_adam"]
+        total += 0.01 * n_params * BYTES_PER_PARAM["megatron_adam"]
     return total / 1e9
 
 
@@ -153,14 +182,10 @@ def draw_parallel_grid(layout, ax=None):
 
 # ----------------------------------------------------------------------------- TP across nodes
 
-#: Link bandwidth one GPU sends at, decimal GB/s per direction. NVLink 4 of an H100 SXM: 900 GB/s
-#: in both directions together (H100 datasheet) → 450 each way. Between nodes: one 400 Gb/s
-#: InfiniBand NDR ConnectX-7 port per GPU (DGX H100 User Guide, "Network Modules": eight ports,
-#: each tied to one GPU) → 50 GB/s.
-NVLINK_GBPS = 450.0
-INTERNODE_GBPS = 50.0
-#: Per-message latency of the α–β model (chapter 5): about 10 µs on either link.
-LINK_ALPHA_S = 10e-6
+#: The batch behind the TP cost: one sequence per micro-batch, 8 micro-batches per step and replica.
+MICRO_BATCH, MICRO_BATCHES = 1, 8
+#: Model FLOPs utilisation assumed for the compute the TP traffic competes with.
+MFU = 0.4
 
 
 class TensorParallelAcrossNodesWarning(UserWarning):
@@ -169,52 +194,73 @@ class TensorParallelAcrossNodesWarning(UserWarning):
 
 @dataclass(frozen=True)
 class TpCost:
-    """Seconds per training step that one rank spends in tensor-parallel collectives."""
+    """Seconds per training step that one rank spends in tensor-parallel collectives — NCCL's model
+    (ring, Simple protocol) on :data:`labsupport.distributed.hardware.H100_SXM_NODE`, not a measurement."""
 
     tp_bytes_per_rank: float      # bytes sent per rank per step (chapter 5's traffic table)
-    nvlink_s: float               # the same collectives on NVLink inside one node
-    internode_s: float            # on the inter-node network (the slowest link of the ring)
+    ops_per_step: int             # TP collectives per step
+    nodes: int                    # nodes one TP group spans
+    busbw_GBps: float             # the ring's bus bandwidth where the group sits
+    latency_s: float              # NCCL's per-call latency × ops
+    bandwidth_s: float            # bus bytes / busbw
+    nvlink_s: float               # the same collectives if the group sat on one node's NVLink
     compute_s: float              # the step's matrix maths on that rank, for scale
+    tokens_per_step: int          # one replica's tokens per step: micro_batch × micro_batches × seq
+
+    @property
+    def seconds(self) -> float:
+        return self.latency_s + self.bandwidth_s
 
     @property
     def slowdown(self) -> float:
-        return self.internode_s / self.nvlink_s
+        return self.seconds / self.nvlink_s
 
 
-def tp_step_cost(cfg, layout, *, micro_batch: int = 1, micro_batches: int = 8, mfu: float = 0.4,
-                 peak_tflops: float = 989.0, vocab: int = 32000) -> TpCost:
+def tp_step_cost(cfg, layout, *, micro_batch: int = MICRO_BATCH, micro_batches: int = MICRO_BATCHES,
+                 mfu: float = MFU, vocab: int = 32000, node=None) -> TpCost:
     """TP's cost per step for ``cfg``'s model (hidden_size, num_layers, data.seq_length) on ``layout``.
 
-    Bytes come from chapter 5's :func:`~labsupport.distributed.collectives.training_traffic` (with
-    sequence parallelism: per layer and micro-batch 4 all-gathers + 4 reduce-scatters of the
-    activation), times from its α–β model :func:`~labsupport.distributed.collectives.alpha_beta_time`
-    at :data:`NVLINK_GBPS` and :data:`INTERNODE_GBPS`. ``compute_s`` = 6·N·tokens / (TP·PP) FLOPs at
-    ``mfu`` × ``peak_tflops`` (H100 SXM bf16 dense: 989 TFLOPS) — the time TP traffic competes with.
+    Bytes and counts: chapter 5's :func:`~labsupport.distributed.collectives.training_traffic`
+    (sequence parallelism: per layer and micro-batch 4 all-gathers + 4 reduce-scatters of the
+    ``micro_batch × seq × hidden`` bf16 activation). Time per collective: NCCL 2.30's model
+    (:func:`labsupport.distributed.nccl_tuning.collective_seconds`): its ring latency (per-hop
+    3.4 µs on NVLink, 14 µs on the network, Simple protocol) + bus bytes / busbw, busbw = one
+    GPU's NVLink inside a node, and across nodes the NICs of the group's GPUs on a node (NCCL puts
+    channels on different NICs: min(450, 8 × 50) = 400 GB/s for a group that fills its nodes).
+    ``compute_s`` = 6·N·tokens / (TP·PP) FLOPs at ``mfu`` × the node's dense bf16 peak.
     N = 12·layers·hidden² + vocab·hidden (blocks + embedding), as in chapter 5.
     """
     from labsupport.distributed import collectives as C
+    from labsupport.distributed import nccl_tuning as T
+    from labsupport.distributed.hardware import H100_SXM_NODE
 
+    node = H100_SXM_NODE if node is None else node
     h, layers, seq = int(cfg.model.hidden_size), int(cfg.model.num_layers), int(cfg.data.seq_length)
     tp, pp, dp = layout.tensor_parallel, layout.pipeline_parallel, layout.data_parallel
     params = 12 * layers * h * h + vocab * h
     rows = C.training_traffic(params=params, hidden=h, layers=layers, seq_len=seq, micro_batch=micro_batch,
                               micro_batches=micro_batches, dp=dp, tp=tp, pp=pp)
     tp_rows = [r for r in rows if r["parallelism"] == "TP"]
-
-    def seconds(gbps: float) -> float:
-        return sum(r["ops_per_step"] * C.alpha_beta_time(r["collective"], r["message_bytes"], tp,
-                                                          LINK_ALPHA_S, 1 / (gbps * 1e9)) for r in tp_rows)
-
+    nodes = layout.tp_nodes
+    per_node = -(-tp // nodes)
+    busbw = node.nvlink_GBps if nodes == 1 else node.internode_busbw_GBps(min(per_node, node.gpus_per_node))
+    ops = sum(r["ops_per_step"] for r in tp_rows)
+    latency = sum(r["ops_per_step"] * T.ring_latency_us(r["collective"], tp, nodes) * 1e-6 for r in tp_rows)
+    bandwidth = sum(r["ops_per_step"] * r["message_bytes"] * C.bus_factor(r["collective"], tp) for r in tp_rows) \
+        / (busbw * 1e9)
+    nvlink = sum(r["ops_per_step"] * T.collective_seconds(r["collective"], r["message_bytes"], tp, 1, node.nvlink_GBps)
+                 for r in tp_rows)
     tokens = micro_batch * micro_batches * seq                    # one DP replica's tokens per step
-    compute = 6 * params * tokens / (tp * pp) / (mfu * peak_tflops * 1e12)
-    return TpCost(sum(r["bytes_per_rank"] for r in tp_rows), seconds(NVLINK_GBPS), seconds(INTERNODE_GBPS), compute)
+    compute = 6 * params * tokens / (tp * pp) / (mfu * node.bf16_dense_tflops * 1e12)
+    return TpCost(sum(r["bytes_per_rank"] for r in tp_rows), ops, nodes, busbw, latency, bandwidth, nvlink,
+                  compute, tokens)
 
 
 def check_layout(cfg):
     """:func:`labsupport.config.parallel_layout` plus a warning when TP spans nodes.
 
-    Megatron-Core accepts TP wider than a node (it only needs world % (TP × PP) == 0), so this
-    is a :class:`TensorParallelAcrossNodesWarning`, not an error; the message gives the cost from
+    Megatron-Core accepts TP wider than a node (``initialize_model_parallel`` checks only that
+    TP × PP × CP divides the world), so this is a :class:`TensorParallelAcrossNodesWarning`, not an error; the message gives the cost from
     :func:`tp_step_cost`. Returns the ``ParallelLayout``.
     """
     from labsupport.config import parallel_layout
@@ -224,10 +270,10 @@ def check_layout(cfg):
         cost = tp_step_cost(cfg, layout)
         warnings.warn(TensorParallelAcrossNodesWarning(
             f"model.tensor_model_parallel_size={layout.tensor_parallel} > trainer.devices={layout.gpus_per_node}: "
-            f"each TP group spans {layout.tp_nodes} nodes. Legal (Megatron-Core only needs the world size "
-            f"to divide by TP × PP), but TP sends {cost.tp_bytes_per_rank / 1e9:.1f} GB per GPU per step inside "
-            f"every layer: {cost.nvlink_s:.2f} s on NVLink ({NVLINK_GBPS:.0f} GB/s) vs {cost.internode_s:.2f} s "
-            f"over the network ({INTERNODE_GBPS:.0f} GB/s), {cost.slowdown:.0f}× slower, against "
-            f"{cost.compute_s:.2f} s of compute. Keep TP ≤ trainer.devices; use PP or DP across nodes."),
+            f"each TP group spans {layout.tp_nodes} nodes. Legal in Megatron-Core, but TP sends "
+            f"{cost.tp_bytes_per_rank / 1e9:.1f} GB per GPU per step inside every layer, now over the network: "
+            f"{cost.seconds:.2f} s per step in NCCL's model ({cost.busbw_GBps:.0f} GB/s over the nodes' NICs, "
+            f"14 µs per network hop) vs {cost.nvlink_s:.2f} s on NVLink, against {cost.compute_s:.2f} s of compute, "
+            f"before DP and PP traffic share those NICs. Keep TP ≤ trainer.devices; use PP or DP across nodes."),
             stacklevel=2)
     return layout
