@@ -84,7 +84,7 @@ def test_hung_rank_is_named(tmp_path):
     """A SIGSTOP'd rank: the rank waiting for it names it within trainer.rank_timeout_s."""
     folder = tmp_path / "run"
     proc = subprocess.Popen([*TORCHRUN, "--standalone", "--nproc-per-node=2", *train_args(folder),
-                             "+trainer.rank_timeout_s=15"],
+                             "trainer.rank_timeout_s=10"],
                             env=env(LABSUPPORT_FAULT="hang:rank=1:step=3"), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:

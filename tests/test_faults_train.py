@@ -175,7 +175,7 @@ def test_resume_is_exact_or_refused(tmp_path, capsys, tiny_prefix):
     status, err = run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=4", "--resume", str(part), "--save-dir", str(part))
     assert status == 2 and len(errors(err)) == 1, err
     line = errors(err)[0]
-    assert "trainer.max_steps 2 → 4" in line and "+allow_new_data_plan=true" in line and "16 samples" in line
+    assert "trainer.max_steps 2 → 4" in line and "allow_new_data_plan=true" in line and "16 samples" in line
     assert [p.name for p in ckpt.checkpoints_newest_first(part)] == [ckpt.checkpoint_name(2, 16), ckpt.checkpoint_name(1, 8)]
     status, err = run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=4", "--resume", str(part), "--save-dir", str(part),
                            "+allow_new_data_plan=true")

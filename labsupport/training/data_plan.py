@@ -12,7 +12,7 @@ covers ``num_samples``), without saying so.
 positions ``0 … consumed − 1`` of the blend are (dataset, shuffled row, document ids, offsets —
 not their tokens).  :func:`check_plan` recomputes that digest under the resuming run's plan: equal
 means the trained-on samples are the same, in the same order (the resume is exact); different is
-a :class:`DataPlanError` naming what changed and how to accept it (``+allow_new_data_plan=true``).
+a :class:`DataPlanError` naming what changed and how to accept it (``allow_new_data_plan=true``).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from labsupport.training.checkpoint import ResumeError
 
 __all__ = ["DataPlanError", "plan_of", "check_plan", "consumed_digest", "ALLOW_KEY"]
 
-#: The top-level config key that accepts a changed plan (``+allow_new_data_plan=true``).
+#: The top-level config key that accepts a changed plan (``allow_new_data_plan=true``).
 ALLOW_KEY = "allow_new_data_plan"
 
 
@@ -121,6 +121,6 @@ def check_plan(saved: dict[str, Any] | None, settings: Any, blend: Any, consumed
             f"{name}: resuming would change the {consumed} samples already trained on (they would come in "
             f"another order): {what}; keep the values the checkpoint was planned with (trainer.max_steps="
             f"{saved.get('max_steps')}; plan a longer run from the start to train further), or accept the new "
-            f"order with +{ALLOW_KEY}=true")
+            f"order with {ALLOW_KEY}=true")
     return hasher, (f"warning: {name}: new data plan accepted ({what}); the {consumed} samples already "
                     "trained on are not those this plan puts first, so the run is no longer an exact resume")

@@ -49,12 +49,12 @@ def restart_count() -> int:
 
 
 def rank_timeout(cfg: Any = None) -> float:
-    """Seconds a rank waits for the others in a collective: ``trainer.rank_timeout_s`` when the
-    config has it, else ``LABSUPPORT_PG_TIMEOUT``, else 300 (torch's default for gloo)."""
+    """Seconds a rank waits for the others in a collective: the config's ``trainer.rank_timeout_s``
+    (300 without a config, torch's default for gloo)."""
     from omegaconf import OmegaConf
 
     value = OmegaConf.select(cfg, "trainer.rank_timeout_s", default=None) if cfg is not None else None
-    return float(value if value is not None else os.environ.get("LABSUPPORT_PG_TIMEOUT", "300"))
+    return float(300 if value is None else value)
 
 
 # --------------------------------------------------------------------------- before training
@@ -237,6 +237,6 @@ class RankHealth:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
             who = ", ".join(silent) if silent else "another rank"
             raise TrainingError(f"step {step}: {who} stopped responding — rank {self.rank} waited in {what} "
-                                f"(timeout {self.timeout:.0f} s, trainer.rank_timeout_s / LABSUPPORT_PG_TIMEOUT; "
+                                f"(trainer.rank_timeout_s={self.timeout:g}; "
                                 f"{first}); under torchrun --max-restarts the job restarts from the last "
                                 "checkpoint") from None

@@ -335,7 +335,8 @@ def train(config: Settings | str | os.PathLike | Any = None, overrides: Sequence
         resume: a checkpoint file or a directory (its newest intact checkpoint) to continue from.
         resume_if_exists: resume from ``resume`` (default ``save_dir``) when it holds a
             checkpoint, else start at step 0 — what a restarted job needs (NeMo's
-            ``exp_manager.resume_if_exists`` + ``resume_ignore_no_checkpoint``).
+            ``exp_manager.resume_if_exists`` + ``resume_ignore_no_checkpoint``; the config's
+            ``exp_manager.resume_if_exists: true`` does the same).
         log_file: append one JSON line per step (rank 0 only); on resume, lines of steps after
             the checkpoint (replayed now) are dropped first.
         dataset: use this instead of the config's blend (same ``[i]`` dicts), e.g.
@@ -352,7 +353,7 @@ def train(config: Settings | str | os.PathLike | Any = None, overrides: Sequence
     rank trains on its slice.
     """
     run = _build(config, overrides)
-    if resume_if_exists:
+    if resume_if_exists or bool(OmegaConf.select(run.settings.cfg, "exp_manager.resume_if_exists", default=False)):
         resume = faults.resume_source(resume, save_dir, run.rank)
     faults.preflight(run, save_dir, log_file)
     if resume is not None:
