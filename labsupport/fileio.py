@@ -4,7 +4,11 @@ Every file the workbook writes — tokenizer models, ``.idx`` sidecars, blending
 sets, notebooks, benchmark results, the shipped corpora — goes through :func:`atomic_open`: the
 bytes go to a temporary file beside the target, which is renamed over it only when the writer
 finished without an exception.  A crash, Ctrl-C or full disk leaves the old file (or none), never
-half of a new one, and no temporary file behind.
+half of a new one, and no temporary file behind.  With ``durable=True`` (the default) the file is
+fsynced before the rename and its folder after it, so a host crash cannot leave an empty or
+partial file under the final name either (the POSIX recipe; ``torch.distributed.checkpoint``'s
+file writer does the same).  A process killed mid-write leaves ``.<name>.<pid>-<random>.tmp``;
+:func:`remove_stale_temporaries` deletes those whose process is gone.
 
 >>> from pathlib import Path; import tempfile
 >>> p = Path(tempfile.mkdtemp()) / "out.txt"
@@ -15,6 +19,7 @@ half of a new one, and no temporary file behind.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,24 +28,25 @@ from typing import IO, Iterator, Union
 #: What every public function of the workbook accepts as a path.
 PathLike = Union[str, os.PathLike]
 
-__all__ = ["PathLike", "atomic_open", "atomic_write"]
+__all__ = ["PathLike", "atomic_open", "atomic_write", "fsync_folder", "remove_stale_temporaries", "process_alive"]
 
 
 @contextmanager
 def atomic_open(path: PathLike, mode: str = "wb", *, encoding: str | None = None,
-                file_mode: int | None = None) -> Iterator[IO]:
+                file_mode: int | None = None, durable: bool = True) -> Iterator[IO]:
     """Open a temporary file beside ``path`` for writing; rename it to ``path`` on success.
 
     ``mode`` is ``"wb"`` or ``"w"`` (text, ``encoding`` defaults to UTF-8). ``file_mode`` (e.g.
     ``0o644``) sets the permission bits of the result; by default those of ``mkstemp`` (0o600)
     are widened to what a plain ``open`` would give under the current umask. The folder is created
     when missing. On any exception the temporary file is removed and the exception re-raised.
+    ``durable``: fsync the file before the rename and the folder after it.
     """
     if mode not in ("wb", "w"):
         raise ValueError(f"atomic_open: mode must be 'wb' or 'w', not {mode!r}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}-", suffix=".tmp", dir=path.parent)
     try:
         if file_mode is None:
             umask = os.umask(0)
@@ -49,7 +55,12 @@ def atomic_open(path: PathLike, mode: str = "wb", *, encoding: str | None = None
         os.chmod(tmp, file_mode)
         with os.fdopen(fd, mode, encoding=(encoding or "utf-8") if mode == "w" else None) as fh:
             yield fh
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
+        if durable:
+            fsync_folder(path.parent)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -58,7 +69,50 @@ def atomic_open(path: PathLike, mode: str = "wb", *, encoding: str | None = None
         raise
 
 
-def atomic_write(path: PathLike, data: bytes | str, *, file_mode: int | None = None) -> None:
+def atomic_write(path: PathLike, data: bytes | str, *, file_mode: int | None = None,
+                 durable: bool = True) -> None:
     """Write ``data`` (bytes, or str as UTF-8) to ``path`` through :func:`atomic_open`."""
-    with atomic_open(path, "w" if isinstance(data, str) else "wb", file_mode=file_mode) as fh:
+    with atomic_open(path, "w" if isinstance(data, str) else "wb", file_mode=file_mode, durable=durable) as fh:
         fh.write(data)
+
+
+def fsync_folder(folder: PathLike) -> None:
+    """fsync a directory, so that the renames and unlinks in it survive a host crash."""
+    fd = os.open(os.fspath(folder), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def process_alive(pid: int) -> bool:
+    """True while process ``pid`` exists (on this host)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+_TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)-[^.]+\.tmp$")
+
+
+def remove_stale_temporaries(folder: PathLike, name: re.Pattern | None = None) -> list[Path]:
+    """Delete ``folder/.<name>.<pid>-<random>.tmp`` files (left by :func:`atomic_open` in a process
+    killed mid-write) whose process is gone; ``name`` (a regex) limits it to some targets.
+    Files of a live process (another writer) are kept.  Returns the removed paths."""
+    folder = Path(folder)
+    removed: list[Path] = []
+    if not folder.is_dir():
+        return removed
+    for p in sorted(folder.iterdir()):
+        m = _TEMP.match(p.name)
+        if m is None or (name is not None and not name.fullmatch(m["name"])):
+            continue
+        pid = int(m["pid"])
+        if pid != os.getpid() and not process_alive(pid):
+            p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed

@@ -7,11 +7,17 @@
 Options may come before or after the ``key=value`` overrides.  Under torchrun spell ``--log`` as
 ``--log-file``: torchrun's parser sees every argument and rejects ``--log`` as an ambiguous
 abbreviation of its own ``--log-dir``/``--logs-specs``.  ``--resume DIR`` continues from the
-latest checkpoint in DIR.  Under torchrun (``WORLD_SIZE`` set) each process joins the group with
-gloo on CPU or NCCL on GPU; multi-node runs use torchrun's own ``--nnodes``/``--rdzv-*`` flags.
+newest intact checkpoint in DIR (a damaged one is skipped, saying so); ``--resume-if-exists``
+does so when DIR (default ``--save-dir``) holds one and starts at step 0 otherwise — the flag a
+job restarted by ``torchrun --max-restarts N`` needs.  Under torchrun (``WORLD_SIZE`` set) each
+process joins the group with gloo on CPU or NCCL on GPU; multi-node runs use torchrun's own
+``--nnodes``/``--rdzv-*`` flags.
 
-Exit status: 0 success · 2 a bad command line, config key or value, data prefix or resume
-(one line on stderr: ``error: <field>: <what to do>``) · 1 anything else (a traceback).
+Exit status: 0 success · 2 bad input: the command line, a config key or value, the data (an
+empty dataset, a zero blend weight, a token id outside the vocabulary), a checkpoint that cannot
+be resumed or a changed data plan · 1 the environment or a failed run: a save dir or log that
+cannot be written, no space left, a NaN/inf loss, a rank that stopped responding · 130 Ctrl-C.
+Each is one line on stderr: ``error: <what and where>: <what to do>``.
 """
 from labsupport.training.cli import main
 

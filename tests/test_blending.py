@@ -505,7 +505,7 @@ def test_index_cache_is_reused(tmp_path, three):
     cache = tmp_path / "cache"
     first = bl.BlendedDataset(three, [0.5, 0.2, 0.3], 80, cache_dir=cache)
     files = sorted(p.name for p in cache.iterdir())
-    assert not first.cache_hit and len(files) == 3 and all(f.startswith(first.description_hash) for f in files)
+    assert not first.cache_hit and len(files) == 4 and all(f.startswith(first.description_hash) for f in files)
     assert not any(".tmp-" in f for f in files)
     second = bl.BlendedDataset(three, [0.5, 0.2, 0.3], 80, cache_dir=cache)
     assert second.cache_hit

@@ -306,7 +306,7 @@ def test_usage_errors(tmp_path, tok_path, capsys):
     src = write_jsonl(tmp_path / "a.jsonl", [{"text": "x"}])
     code, _, err = run(["--input", src, "--tokenizer-model", tok_path, "--output-prefix",
                         tmp_path / "o", "--workers", "0"], capsys)
-    assert code == 1 and "--workers must be >= 1" in err
+    assert code == 2 and "--workers 0: must be ≥ 1" in err   # a usage error (issue 23)
     code, _, err = run(["--input", src, "--tokenizer-library", "huggingface", "--tokenizer-model",
                         tok_path, "--output-prefix", tmp_path / "o"], capsys)
     assert code == 2 and "invalid choice" in err
@@ -491,7 +491,7 @@ def test_ctrl_c_prints_one_line_leaves_nothing_and_exits_130(tmp_path, tok_path)
                              "--no-word-cache"],   # repeated text would hit the word cache and finish too soon
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 60
-    while not list(out_prefix.parent.glob("*.tmp-*")) or out_prefix.parent.joinpath("big_text_document.bin" + "").exists():
+    while not list(out_prefix.parent.glob(".big.staging-*/*.tmp-*")) or out_prefix.parent.joinpath("big_text_document.bin" + "").exists():
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
     time.sleep(1.0)                                             # the workers are tokenizing by now

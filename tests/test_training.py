@@ -161,7 +161,7 @@ def test_torn_checkpoint_is_refused_and_saving_is_atomic(tmp_path):
     assert [p for p in os.listdir(tmp_path) if p.endswith(".tmp")] == []
     with open(path, "r+b") as fh:
         fh.truncate(100)
-    with pytest.raises(trainer.ResumeError, match="not a readable checkpoint"):
+    with pytest.raises(trainer.ResumeError, match="every checkpoint there is damaged"):
         trainer.train(load_settings(overrides=["trainer.max_steps=2"]), resume=tmp_path, show_progress=False)
 
 

@@ -50,6 +50,7 @@ import numpy as np
 from labsupport.datasets.blending_loop import _sequential
 from labsupport.datasets.utils import normalize_index
 from labsupport.fileio import PathLike, atomic_open, atomic_write
+from labsupport.paths import shown_path
 from labsupport.datasets.tokenizer import TokenizerMismatchError
 
 __all__ = [
@@ -516,6 +517,15 @@ def _identity(ds: Any) -> Any:
     return {"class": type(ds).__name__, "len": len(ds)}
 
 
+def _index_digest(dataset_index: np.ndarray, dataset_sample_index: np.ndarray) -> str:
+    """sha256 of a blend's two index arrays (dtype, shape and bytes), stored beside its cache."""
+    h = hashlib.sha256()
+    for a in (dataset_index, dataset_sample_index):
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
 class BlendedDataset:
     """Megatron-Core's ``BlendedDataset``: one index over several datasets mixed by weight.
 
@@ -648,14 +658,12 @@ class BlendedDataset:
             base.mkdir(parents=True, exist_ok=True)
             stem = f"{self.description_hash}-BlendedDataset"
             paths = {k: base / f"{stem}-{k}" for k in ("description.txt", "dataset_index.npy",
-                                                        "dataset_sample_index.npy")}
+                                                        "dataset_sample_index.npy", "sha256.txt")}
             if all(p.is_file() for p in paths.values()):
-                di = np.load(paths["dataset_index.npy"], allow_pickle=False)
-                si = np.load(paths["dataset_sample_index.npy"], allow_pickle=False)
-                expected = sum(self.requested) if self.size is None else self.size
-                if di.dtype == np.int16 and si.dtype == np.int64 and di.shape == si.shape == (expected,):
+                cached = self._read_cache(paths, len(opened))
+                if cached is not None:
                     self.cache_hit = True
-                    return di, si
+                    return cached
         self.cache_hit = False
         if self.size is None:
             di, si = build_exhaustive_blending_indices(self.requested)
@@ -667,7 +675,32 @@ class BlendedDataset:
                 np.save(fh, di, allow_pickle=False)
             with atomic_open(paths["dataset_sample_index.npy"]) as fh:
                 np.save(fh, si, allow_pickle=False)
+            atomic_write(paths["sha256.txt"], _index_digest(di, si) + "\n")   # written last: marks the set complete
         return di, si
+
+    def _read_cache(self, paths: dict[str, Path], n_datasets: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The cached index pair when it is intact; None (and one warning line) when it is damaged,
+        so that it is rebuilt: a cache is derived data, never a reason to stop."""
+        expected = sum(self.requested) if self.size is None else self.size
+        try:
+            di = np.load(paths["dataset_index.npy"], allow_pickle=False)
+            si = np.load(paths["dataset_sample_index.npy"], allow_pickle=False)
+            want = paths["sha256.txt"].read_text(encoding="utf-8").strip()
+        except (OSError, ValueError, EOFError) as exc:
+            problem = f"unreadable ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+        else:
+            if not (di.dtype == np.int16 and si.dtype == np.int64 and di.shape == si.shape == (expected,)):
+                problem = f"of another shape or dtype ({di.dtype}{di.shape}, {si.dtype}{si.shape}; expected {expected} samples)"
+            elif _index_digest(di, si) != want:
+                problem = "damaged (its sha256 does not match the one saved with it)"
+            elif di.size and (int(di.min()) < 0 or int(di.max()) >= n_datasets or int(si.min()) < 0):
+                problem = "damaged (indices out of range)"
+            else:
+                return di, si
+        import sys
+
+        print(f"warning: blend cache {shown_path(paths['dataset_index.npy'])} is {problem}; rebuilding it", file=sys.stderr)
+        return None
 
     def _check_overdraw(self, datasets: list[Any]) -> None:
         for d, ds in enumerate(datasets):

@@ -34,9 +34,12 @@ value, blank) are reported as ``file:line: reason``; by default they are skipped
 Exit status of ``python -m labsupport.preprocess``: 0 done; 1 an error (bad input, no usable line,
 an output folder that cannot be written — one line on stderr naming the file, line or flag);
 2 a usage error (argparse); 130 interrupted with Ctrl-C (one line; no output or temporary file
-left behind). Temporary files that a *killed* run (``kill -9``, a crash) could not remove are
-named ``<output>.tmp-<pid>-<hex>``; the next run with the same prefix removes those whose process
-is gone, and says so on stderr.
+left behind). The outputs are all-or-nothing (:mod:`labsupport.datasets.staging`): every key's
+``.bin``/``.idx``/``.json`` is built in a staging folder beside the prefix and moved into place
+together once all are complete; an existing dataset at the prefix stays readable until then.
+What a *killed* run (``kill -9``, a crash) leaves — a staging folder, or temporary files named
+``<output>.tmp-<pid>-<hex>`` — the next run with the same prefix removes (or, for a staging
+folder that was already committed, finishes moving), and says so on stderr.
 
 Chapter 3 and later chapters use :func:`workbook_prefixes`: the four shipped domains
 preprocessed with the workbook tokenizer, cached in ``work_dir("indexed")``.
@@ -69,8 +72,9 @@ from labsupport.datasets.indexed import (
     get_sidecar_path,
     optimal_dtype,
 )
+from labsupport.datasets import staging
 from labsupport.datasets.word_cache import BPE_ENGINES, WordCache, bpe_engine_problem, word_cache_problem
-from labsupport.cli import run_command
+from labsupport.cli import fail, run_command
 from labsupport.fileio import PathLike
 from labsupport.paths import shown_path
 
@@ -283,26 +287,33 @@ def _checked_arguments(inputs: Sequence[PathLike], json_keys: Sequence[str], wor
 
 
 def _open_builders(prefixes: dict[str, str], dtype: np.dtype, vocab_size: int, output_prefix: PathLike,
-                   log) -> dict[str, IndexedDatasetBuilder]:
-    """Phase 2: remove what an interrupted run left under these prefixes, then one builder per key
-    (writing under temporary names); PreprocessError naming the folder when it cannot be written."""
+                   log) -> tuple[dict[str, IndexedDatasetBuilder], Path]:
+    """Phase 2: finish or remove what an interrupted run left under these prefixes, then a staging
+    folder beside them (:mod:`~labsupport.datasets.staging`) and one builder per key writing into
+    it; PreprocessError naming the folder when it cannot be written."""
+    for note in staging.recover(output_prefix):
+        print(f"preprocess: {note}", file=log)
     for p in prefixes.values():
         removed = remove_stale_temporaries(p)
         if removed:
             print(f"preprocess: removed {len(removed)} temporary file(s) left by an interrupted run: "
                   f"{', '.join(shown_path(r) for r in removed)}", file=log)
     builders: dict[str, IndexedDatasetBuilder] = {}
+    stage = None
     try:
+        stage = staging.new_staging(output_prefix)
         for k, p in prefixes.items():
-            builders[k] = IndexedDatasetBuilder(get_bin_path(p), dtype, vocab_size=vocab_size)
+            builders[k] = IndexedDatasetBuilder(get_bin_path(stage / Path(p).name), dtype, vocab_size=vocab_size)
     except OSError as exc:
         for b in builders.values():
             b.abort()
+        if stage is not None:
+            staging.discard(stage)
         folder = Path(get_bin_path(next(iter(prefixes.values())))).parent
         why = "does not exist" if not folder.is_dir() else f"cannot be written ({exc.strerror})"
         raise PreprocessError(f"--output-prefix {shown_path(output_prefix)}: folder {shown_path(folder)} {why}; "
                               "choose a folder you can write to") from None
-    return builders
+    return builders, stage
 
 
 def _start_pool(workers: int, init: tuple):
@@ -422,7 +433,7 @@ def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *
     prefixes = {k: f"{os.fspath(output_prefix)}_{k}_document" for k in keys}
     total_bytes = sum(f.stat().st_size for f in files)
     start = time.perf_counter()
-    builders = _open_builders(prefixes, dtype, tok.vocab_size, output_prefix, log)
+    builders, stage = _open_builders(prefixes, dtype, tok.vocab_size, output_prefix, log)
     hashers = [hashlib.sha256() for _ in files]
     tally = _Tally(keys, shown, strict, log, [0] * len(files), dict.fromkeys(keys, 0))
 
@@ -469,10 +480,12 @@ def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *
         for k, prefix in prefixes.items():
             builders[k].metadata = _sidecar_extra(k, tok, append_eod, files, shown, hashers,
                                                   tally.lines_per_file, tally.n_bad, tally.n_empty)
-            sidecars[k] = builders[k].finalize(get_idx_path(prefix))
+            sidecars[k] = builders[k].finalize(get_idx_path(stage / Path(prefix).name))
+        staging.commit(stage, list(prefixes.values()))   # every key's files appear together
     except BaseException:
         for b in builders.values():
             b.abort()
+        staging.discard(stage)
         raise
     finally:
         if pool is not None:
@@ -625,11 +638,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     so a notebook or a terminal shows them in the order they happened. Errors are one line on
     stderr, never a traceback.
     """
-    parser = build_parser()
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse has printed the usage error
-        return int(exc.code or 0)
+        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # argparse has printed the usage error
+            return int(exc.code or 0)
+    except KeyboardInterrupt:  # Ctrl-C while starting up
+        return fail("preprocess: interrupted (Ctrl-C); no output was written", 130)
+    if args.workers < 1:
+        return fail(f"preprocess: error: --workers {args.workers}: must be ≥ 1 (tokenizing processes)", 2)
     sys.stdout.flush()  # what the caller printed comes before the progress bar (stderr)
     return run_command("preprocess", lambda: _run(args), {PreprocessError: 1},
                        interrupted="interrupted (Ctrl-C); no output was written", shown=shown_path)

@@ -352,20 +352,32 @@ class PackedSFT:
     @classmethod
     def load(cls, path: PathLike) -> "PackedSFT":
         """Read a file written by :meth:`save` (never unpickles)."""
+        import zipfile
+
         path = Path(path)
+        fmt: str | None = None
         try:
             with np.load(path, allow_pickle=False) as z:
                 fmt = str(z["format"]) if "format" in z.files else None
-                if fmt != _FORMAT:
-                    raise ValueError(f"{shown_path(path)}: not a labsupport packed SFT file (format {fmt!r}, "
-                                     f"expected {_FORMAT!r}); NeMo's object .npy is read with np.load("
-                                     "path, allow_pickle=True), not with PackedSFT.load")
-                data = {k: z[k] for k in z.files}
-        except (OSError, EOFError) as exc:
-            raise ValueError(f"{shown_path(path)}: cannot read packed SFT file ({exc})") from None
-        packed = cls(data["input_ids"], data["loss_mask"], data["pack_offsets"], data["seq_start_id"],
-                     data["seq_offsets"], data["seq_example"], data["seq_chunk"], data["seq_line"],
-                     int(data["pack_size"]), str(data["algorithm"]), json.loads(str(data["stats"])))
+                if fmt == _FORMAT:
+                    data = {k: z[k] for k in z.files}   # zipfile checks each array's CRC-32 here
+        except FileNotFoundError:
+            raise ValueError(f"{shown_path(path)}: no such packed SFT file; write it with PackedSFT.save") from None
+        except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
+            raise ValueError(f"{shown_path(path)}: damaged or not a packed SFT file ({type(exc).__name__}: {first}); "
+                             "write it again with PackedSFT.save") from None
+        if fmt != _FORMAT:
+            raise ValueError(f"{shown_path(path)}: not a labsupport packed SFT file (format {fmt!r}, "
+                             f"expected {_FORMAT!r}); NeMo's object .npy is read with np.load("
+                             "path, allow_pickle=True), not with PackedSFT.load")
+        try:
+            packed = cls(data["input_ids"], data["loss_mask"], data["pack_offsets"], data["seq_start_id"],
+                         data["seq_offsets"], data["seq_example"], data["seq_chunk"], data["seq_line"],
+                         int(data["pack_size"]), str(data["algorithm"]), json.loads(str(data["stats"])))
+        except (KeyError, ValueError, TypeError) as exc:
+            raise ValueError(f"{shown_path(path)}: damaged packed SFT file ({type(exc).__name__}: {exc}); "
+                             "write it again with PackedSFT.save") from None
         packed.validate(shown_path(path))
         return packed
 

@@ -6,16 +6,31 @@ moments and step counts), the RNG states (python, numpy, torch, CUDA) and ``cons
 restarted run reads the first batches again.
 
 Files are named like NeMo's checkpoint callback names them (``...-step=20-consumed_samples=160``):
-``<dir>/step=000020-consumed_samples=160.ckpt``, written to a temporary name and renamed, so a
-crash never leaves a half-written checkpoint under a real name.  :func:`load_checkpoint` refuses
-a checkpoint of another ``model`` config or another tokenizer, naming both.
+``<dir>/step=000020-consumed_samples=160.ckpt``, written through :func:`labsupport.fileio.atomic_open`
+(a temporary name, fsynced, renamed, the folder fsynced), so neither a crash nor a host failure
+leaves a half-written checkpoint under a real name; :func:`remove_stale_temporaries` deletes the
+temporary files of a save that was killed.
+
+Each checkpoint records ``content_sha256``, a digest of every tensor's bytes and every value it
+holds, checked on load: ``torch.load`` itself never verifies the zip archive's CRCs, so a flipped
+bit inside a tensor would otherwise load silently (measured: the loss is NaN from the first
+step).  :func:`load_checkpoint` on a directory tries the checkpoints newest first and resumes from
+the newest intact one, printing one line per damaged one it skipped.  It refuses a checkpoint of
+another ``model`` config or another tokenizer, naming both; the data plan it recorded is checked
+by :mod:`labsupport.training.data_plan`.
+
+Not Megatron-Core's ``torch_dist`` format (``torch.distributed.checkpoint``: one file per rank
+plus metadata): with data parallelism only, every rank holds the same full state, so rank 0's
+single file is the whole checkpoint and loads on any number of ranks (DP 2 → 1 is a plain load).
 """
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import random
 import re
-import uuid
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,12 +39,15 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
+from labsupport.fileio import atomic_open, remove_stale_temporaries as _remove_stale
 from labsupport.training.settings import Settings, config_fingerprint
 
 __all__ = ["ResumeError", "Checkpoint", "save_checkpoint", "load_checkpoint", "latest_checkpoint",
-           "checkpoint_name", "rng_state", "set_rng_state"]
+           "checkpoint_name", "rng_state", "set_rng_state", "content_digest", "checkpoints_newest_first",
+           "remove_stale_temporaries", "check_writable", "DamagedCheckpoint"]
 
-FORMAT = "labsupport-train-checkpoint/1"
+FORMAT = "labsupport-train-checkpoint/2"
+_OLD_FORMATS = ("labsupport-train-checkpoint/1",)   # no content digest: loaded unverified
 _NAME = re.compile(r"^step=(\d+)-consumed_samples=(\d+)\.ckpt$")
 
 
@@ -72,9 +90,73 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def content_digest(value: Any) -> str:
+    """sha256 over a checkpoint's content: keys, tensors (dtype, shape, bytes) and plain values,
+    walked in a fixed order.  The ``content_sha256`` entry itself is left out."""
+    h = hashlib.sha256()
+
+    def walk(v: Any) -> None:
+        if isinstance(v, torch.Tensor):
+            t = v.detach().cpu().contiguous()
+            h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        elif isinstance(v, dict):
+            keys = sorted((k for k in v if k != "content_sha256"), key=repr)
+            h.update(b"D%d" % len(keys))
+            for k in keys:
+                h.update(repr(k).encode())
+                walk(v[k])
+        elif isinstance(v, (list, tuple)):
+            h.update(b"L%d" % len(v))
+            for x in v:
+                walk(x)
+        else:
+            h.update(repr(v).encode())
+
+    walk(value)
+    return h.hexdigest()
+
+
+def remove_stale_temporaries(directory: str | os.PathLike) -> list[Path]:
+    """Delete the temporary files of checkpoint saves whose process was killed; return them."""
+    return _remove_stale(directory, re.compile(_NAME.pattern.strip("^$")))
+
+
+def check_writable(directory: str | os.PathLike, need_bytes: int = 0) -> None:
+    """Before training: ``directory`` can be created and written, with ``need_bytes`` free.
+
+    Raises OSError (``errno`` EACCES/EROFS/ENOSPC, ``filename`` the folder) so the command's
+    one line names the folder before any step runs, not after the last."""
+    import errno
+    import shutil
+
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    probe = folder / f".write-probe.{os.getpid()}.tmp"
+    try:
+        with open(probe, "wb") as fh:
+            fh.write(b"0")
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, os.fspath(folder)) from None
+    finally:
+        try:
+            probe.unlink()
+        except OSError:
+            pass
+    free = shutil.disk_usage(folder).free
+    if need_bytes and free < need_bytes:
+        raise OSError(errno.ENOSPC, f"No space left on device ({free:,} bytes free, a checkpoint needs about "
+                      f"{need_bytes:,})", os.fspath(folder))
+
+
 def save_checkpoint(directory: str | os.PathLike, *, step: int, consumed_samples: int, model: torch.nn.Module,
-                    optimizer: torch.optim.Optimizer, settings: Settings) -> Path:
-    """Write ``<directory>/step=…-consumed_samples=….ckpt`` atomically; return its path."""
+                    optimizer: torch.optim.Optimizer, settings: Settings,
+                    data_plan: dict[str, Any] | None = None) -> Path:
+    """Write ``<directory>/step=…-consumed_samples=….ckpt`` atomically and durably; return its path.
+
+    ``data_plan``: what fixes the sample order (:func:`labsupport.training.data_plan.plan_of`)."""
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     state = {
@@ -82,16 +164,25 @@ def save_checkpoint(directory: str | os.PathLike, *, step: int, consumed_samples
         "config_fingerprint": config_fingerprint(settings.cfg),
         "model_config": OmegaConf.to_container(settings.cfg.model, resolve=True),
         "tokenizer_fingerprint": settings.tokenizer_fingerprint,
+        "data_plan": data_plan,
         "model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng_state(),
     }
+    state["content_sha256"] = content_digest(state)
     path = folder / checkpoint_name(step, consumed_samples)
-    tmp = folder / f".{path.name}.{uuid.uuid4().hex}.tmp"
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    buffer = io.BytesIO()  # serialised first: a full disk is then a plain OSError from write()
+    torch.save(state, buffer)
+    with atomic_open(path, "wb") as fh:
+        fh.write(buffer.getbuffer())
     return path
+
+
+def checkpoints_newest_first(directory: str | os.PathLike) -> list[Path]:
+    """The checkpoints in ``directory``, highest step first (``[]`` when none or no folder)."""
+    folder = Path(directory)
+    if not folder.is_dir():
+        return []
+    found = sorted(((int(m.group(1)), p) for p in folder.iterdir() if (m := _NAME.match(p.name))), reverse=True)
+    return [p for _, p in found]
 
 
 def latest_checkpoint(directory: str | os.PathLike) -> Path:
@@ -99,10 +190,10 @@ def latest_checkpoint(directory: str | os.PathLike) -> Path:
     folder = Path(directory)
     if not folder.is_dir():
         raise ResumeError(f"--resume {folder}: no such directory (give the --save-dir of the earlier run)")
-    found = sorted((int(m.group(1)), p) for p in folder.iterdir() if (m := _NAME.match(p.name)))
+    found = checkpoints_newest_first(folder)
     if not found:
         raise ResumeError(f"--resume {folder}: no checkpoint there (expected files like {checkpoint_name(20, 160)})")
-    return found[-1][1]
+    return found[0]
 
 
 def _diff(old: Any, new: Any, prefix: str = "model") -> list[str]:
@@ -114,22 +205,67 @@ def _diff(old: Any, new: Any, prefix: str = "model") -> list[str]:
     return [] if old == new else [f"{prefix}: {old!r} in the checkpoint, {new!r} now"]
 
 
-def load_checkpoint(path: str | os.PathLike, settings: Settings) -> Checkpoint:
-    """Read a checkpoint (a file, or a directory → its latest) and check it fits ``settings``.
+class DamagedCheckpoint(ResumeError):
+    """A checkpoint file that cannot be read back as it was written (empty, truncated, bit-flipped)."""
 
-    Raises ResumeError naming the file when it is unreadable, of another format, written with
-    another ``model`` config (listing the keys that differ) or another tokenizer.
-    """
-    p = Path(path)
-    if not p.exists():
-        raise ResumeError(f"--resume {p}: no such file or directory (give the --save-dir of the earlier run)")
-    file = latest_checkpoint(p) if p.is_dir() else p
+
+def _read_verified(file: Path) -> dict[str, Any]:
+    """torch.load + the content digest; DamagedCheckpoint naming the file and what is wrong."""
+    try:
+        size = file.stat().st_size
+    except OSError as exc:
+        raise DamagedCheckpoint(f"{file.name}: cannot be read ({exc.strerror})") from None
+    if size == 0:
+        raise DamagedCheckpoint(f"{file.name}: empty file (0 bytes), damaged (a crash before it reached the disk?)")
     try:
         state = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unreadable file is the same problem for the user
-        raise ResumeError(f"{file.name}: not a readable checkpoint ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise ResumeError(f"{file.name}: not a labsupport training checkpoint (format {state.get('format') if isinstance(state, dict) else None!r})")
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        raise DamagedCheckpoint(f"{file.name}: not a readable checkpoint, damaged ({type(exc).__name__}: {first})") from None
+    if not isinstance(state, dict) or state.get("format") not in (FORMAT, *_OLD_FORMATS):
+        raise ResumeError(f"{file.name}: not a labsupport training checkpoint (format "
+                          f"{state.get('format') if isinstance(state, dict) else None!r})")
+    if state["format"] == FORMAT and content_digest(state) != state.get("content_sha256"):
+        raise DamagedCheckpoint(f"{file.name}: damaged — its content does not match the checksum it was saved with "
+                                f"(content_sha256 {str(state.get('content_sha256'))[:12]}…)")
+    return state
+
+
+def _newest_intact(folder: Path, warn: Any) -> tuple[Path, dict[str, Any]]:
+    candidates = checkpoints_newest_first(folder)
+    if not candidates:
+        latest_checkpoint(folder)  # raises the "no checkpoint there" line
+    damaged: list[str] = []
+    for file in candidates:
+        try:
+            state = _read_verified(file)
+        except DamagedCheckpoint as exc:
+            damaged.append(file.name)
+            print(f"warning: {exc}; trying an older checkpoint", file=warn)
+            continue
+        if damaged:
+            print(f"warning: resuming from {file.name}, the newest intact checkpoint in {folder} "
+                  f"(skipped {', '.join(damaged)})", file=warn)
+        return file, state
+    raise DamagedCheckpoint(f"--resume {folder}: every checkpoint there is damaged ({', '.join(damaged[:3])}"
+                            f"{', …' if len(damaged) > 3 else ''}); start again without --resume")
+
+
+def load_checkpoint(path: str | os.PathLike, settings: Settings, warn: Any = None) -> Checkpoint:
+    """Read a checkpoint (a file, or a directory → its newest intact one) and check it fits ``settings``.
+
+    Raises ResumeError naming the file when it is damaged (a file given by name), of another
+    format, written with another ``model`` config (listing the keys that differ) or another
+    tokenizer; in a directory a damaged checkpoint is skipped with one line on ``warn`` (stderr).
+    """
+    warn = sys.stderr if warn is None else warn
+    p = Path(path)
+    if not p.exists():
+        raise ResumeError(f"--resume {p}: no such file or directory (give the --save-dir of the earlier run)")
+    if p.is_dir():
+        file, state = _newest_intact(p, warn)
+    else:
+        file, state = p, _read_verified(p)
     if state["tokenizer_fingerprint"] != settings.tokenizer_fingerprint:
         raise ResumeError(f"{file.name} was trained with tokenizer {state['tokenizer_fingerprint'][:12]}… but "
                           f"model.tokenizer.model is {settings.tokenizer_fingerprint[:12]}… "
@@ -141,4 +277,19 @@ def load_checkpoint(path: str | os.PathLike, settings: Settings) -> Checkpoint:
                           f"{state['config_fingerprint'][:12]}… vs {config_fingerprint(settings.cfg)[:12]}…): "
                           + "; ".join(diffs[:3]) + ("; …" if len(diffs) > 3 else "")
                           + ". Resume with the original model.* values (trainer.* may change)")
+    for key in ("model", "optimizer"):  # a checkpoint saved before the NaN guard existed
+        bad = next((k for k, v in _tensors(state[key]) if v.is_floating_point() and not bool(torch.isfinite(v).all())), None)
+        if bad is not None:
+            raise ResumeError(f"{file.name}: {key} tensor {bad} holds NaN or inf; resume from an earlier checkpoint")
     return Checkpoint(file, int(state["step"]), int(state["consumed_samples"]), state)
+
+
+def _tensors(value: Any, prefix: str = "") -> Any:
+    if isinstance(value, torch.Tensor):
+        yield prefix, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _tensors(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from _tensors(v, f"{prefix}[{i}]")

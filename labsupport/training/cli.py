@@ -7,9 +7,9 @@ import os
 import sys
 from typing import Sequence
 
-__all__ = ["main", "build_parser", "EXIT_OK", "EXIT_USAGE", "EXIT_ENV"]
+__all__ = ["main", "build_parser", "EXIT_OK", "EXIT_USAGE", "EXIT_ENV", "EXIT_INTERRUPTED"]
 
-EXIT_OK, EXIT_ENV, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_ENV, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class _Parser(argparse.ArgumentParser):
@@ -23,7 +23,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=None, help="YAML config (default configs/megatron_gpt_tiny.yaml)")
     p.add_argument("--save-dir", default=None, help="write checkpoints here (at the end, and every --save-every steps)")
     p.add_argument("--save-every", type=int, default=0, help="checkpoint every N optimizer steps (0: only at the end)")
-    p.add_argument("--resume", default=None, help="continue from the latest checkpoint in this directory (or a file)")
+    p.add_argument("--resume", default=None, help="continue from the newest intact checkpoint in this directory (or a file)")
+    p.add_argument("--resume-if-exists", action="store_true",
+                   help="resume from --resume DIR (default: --save-dir) when it holds a checkpoint, else start at "
+                        "step 0: what a job restarted by torchrun --max-restarts needs")
     p.add_argument("--log", "--log-file", dest="log", default=None,
                    help="append one JSON line per optimizer step to this file (under torchrun write --log-file: "
                         "torchrun's own parser reads --log as an ambiguous abbreviation of its --log-dir)")
@@ -33,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _init_distributed() -> None:
+def _init_distributed(timeout_s: float) -> None:
     import torch
     import torch.distributed as dist
 
@@ -42,37 +45,90 @@ def _init_distributed() -> None:
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=int(os.environ.get("LABSUPPORT_PG_TIMEOUT", "300"))))
+    timeout = datetime.timedelta(seconds=timeout_s)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if "TORCHELASTIC_RESTART_COUNT" not in os.environ:
+        dist.init_process_group(backend, timeout=timeout)
+        return
+    # torchrun keeps its store across restarts: a restarted worker must not find the dead
+    # workers' entries (gloo's and NCCL's connection keys, our heartbeats), so every key of this
+    # attempt lives under its own prefix.
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "False") == "True"
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                          is_master=(rank == 0 and not agent_store), timeout=timeout, wait_for_workers=False)
+    prefixed = dist.PrefixStore(f"labsupport/restart{os.environ['TORCHELASTIC_RESTART_COUNT']}/", store)
+    dist.init_process_group(backend, store=prefixed, rank=rank, world_size=world, timeout=timeout)
+
+
+def _os_error(exc: OSError) -> str:
+    """One line for a disk or permission problem: the file, what happened, what to do."""
+    import errno
+
+    if exc.errno is None:           # our own one-line message (e.g. an index cache folder it cannot write)
+        return str(exc)
+    where = f"{exc.filename}: " if exc.filename else ""
+    what = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "no space left (disk quota exceeded)",
+            errno.EROFS: "read-only file system", errno.EACCES: "permission denied"}.get(exc.errno, exc.strerror or str(exc))
+    todo = ("free space there or choose another --save-dir" if exc.errno in (errno.ENOSPC, errno.EDQUOT)
+            else "choose a folder you can write to (--save-dir, --log-file)")
+    detail = f" ({exc.strerror})" if exc.errno == errno.ENOSPC and exc.strerror and "bytes free" in exc.strerror else ""
+    return f"{where}{what}{detail}; {todo}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; the exit status: 0 done, 2 bad input, 1 environment or a failed run, 130 Ctrl-C."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("error: interrupted (Ctrl-C); the checkpoints already written are intact — continue with --resume",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_intermixed_args(argv)
-    if args.save_every < 0:
-        print("error: --save-every must be ≥ 0", file=sys.stderr)
-        return EXIT_USAGE
+    for flag, value, low in (("--save-every", args.save_every, 0), ("--stop-after", args.stop_after, 1)):
+        if value is not None and value < low:
+            print(f"error: {flag} {value}: must be ≥ {low}", file=sys.stderr)
+            return EXIT_USAGE
     from labsupport.config import ConfigError
     from labsupport.training.checkpoint import ResumeError
+    from labsupport.training.faults import TrainingError, rank_timeout
     from labsupport.training.settings import DEFAULT_CONFIG
     from labsupport.training.trainer import train
     import torch.distributed as dist
 
-    _init_distributed()
+    timeout = next((float(o.split("=", 1)[1]) for o in args.overrides if o.lstrip("+").startswith("trainer.rank_timeout_s=")),
+                   None)
+    if timeout is None:  # the config's value (the process group needs it before the settings exist)
+        from omegaconf import OmegaConf
+
+        try:
+            timeout = rank_timeout(OmegaConf.load(args.config or DEFAULT_CONFIG))
+        except Exception:  # noqa: BLE001 - an unreadable config is reported by train() itself
+            timeout = rank_timeout()
+    _init_distributed(timeout)
     rank = dist.get_rank() if dist.is_initialized() else 0
+    status = EXIT_OK
     try:
         res = train(args.config or DEFAULT_CONFIG, args.overrides, save_dir=args.save_dir, save_every=args.save_every,
                     resume=args.resume, log_file=args.log, stop_after=args.stop_after,
-                    show_progress=not args.no_progress)
+                    show_progress=not args.no_progress, resume_if_exists=args.resume_if_exists)
     except (ConfigError, ResumeError) as exc:
-        if rank == 0:
-            print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except OSError as exc:          # e.g. an index cache folder that cannot be written
-        if rank == 0:
-            print(f"error: {exc}", file=sys.stderr)
-        return EXIT_ENV
+        message, status = str(exc), EXIT_USAGE
+    except TrainingError as exc:
+        message, status = str(exc), EXIT_ENV
+    except OSError as exc:
+        message, status = _os_error(exc), EXIT_ENV
     finally:
-        if dist.is_initialized():
+        if dist.is_initialized() and status == EXIT_OK:
             dist.destroy_process_group()
+    if status != EXIT_OK:
+        if rank == 0 or "stopped responding" in message:
+            print(f"error: {message}", file=sys.stderr, flush=True)
+        if dist.is_initialized():  # a failed group cannot be torn down cleanly: leave at once
+            os._exit(status)
+        return status
     if rank == 0 and res.log:
         last = res.log[-1]
         print(f"step {last['step']} · loss {last['loss']:.4f} · consumed_samples {last['consumed_samples']}"

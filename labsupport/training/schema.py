@@ -57,6 +57,8 @@ class TrainerConfig:
     precision: str = _choice(("32", "bf16", "bf16-mixed"), "use 32 or bf16")
     max_steps: int = _int()
     log_every_n_steps: int = _int()
+    #: seconds a rank waits in a collective before the run stops naming the silent rank (issue 23)
+    rank_timeout_s: float = _number(above=0.0)
 
 
 @dataclass
@@ -130,11 +132,13 @@ class ModelConfig:
 
 @dataclass
 class RunConfig:
-    """The whole file: ``trainer``, ``exp_manager``, ``model``."""
+    """The whole file: ``trainer``, ``exp_manager``, ``model`` and ``allow_new_data_plan``."""
 
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     exp_manager: ExpManagerConfig = field(default_factory=ExpManagerConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
+    #: resume even when the samples already trained on would come in another order (data_plan)
+    allow_new_data_plan: bool = False
 
 
 _SECTIONS: dict[str, type] = {}   # class name → dataclass (annotations are strings here)

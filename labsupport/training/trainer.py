@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import resource
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,11 +36,13 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 import torch.distributed as dist
+from omegaconf import OmegaConf
 from torch.nn import functional as F
 
 from labsupport.models.tiny_lm import TinyCausalLM
 from labsupport.training import checkpoint as ckpt
-from labsupport.training.data import Batch, build_blend, collate
+from labsupport.training import faults
+from labsupport.training.data import Batch, collate
 from labsupport.training.sampler import MegatronPretrainingSampler
 from labsupport.training.settings import ConfigError, Settings, load_settings, settings_from_config
 
@@ -122,30 +125,27 @@ def _tensorboard(directory: str | os.PathLike | None):
     return SummaryWriter(os.fspath(directory))
 
 
-def train(config: Settings | str | os.PathLike | Any = None, overrides: Sequence[str] = (), *,
-          save_dir: str | os.PathLike | None = None, save_every: int = 0,
-          resume: str | os.PathLike | None = None, log_file: str | os.PathLike | None = None,
-          dataset: Any = None, stop_after: int | None = None, show_progress: bool = True,
-          keep_token_losses: bool = False, tensorboard_dir: str | os.PathLike | None = None,
-          on_step: Callable[[dict[str, Any], torch.nn.Module], None] | None = None) -> TrainResult:
-    """Train the config's tiny GPT; return the per-step log.
+@dataclass
+class _Run:
+    """What the named steps of :func:`train` share: the built objects and the counters."""
 
-    Args:
-        config: a :class:`Settings`, a YAML path (default: ``configs/megatron_gpt_tiny.yaml``) or
-            an OmegaConf config.  overrides: ``key=value`` strings (Hydra style).
-        save_dir / save_every: write a checkpoint every ``save_every`` steps and at the end.
-        resume: a checkpoint file or a directory (its latest checkpoint) to continue from.
-        log_file: append one JSON line per step (rank 0 only).
-        dataset: use this instead of the config's blend (same ``[i]`` dicts), e.g.
-            :class:`~labsupport.training.data.NaiveTextDataset`.
-        stop_after: stop after this many steps of *this* call (a run interrupted on purpose).
-        keep_token_losses: keep every sample's per-token loss (``TrainResult.token_losses``).
-        tensorboard_dir: also write TensorBoard events there, when ``tensorboard`` is installed.
-        on_step: called as ``on_step(record, model)`` after each step (rank 0).
+    settings: Settings
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    device: torch.device
+    world: int
+    rank: int
+    blend: Any = None
+    names: list[str] = field(default_factory=list)
+    batches: Any = None
+    step: int = 0
+    consumed: int = 0
+    plan_hasher: Any = None        # sha256 over the samples trained on so far (data_plan)
+    health: Any = None             # faults.RankHealth under torch.distributed
 
-    Raises ConfigError (bad config, naming the field) and ResumeError (unusable checkpoint).
-    Inside an initialised ``torch.distributed`` group, each rank trains on its slice.
-    """
+
+def _build(config: Any, overrides: Sequence[str]) -> _Run:
+    """Settings → model (rank 0's weights on every rank) and optimizer."""
     world = dist.get_world_size() if dist.is_initialized() else 1
     rank = dist.get_rank() if dist.is_initialized() else 0
     if isinstance(config, Settings):
@@ -159,132 +159,248 @@ def train(config: Settings | str | os.PathLike | Any = None, overrides: Sequence
     from labsupport.datasets.tokenizer import Tokenizer
 
     device = _device(settings)
-    vocab = Tokenizer(settings.tokenizer_path).vocab_size
-    model = build_model(settings, vocab).to(device)
+    model = build_model(settings, Tokenizer(settings.tokenizer_path).vocab_size).to(device)
     if world > 1:  # as DDP does at construction: every rank starts from rank 0's weights
         for p in model.parameters():
             dist.broadcast(p.data, 0)
     opt_cfg = settings.cfg.model.optim
     optimizer = torch.optim.AdamW(model.parameters(), lr=_lr(settings, 0), betas=tuple(opt_cfg.betas),
                                   weight_decay=float(opt_cfg.weight_decay))
-    step, consumed = 0, 0
+    return _Run(settings, model, optimizer, device, world, rank)
+
+
+def _resume(run: _Run, resume: str | os.PathLike, log_file: str | os.PathLike | None) -> None:
+    """Load the newest intact checkpoint: weights, optimizer, RNG, step, consumed samples."""
+    quiet = open(os.devnull, "w") if run.rank else None
+    try:
+        loaded = ckpt.load_checkpoint(resume, run.settings, warn=quiet)
+    finally:
+        if quiet:
+            quiet.close()
+    if loaded.step >= run.settings.max_steps:
+        raise ResumeError(f"{loaded.path.name} is at step {loaded.step}, which already reaches trainer.max_steps="
+                          f"{run.settings.max_steps}; raise trainer.max_steps to train further")
+    run.model.load_state_dict(loaded.state["model"])
+    run.optimizer.load_state_dict(loaded.state["optimizer"])
+    ckpt.set_rng_state(loaded.state["rng"])
+    run.step, run.consumed = loaded.step, loaded.consumed_samples
+    run.resumed_from = loaded  # type: ignore[attr-defined]
+    if log_file and run.rank == 0:
+        faults.drop_replayed_log_lines(log_file, loaded.step)
+
+
+def _data(run: _Run, dataset: Any) -> None:
+    """The blend (or ``dataset``), checked up front, and this rank's sampler from ``consumed``."""
+    from labsupport.training.data_plan import ALLOW_KEY, check_plan, consumed_digest
+
+    run.blend = faults.checked_blend(run.settings) if dataset is None else dataset
+    run.names = list(getattr(run.blend, "names", run.settings.names))
+    loaded = getattr(run, "resumed_from", None)
+    if loaded is not None:
+        allow = bool(OmegaConf.select(run.settings.cfg, ALLOW_KEY, default=False))
+        run.plan_hasher, warning = check_plan(loaded.state.get("data_plan"), run.settings, run.blend,
+                                              run.consumed, loaded.path.name, allow)
+        if warning and run.rank == 0:
+            print(warning, file=sys.stderr)
+    else:
+        run.plan_hasher = consumed_digest(run.blend, run.consumed)
+    run.batches = iter(MegatronPretrainingSampler(len(run.blend), run.consumed, run.settings.micro_batch_size,
+                                                  run.rank, run.world))
+
+
+@dataclass
+class _StepStats:
+    """One optimizer step's sums: loss, loss tokens, per-domain loss sums and token counts."""
+
+    stats: torch.Tensor
+    read: list[int] = field(default_factory=list)
+    digest: Any = field(default_factory=hashlib.sha256)
+    data_t: float = 0.0
+    compute_t: float = 0.0
+    comm_t: float = 0.0
+    sent: int = 0
+
+
+def _forward_backward(run: _Run, st: _StepStats, token_store: dict | None) -> None:
+    """One micro-batch: read it, forward, loss ÷ num_microbatches, backward; add to ``st``."""
+    s, n_dom = run.settings, len(run.names)
+    t0 = time.perf_counter()
+    idx = next(run.batches)
+    batch = collate([run.blend[i] for i in idx], idx, s.flags["reset_attention_mask"]).to(run.device)
+    st.read += [int(i) for i in idx]
+    st.digest.update(batch.tokens.cpu().numpy().tobytes())
+    t1 = time.perf_counter()
+    with torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=s.precision == "bf16"):
+        ce = token_losses(run.model, batch)
+    per_sample = (ce * batch.loss_mask).sum(1)
+    count = batch.loss_mask.sum(1)
+    loss = faults.inject_nan(per_sample.sum() / count.sum().clamp(min=1), run.step + 1)
+    (loss / s.num_microbatches).backward()
+    if token_store is not None:
+        # one numpy array per micro-batch: a torch tensor kept per sample grew the process's
+        # RSS by ~5 MiB per step on CPU (measured: 442 → 1,269 MiB over 150 steps; flat now)
+        rows = (ce.detach() * batch.loss_mask).float().cpu().numpy().copy()
+        for j, i in enumerate(idx):
+            token_store[int(i)] = rows[j]
+    ids = batch.dataset_id.cpu()
+    st.stats[0] += loss.item() / s.num_microbatches
+    st.stats[1] += count.sum().item()
+    st.stats[2:2 + n_dom].index_add_(0, ids, per_sample.detach().double().cpu())
+    st.stats[2 + n_dom:].index_add_(0, ids, count.detach().double().cpu())
+    st.data_t += t1 - t0
+    st.compute_t += time.perf_counter() - t1
+
+
+def _reduce(run: _Run, st: _StepStats) -> None:
+    """With DP > 1: all-reduce the gradients (mean) and the step's sums (loss: mean over ranks)."""
+    if run.world == 1:
+        return
+    from labsupport.distributed.collectives import ring_bytes_per_rank
+
+    t0 = time.perf_counter()
+    with run.health.collective(run.step + 1, "the gradient all-reduce"):
+        nbytes = _all_reduce_grads(run.model, run.world)
+        dist.all_reduce(st.stats)
+    st.stats[0] /= run.world
+    st.comm_t = time.perf_counter() - t0
+    st.sent = int(ring_bytes_per_rank(nbytes, run.world))
+
+
+def _optimizer_step(run: _Run, st: _StepStats) -> None:
+    """Refuse a non-finite loss or gradient (before anything is updated or saved), then AdamW."""
+    faults.check_finite(float(st.stats[0]), run.model, run.step + 1)
+    t0 = time.perf_counter()
+    run.optimizer.step()
+    if run.device.type == "cuda":
+        torch.cuda.synchronize(run.device)
+    st.compute_t += time.perf_counter() - t0
+    run.step += 1
+    previous, run.consumed = run.consumed, run.consumed + run.settings.global_batch_size
+    from labsupport.training.data_plan import consumed_digest
+
+    consumed_digest(run.blend, run.consumed, run.plan_hasher, start=previous)
+
+
+def _record(run: _Run, st: _StepStats, elapsed: float) -> dict[str, Any]:
+    """The step's log record (the module docstring lists the keys)."""
+    s, n_dom = run.settings, len(run.names)
+    sums, counts = st.stats[2:2 + n_dom], st.stats[2 + n_dom:]
+    return {
+        "step": run.step, "loss": float(st.stats[0]), "lr": _lr(s, run.step - 1), "consumed_samples": run.consumed,
+        "tokens": s.tokens_per_step, "loss_tokens": int(st.stats[1]),
+        "domain_loss": {n: (float(sums[d] / counts[d]) if counts[d] else None) for d, n in enumerate(run.names)},
+        "domain_tokens": {n: int(counts[d]) for d, n in enumerate(run.names)},
+        "samples": st.read, "batch_sha256": st.digest.hexdigest()[:16], "allreduce_bytes": st.sent,
+        "step_time": elapsed, "data_time": st.data_t, "compute_time": st.compute_t, "comm_time": st.comm_t,
+        "tokens_per_s": s.tokens_per_step / elapsed if elapsed else None, "memory_mb": _memory_mb(run.device),
+    }
+
+
+def _log(record: dict[str, Any], log_fh: Any, writer: Any, on_step: Any, model: torch.nn.Module) -> None:
+    """Rank 0: one JSON line, TensorBoard scalars, the caller's hook."""
+    if log_fh:
+        log_fh.write(json.dumps(record) + "\n")
+        log_fh.flush()
+    if writer is not None:
+        for key in ("loss", "tokens_per_s", "data_time", "compute_time", "comm_time", "memory_mb"):
+            writer.add_scalar(f"train/{key}", record[key], record["step"])
+    if on_step is not None:
+        on_step(record, model)
+
+
+def _save(run: _Run, save_dir: str | os.PathLike, result: TrainResult) -> None:
+    """Rank 0 writes the checkpoint (with the data plan); every rank waits for it."""
+    from labsupport.training.data_plan import plan_of
+
+    if run.rank == 0:
+        plan = plan_of(run.settings, run.blend, run.consumed, run.plan_hasher.copy().hexdigest())
+        path = ckpt.save_checkpoint(save_dir, step=run.step, consumed_samples=run.consumed, model=run.model,
+                                    optimizer=run.optimizer, settings=run.settings, data_plan=plan)
+        result.checkpoints.append(str(path))
+    if run.world > 1:
+        with run.health.collective(run.step, "the barrier after saving"):
+            dist.barrier()
+
+
+def train(config: Settings | str | os.PathLike | Any = None, overrides: Sequence[str] = (), *,
+          save_dir: str | os.PathLike | None = None, save_every: int = 0,
+          resume: str | os.PathLike | None = None, log_file: str | os.PathLike | None = None,
+          dataset: Any = None, stop_after: int | None = None, show_progress: bool = True,
+          keep_token_losses: bool = False, tensorboard_dir: str | os.PathLike | None = None,
+          on_step: Callable[[dict[str, Any], torch.nn.Module], None] | None = None,
+          resume_if_exists: bool = False) -> TrainResult:
+    """Train the config's tiny GPT; return the per-step log.
+
+    Args:
+        config: a :class:`Settings`, a YAML path (default: ``configs/megatron_gpt_tiny.yaml``) or
+            an OmegaConf config.  overrides: ``key=value`` strings (Hydra style).
+        save_dir / save_every: write a checkpoint every ``save_every`` steps and at the end.
+        resume: a checkpoint file or a directory (its newest intact checkpoint) to continue from.
+        resume_if_exists: resume from ``resume`` (default ``save_dir``) when it holds a
+            checkpoint, else start at step 0 — what a restarted job needs (NeMo's
+            ``exp_manager.resume_if_exists`` + ``resume_ignore_no_checkpoint``; the config's
+            ``exp_manager.resume_if_exists: true`` does the same).
+        log_file: append one JSON line per step (rank 0 only); on resume, lines of steps after
+            the checkpoint (replayed now) are dropped first.
+        dataset: use this instead of the config's blend (same ``[i]`` dicts), e.g.
+            :class:`~labsupport.training.data.NaiveTextDataset`.
+        stop_after: stop after this many steps of *this* call (a run interrupted on purpose).
+        keep_token_losses: keep every sample's per-token loss (``TrainResult.token_losses``).
+        tensorboard_dir: also write TensorBoard events there, when ``tensorboard`` is installed.
+        on_step: called as ``on_step(record, model)`` after each step (rank 0).
+
+    Raises ConfigError (bad config or data, naming the field), ResumeError (unusable checkpoint,
+    or a changed data plan: :mod:`~labsupport.training.data_plan`), ``faults.TrainingError``
+    (a non-finite loss, a rank that stopped responding) and OSError (save dir or log unwritable,
+    checked before the first step).  Inside an initialised ``torch.distributed`` group, each
+    rank trains on its slice.
+    """
+    run = _build(config, overrides)
+    if resume_if_exists or bool(OmegaConf.select(run.settings.cfg, "exp_manager.resume_if_exists", default=False)):
+        resume = faults.resume_source(resume, save_dir, run.rank)
+    faults.preflight(run, save_dir, log_file)
     if resume is not None:
-        loaded = ckpt.load_checkpoint(resume, settings)
-        if loaded.step >= settings.max_steps:
-            raise ResumeError(f"{loaded.path.name} is at step {loaded.step}, which already reaches trainer.max_steps="
-                              f"{settings.max_steps}; raise trainer.max_steps to train further")
-        model.load_state_dict(loaded.state["model"])
-        optimizer.load_state_dict(loaded.state["optimizer"])
-        ckpt.set_rng_state(loaded.state["rng"])
-        step, consumed = loaded.step, loaded.consumed_samples
-    blend = build_blend(settings) if dataset is None else dataset
-    names = list(getattr(blend, "names", settings.names))
-    sampler = MegatronPretrainingSampler(len(blend), consumed, settings.micro_batch_size, rank, world)
-    batches = iter(sampler)
-    dense = settings.flags["reset_attention_mask"]
-    autocast = settings.precision == "bf16"
-    result = TrainResult([], settings, model, consumed, step)
-    writer = _tensorboard(tensorboard_dir) if rank == 0 else None
-    if log_file and rank == 0:
-        Path(log_file).parent.mkdir(parents=True, exist_ok=True)
-    log_fh = open(log_file, "a", encoding="utf-8") if (log_file and rank == 0) else None
-    end = settings.max_steps if stop_after is None else min(settings.max_steps, step + int(stop_after))
+        _resume(run, resume, log_file)
+    _data(run, dataset)
+    run.health = faults.RankHealth.create(run) if run.world > 1 else None
+    result = TrainResult([], run.settings, run.model, run.consumed, run.step)
+    writer = _tensorboard(tensorboard_dir) if run.rank == 0 else None
+    log_fh = open(log_file, "a", encoding="utf-8") if (log_file and run.rank == 0) else None
+    end = run.settings.max_steps if stop_after is None else min(run.settings.max_steps, run.step + int(stop_after))
     from labsupport.progress import progress
 
-    bar = progress(total=end - step, desc="train", unit="step", disable=not show_progress or rank != 0)
-    n_dom = len(names)
+    bar = progress(total=end - run.step, desc="train", unit="step", disable=not show_progress or run.rank != 0)
     try:
-        while step < end:
+        while run.step < end:
             t_step = time.perf_counter()
-            for group in optimizer.param_groups:
-                group["lr"] = _lr(settings, step)
-            optimizer.zero_grad(set_to_none=True)
-            data_t = compute_t = comm_t = 0.0
-            stats = torch.zeros(2 + 2 * n_dom, dtype=torch.float64)  # loss, loss tokens, per domain sums, counts
-            read: list[int] = []
-            digest = hashlib.sha256()
-            for _ in range(settings.num_microbatches):
-                t0 = time.perf_counter()
-                idx = next(batches)
-                batch = collate([blend[i] for i in idx], idx, dense).to(device)
-                read += [int(i) for i in idx]
-                digest.update(batch.tokens.cpu().numpy().tobytes())
-                t1 = time.perf_counter()
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-                    ce = token_losses(model, batch)
-                per_sample = (ce * batch.loss_mask).sum(1)
-                count = batch.loss_mask.sum(1)
-                loss = per_sample.sum() / count.sum().clamp(min=1)
-                (loss / settings.num_microbatches).backward()
-                if keep_token_losses:
-                    # one numpy array per micro-batch: a torch tensor kept per sample grew the process's
-                    # RSS by ~5 MiB per step on CPU (measured: 442 → 1,269 MiB over 150 steps; flat now)
-                    rows = (ce.detach() * batch.loss_mask).float().cpu().numpy().copy()
-                    for j, i in enumerate(idx):
-                        result.token_losses[int(i)] = rows[j]
-                ids = batch.dataset_id.cpu()
-                stats[0] += loss.item() / settings.num_microbatches
-                stats[1] += count.sum().item()
-                stats[2:2 + n_dom].index_add_(0, ids, per_sample.detach().double().cpu())
-                stats[2 + n_dom:].index_add_(0, ids, count.detach().double().cpu())
-                data_t += t1 - t0
-                compute_t += time.perf_counter() - t1
-            sent = 0
-            if world > 1:
-                t0 = time.perf_counter()
-                nbytes = _all_reduce_grads(model, world)
-                dist.all_reduce(stats)
-                stats[0] /= world
-                comm_t = time.perf_counter() - t0
-                from labsupport.distributed.collectives import ring_bytes_per_rank
-
-                sent = int(ring_bytes_per_rank(nbytes, world))
-            t0 = time.perf_counter()
-            optimizer.step()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            compute_t += time.perf_counter() - t0
-            step += 1
-            consumed += settings.global_batch_size
-            elapsed = time.perf_counter() - t_step
-            sums, counts = stats[2:2 + n_dom], stats[2 + n_dom:]
-            record = {
-                "step": step, "loss": float(stats[0]), "lr": _lr(settings, step - 1), "consumed_samples": consumed,
-                "tokens": settings.tokens_per_step, "loss_tokens": int(stats[1]),
-                "domain_loss": {n: (float(sums[d] / counts[d]) if counts[d] else None) for d, n in enumerate(names)},
-                "domain_tokens": {n: int(counts[d]) for d, n in enumerate(names)},
-                "samples": read, "batch_sha256": digest.hexdigest()[:16], "allreduce_bytes": sent, "step_time": elapsed, "data_time": data_t, "compute_time": compute_t,
-                "comm_time": comm_t, "tokens_per_s": settings.tokens_per_step / elapsed if elapsed else None,
-                "memory_mb": _memory_mb(device),
-            }
+            faults.inject_rank_fault(run.rank, run.step + 1)
+            if run.health is not None:
+                run.health.beat(run.step + 1)
+            for group in run.optimizer.param_groups:
+                group["lr"] = _lr(run.settings, run.step)
+            run.optimizer.zero_grad(set_to_none=True)
+            st = _StepStats(torch.zeros(2 + 2 * len(run.names), dtype=torch.float64))
+            for _ in range(run.settings.num_microbatches):
+                _forward_backward(run, st, result.token_losses if keep_token_losses else None)
+            _reduce(run, st)
+            _optimizer_step(run, st)
+            record = _record(run, st, time.perf_counter() - t_step)
             result.log.append(record)
-            if rank == 0:
-                if log_fh:
-                    log_fh.write(json.dumps(record) + "\n")
-                    log_fh.flush()
-                if writer is not None:
-                    for key in ("loss", "tokens_per_s", "data_time", "compute_time", "comm_time", "memory_mb"):
-                        writer.add_scalar(f"train/{key}", record[key], step)
-                if on_step is not None:
-                    on_step(record, model)
+            if run.rank == 0:
+                _log(record, log_fh, writer, on_step, run.model)
             bar.update(1)
-            if save_dir is not None and ((save_every and step % save_every == 0) or step == end):
-                if rank == 0:
-                    path = ckpt.save_checkpoint(save_dir, step=step, consumed_samples=consumed, model=model,
-                                                optimizer=optimizer, settings=settings)
-                    result.checkpoints.append(str(path))
-                if world > 1:
-                    dist.barrier()
+            if save_dir is not None and ((save_every and run.step % save_every == 0) or run.step == end):
+                _save(run, save_dir, result)
     finally:
         bar.close()
         if log_fh:
             log_fh.close()
         if writer is not None:
             writer.close()
-    result.step, result.consumed_samples = step, consumed
-    if consumed < len(blend):
-        result.next_batch = next(iter(MegatronPretrainingSampler(len(blend), consumed, settings.micro_batch_size,
-                                                                 rank, world)), [])
+    result.step, result.consumed_samples = run.step, run.consumed
+    if run.consumed < len(run.blend):
+        result.next_batch = next(iter(MegatronPretrainingSampler(len(run.blend), run.consumed,
+                                                                 run.settings.micro_batch_size, run.rank, run.world)), [])
     return result
 
 

@@ -5,8 +5,10 @@
     python -m labsupport.runall --in-place notebooks solutions   # regenerate committed outputs
 
 The table lists chapter, seconds and status; it is also written to ``<out>/summary.md``.
-A ``-p NAME`` that a chapter's ``parameters`` cell does not define is refused before anything runs
-(papermill itself would only warn and run with the default).
+A ``-p NAME`` that a chapter's ``parameters`` cell does not define, or a value of another type than
+its default (``-p seed abc`` where the cell says ``seed = 0``), is refused before anything runs
+(papermill itself would only warn and run).  Each run is written under a temporary name and renamed
+when it ends, so a Ctrl-C never leaves a half-run notebook that looks finished.
 
 Exit status: 0 every notebook ran; 1 a notebook failed, or an error (no such chapter, an output
 folder that cannot be written — one line on stderr); 2 a usage error (a bad option, an unknown
@@ -15,6 +17,7 @@ parameter); 130 interrupted (Ctrl-C).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -51,16 +54,24 @@ def _papermill(nb: Path, out_dir: Path, params: dict, timeout: int) -> RunResult
     import papermill as pm
 
     out = out_dir / nb.name
+    # papermill saves its output after every cell: run under a temporary name, so that a Ctrl-C or
+    # a kill never leaves a half-run notebook under the chapter's name (it would look finished)
+    partial = out_dir / f".{nb.stem}.{os.getpid()}.running.ipynb"
     start = time.perf_counter()
     try:
         with process_env(headless_env()):
-            pm.execute_notebook(str(nb), str(out), parameters=params, kernel_name=KERNEL,
+            pm.execute_notebook(str(nb), str(partial), parameters=params, kernel_name=KERNEL,
                                 cwd=str(nb.parent), progress_bar=False, execution_timeout=timeout)
+        os.replace(partial, out)
         return RunResult(nb, time.perf_counter() - start, True)
     except Exception as exc:  # noqa: BLE001 - PapermillExecutionError and kernel failures
+        if partial.exists():   # a failed run is kept: papermill marked the failing cell in it
+            os.replace(partial, out)
         ename = getattr(exc, "ename", type(exc).__name__)
         evalue = getattr(exc, "evalue", None) or _first_line(str(exc))
         return RunResult(nb, time.perf_counter() - start, False, f"{ename}: {evalue}"[:200])
+    finally:
+        partial.unlink(missing_ok=True)   # interrupted (Ctrl-C): nothing under the chapter's name
 
 
 class UsageError(Exception):
@@ -77,6 +88,31 @@ def _check_parameters(notebooks: list[Path], params: dict) -> None:
         if unknown:
             raise UsageError(f"{nb.parent.name}/{nb.name} has no parameter {', '.join(map(repr, unknown))}; "
                              f"its parameters: {', '.join(known) or '(none)'}")
+        for name, value in params.items():
+            _check_type(nb, name, value, known[name])
+
+
+def _default_type(spec: dict) -> type | None:
+    """The type of a parameter's default as the cell writes it (``seed = 0`` → int), or None."""
+    import ast
+
+    try:
+        default = ast.literal_eval(str(spec.get("default")))
+    except (ValueError, SyntaxError):
+        return None
+    return None if default is None else type(default)
+
+
+def _check_type(nb: Path, name: str, value, spec: dict) -> None:
+    """Refuse ``-p seed abc`` where the parameters cell says ``seed = 0`` (papermill would run it)."""
+    kind = _default_type(spec)
+    if kind is None:
+        return
+    ok = {int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+          float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)}.get(kind, lambda v: isinstance(v, kind))
+    if not ok(value):
+        raise UsageError(f"-p {name} {value!r}: {nb.parent.name}/{nb.name}'s parameter {name} is {kind.__name__} "
+                         f"(default {spec.get('default')}); give a value of that type")
 
 
 def _parse_value(text: str):

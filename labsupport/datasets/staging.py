@@ -1,0 +1,129 @@
+"""All-or-nothing outputs for preprocessing — chapter 2 (``python -m labsupport.preprocess``).
+
+A run writes every key's ``.bin``/``.idx``/``.json`` into a staging folder beside the output
+prefix, ``<folder>/.<prefix name>.staging-<pid>-<hex>/``.  Only when all of them are complete does
+it write ``COMMIT`` there (a list of moves, fsynced) and move the files to their final names:
+first every old ``.idx`` that will change is removed (a reader then finds no dataset, never an
+old ``.idx`` beside a new ``.bin``), then per key ``.bin``, ``.json`` and, last, ``.idx``.  So:
+
+* a fault before ``COMMIT`` leaves the existing dataset untouched, and the next run (or
+  :func:`recover`) deletes the staging folder;
+* a fault after it (a kill between two renames) is finished by the next run: ``COMMIT`` says the
+  new files are complete, so the moves are completed ("rolled forward").
+
+Ctrl-C is held during the moves, so an interrupt lands before or after them.  For tests,
+``LABSUPPORT_FAULT=preprocess-kill:after=N`` kills the process (SIGKILL) before step N of the
+commit (step 0 writes ``COMMIT``; then the removals and renames).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import uuid
+from pathlib import Path
+from typing import Sequence
+
+from labsupport.fileio import PathLike, atomic_write, fsync_folder, process_alive
+
+__all__ = ["new_staging", "commit", "recover", "discard", "staging_folders"]
+
+_STAGING = re.compile(r"^\.(?P<name>.+)\.staging-(?P<pid>\d+)-[0-9a-f]{8}$")
+EXTENSIONS = (".bin", ".json", ".idx")   # the order of the renames: .idx last
+
+
+def new_staging(output_prefix: PathLike) -> Path:
+    """Create and return the staging folder for ``output_prefix`` (beside it, same file system)."""
+    prefix = Path(output_prefix)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    folder = prefix.parent / f".{prefix.name}.staging-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    folder.mkdir()
+    return folder
+
+
+def _fault_point(done: int) -> None:
+    spec = os.environ.get("LABSUPPORT_FAULT", "")
+    if spec.startswith("preprocess-kill:after=") and int(spec.split("=", 1)[1]) == done:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    try:
+        return a.stat().st_size == b.stat().st_size and a.read_bytes() == b.read_bytes()
+    except OSError:
+        return False
+
+
+def _moves(folder: Path, finals: Sequence[str]) -> list[tuple[str, str]]:
+    return [(str(folder / (Path(f).name + ext)), f + ext) for f in finals for ext in EXTENSIONS]
+
+
+def _apply(folder: Path, moves: list[tuple[str, str]], done: int = 1) -> None:
+    """The moves of a committed staging folder, idempotent (a rerun skips what is done)."""
+    for src, dst in moves:
+        if dst.endswith(".idx") and os.path.exists(src) and os.path.exists(dst) and not _same_bytes(Path(src), Path(dst)):
+            _fault_point(done)
+            os.unlink(dst)
+            done += 1
+    fsync_folder(Path(moves[0][1]).parent)
+    for src, dst in moves:
+        if os.path.exists(src):
+            _fault_point(done)
+            os.replace(src, dst)
+            done += 1
+    fsync_folder(Path(moves[0][1]).parent)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def commit(folder: Path, final_prefixes: Sequence[str]) -> None:
+    """Move the complete outputs of ``folder`` to ``final_prefixes`` (each ``<p>.{bin,json,idx}``
+    is in ``folder`` under ``<name of p>.ext``), with SIGINT held until the moves are done."""
+    moves = _moves(folder, [os.fspath(p) for p in final_prefixes])
+    missing = [src for src, _ in moves if not os.path.isfile(src)]
+    if missing:
+        raise FileNotFoundError(f"staging folder {folder} lacks {', '.join(Path(m).name for m in missing)}")
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if hasattr(signal, "pthread_sigmask") else None
+    try:
+        _fault_point(0)
+        atomic_write(folder / "COMMIT", json.dumps({"moves": moves}) + "\n")
+        _apply(folder, moves)
+    finally:
+        if held is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def discard(folder: Path) -> None:
+    """Delete an uncommitted staging folder (the run failed; the old outputs stay as they were)."""
+    if not (folder / "COMMIT").exists():
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def staging_folders(output_prefix: PathLike) -> list[Path]:
+    """The staging folders of ``output_prefix`` left in its folder."""
+    prefix = Path(output_prefix)
+    if not prefix.parent.is_dir():
+        return []
+    return sorted(p for p in prefix.parent.iterdir()
+                  if (m := _STAGING.match(p.name)) and m["name"] == prefix.name and p.is_dir())
+
+
+def recover(output_prefix: PathLike) -> list[str]:
+    """Finish or delete what killed runs left for ``output_prefix``; returns one note per folder.
+
+    A folder whose process still runs is left alone (another run writing the same prefix)."""
+    notes = []
+    for folder in staging_folders(output_prefix):
+        pid = int(_STAGING.match(folder.name)["pid"])
+        if pid != os.getpid() and process_alive(pid):
+            continue
+        marker = folder / "COMMIT"
+        if marker.is_file():
+            moves = [tuple(m) for m in json.loads(marker.read_text(encoding="utf-8"))["moves"]]
+            _apply(folder, moves)
+            notes.append(f"completed the outputs of an interrupted run ({folder.name} was committed)")
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+            notes.append(f"removed the unfinished outputs of an interrupted run ({folder.name})")
+    return notes

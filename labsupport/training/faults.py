@@ -1,0 +1,242 @@
+"""What the training loop checks so that a fault stops it with one clear line — chapter 6.
+
+* :func:`preflight` — before the first step: the save dir and the log can be written, with room
+  for a checkpoint; the temporary files of a killed save are removed;
+* :func:`checked_blend` — the blend, with an empty dataset, a zero weight or a token id outside
+  the vocabulary named as a config error (not an ``IndexError`` deep in the model);
+* :func:`check_finite` — a NaN/inf loss or gradient stops the run naming the step, before the
+  optimizer updates anything or a checkpoint is written (Megatron's
+  ``check_for_nan_in_loss_and_grad`` does the same);
+* :class:`RankHealth` — a heartbeat per rank in the process group's store; when a collective
+  times out, the ranks that stopped beating are named (not the rank that waited for them).  Its
+  keys carry ``TORCHELASTIC_RESTART_COUNT``: torchrun keeps its store across restarts, and a
+  restarted worker must never read a dead worker's entries;
+* :func:`resume_source` — ``--resume-if-exists``: the newest checkpoint of the save dir, or a
+  fresh start when there is none yet (what a job restarted by torchrun needs);
+* fault injection for tests: ``LABSUPPORT_FAULT=kill:rank=1:step=3`` (SIGKILL itself),
+  ``hang:rank=1:step=3`` (SIGSTOP itself), ``nan:step=3`` (the loss of step 3 becomes NaN);
+  kill and hang fire only in the first attempt (``TORCHELASTIC_RESTART_COUNT`` 0 or unset).
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import math
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from labsupport.config import ConfigError
+
+__all__ = ["TrainingError", "preflight", "checked_blend", "check_finite", "RankHealth", "resume_source",
+           "drop_replayed_log_lines", "inject_rank_fault", "inject_nan", "restart_count", "rank_timeout"]
+
+
+class TrainingError(RuntimeError):
+    """The run cannot go on (a non-finite loss, a rank that stopped responding): exit status 1."""
+
+
+def restart_count() -> int:
+    """torchrun's ``TORCHELASTIC_RESTART_COUNT`` (0 outside torchrun)."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+
+
+def rank_timeout(cfg: Any = None) -> float:
+    """Seconds a rank waits for the others in a collective: the config's ``trainer.rank_timeout_s``
+    (300 without a config, torch's default for gloo)."""
+    from omegaconf import OmegaConf
+
+    value = OmegaConf.select(cfg, "trainer.rank_timeout_s", default=None) if cfg is not None else None
+    return float(300 if value is None else value)
+
+
+# --------------------------------------------------------------------------- before training
+def preflight(run: Any, save_dir: Any, log_file: Any) -> None:
+    """Rank 0: save dir and log writable (OSError naming them), stale save temporaries removed."""
+    if run.rank != 0:
+        return
+    from labsupport.training import checkpoint as ckpt
+
+    if save_dir is not None:
+        removed = ckpt.remove_stale_temporaries(save_dir)
+        if removed:
+            print(f"train: removed {len(removed)} temporary file(s) left by a killed save: "
+                  f"{', '.join(p.name for p in removed)}", file=sys.stderr)
+        params = sum(p.numel() * p.element_size() for p in run.model.parameters())
+        ckpt.check_writable(save_dir, need_bytes=4 * params + (1 << 20))  # weights + 2 Adam moments + RNG
+    if log_file is not None:
+        Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+        with open(log_file, "a", encoding="utf-8"):
+            pass
+
+
+def drop_replayed_log_lines(log_file: Any, step: int) -> int:
+    """Remove the lines of steps after ``step`` (the checkpoint resumed from): those steps run
+    again now, and would otherwise appear twice.  Returns how many lines were dropped."""
+    from labsupport.fileio import atomic_write
+
+    path = Path(log_file)
+    if not path.is_file():
+        return 0
+    kept, dropped = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            later = int(json.loads(line).get("step", 0)) > step
+        except (ValueError, AttributeError, TypeError):
+            later = False
+        if later:
+            dropped += 1
+        else:
+            kept.append(line)
+    if dropped:
+        atomic_write(path, "".join(x + "\n" for x in kept))
+    return dropped
+
+
+def resume_source(resume: Any, save_dir: Any, rank: int) -> Any:
+    """``--resume-if-exists``: the folder to resume from, or None (nothing saved yet: step 0)."""
+    from labsupport.training import checkpoint as ckpt
+
+    folder = resume if resume is not None else save_dir
+    if folder is None:
+        raise ConfigError("--resume-if-exists needs --save-dir (or --resume DIR): where the checkpoints are")
+    if Path(folder).is_file() or ckpt.checkpoints_newest_first(folder):
+        return folder
+    if rank == 0:
+        print(f"train: no checkpoint in {folder} yet; starting at step 0", file=sys.stderr)
+    return None
+
+
+def checked_blend(settings: Any) -> Any:
+    """:func:`~labsupport.training.data.build_blend`, with data problems as ConfigError."""
+    from labsupport.datasets.blending import BlendError
+    from labsupport.datasets.indexed import IndexedDataset
+    from labsupport.datasets.tokenizer import Tokenizer
+    from labsupport.training.data import build_blend
+
+    vocab = Tokenizer(settings.tokenizer_path).vocab_size
+    for name, prefix in zip(settings.names, settings.prefixes):
+        ds = IndexedDataset(prefix)
+        if len(ds) == 0 or int(np.asarray(ds.sequence_lengths, dtype=np.int64).sum()) == 0:
+            raise ConfigError(f"model.data.data_prefix {name}: the dataset at {prefix} holds no tokens; "
+                              "preprocess a corpus with documents in it, or leave it out of the blend")
+        top = _max_token(ds)
+        if top >= vocab:
+            raise ConfigError(f"model.data.data_prefix {name}: token id {top} in {prefix}.bin is outside the "
+                              f"vocabulary of model.tokenizer.model (size {vocab}); re-preprocess with this tokenizer")
+    try:
+        return build_blend(settings)
+    except (BlendError, ValueError) as exc:
+        raise ConfigError(f"model.data.data_prefix: {exc}") from None
+
+
+def _max_token(ds: Any) -> int:
+    """The largest token id in an indexed dataset's ``.bin`` (read in 16 M-token chunks)."""
+    data = np.memmap(f"{ds.path_prefix}.bin", dtype=ds.dtype, mode="r") if hasattr(ds, "path_prefix") else None
+    if data is None:
+        return max(int(np.max(ds[i])) for i in range(len(ds)) if len(ds[i]))
+    top, chunk = 0, 1 << 24
+    for i in range(0, data.size, chunk):
+        top = max(top, int(data[i:i + chunk].max()))
+    return top
+
+
+# --------------------------------------------------------------------------- during training
+def check_finite(loss: float, model: torch.nn.Module, step: int) -> None:
+    """TrainingError naming ``step`` when the loss or a gradient is NaN or inf."""
+    if not math.isfinite(loss):
+        raise TrainingError(f"step {step}: the loss is {loss} (not finite); stopped before the optimizer step, "
+                            "so no checkpoint holds it — resume from the last checkpoint with a lower "
+                            "model.optim.lr, or check the data of this step")
+    for name, p in model.named_parameters():
+        if p.grad is not None and not bool(torch.isfinite(p.grad).all()):
+            raise TrainingError(f"step {step}: the gradient of {name} holds NaN or inf; stopped before the optimizer "
+                                "step, so no checkpoint holds it — lower model.optim.lr or check the data of this step")
+
+
+def _fault() -> dict[str, str]:
+    spec = os.environ.get("LABSUPPORT_FAULT", "")
+    if not spec:
+        return {}
+    kind, *fields = spec.split(":")
+    return {"kind": kind, **dict(f.split("=", 1) for f in fields if "=" in f)}
+
+
+def inject_rank_fault(rank: int, step: int) -> None:
+    """Tests only: ``LABSUPPORT_FAULT=kill|hang:rank=R:step=S`` stops rank R as step S begins."""
+    f = _fault()
+    if f.get("kind") in ("kill", "hang") and restart_count() == 0 \
+            and int(f.get("rank", 0)) == rank and int(f.get("step", 0)) == step:
+        os.kill(os.getpid(), signal.SIGKILL if f["kind"] == "kill" else signal.SIGSTOP)
+
+
+def inject_nan(loss: torch.Tensor, step: int) -> torch.Tensor:
+    """Tests only: ``LABSUPPORT_FAULT=nan:step=S`` makes step S's loss NaN."""
+    f = _fault()
+    if f.get("kind") == "nan" and int(f.get("step", 0)) == step:
+        return loss * float("nan")
+    return loss
+
+
+class RankHealth:
+    """Heartbeats in the process group's store: ``labsupport/<restart>/beat/<rank>`` = step, time."""
+
+    def __init__(self, store: Any, rank: int, world: int, timeout: float) -> None:
+        self.store, self.rank, self.world, self.timeout = store, rank, world, timeout
+        self.prefix = f"labsupport/restart{restart_count()}/beat/"   # also under the group's own prefix
+
+    @classmethod
+    def create(cls, run: Any) -> "RankHealth | None":
+        import torch.distributed as dist
+
+        try:
+            store = dist.distributed_c10d._get_default_store()
+        except (AttributeError, RuntimeError, ValueError):
+            return None
+        return cls(store, run.rank, run.world, rank_timeout(run.settings.cfg))
+
+    def beat(self, step: int) -> None:
+        """Say "rank r has started step ``step``" (one store write)."""
+        self.store.set(f"{self.prefix}{self.rank}", f"{step} {time.time():.3f}")
+
+    def silent_ranks(self, step: int) -> list[str]:
+        """The ranks that have not started ``step``: "rank 1 (last at step 3, 12 s ago)"."""
+        out = []
+        old = self.store.timeout if hasattr(self.store, "timeout") else None
+        with contextlib.suppress(Exception):
+            self.store.set_timeout(datetime.timedelta(seconds=5))
+        for r in range(self.world):
+            if r == self.rank:
+                continue
+            try:
+                last, when = self.store.get(f"{self.prefix}{r}").decode().split()
+            except Exception:  # noqa: BLE001 - no key (never started) or the store is gone
+                out.append(f"rank {r} (never heard from)")
+                continue
+            if int(last) < step:
+                out.append(f"rank {r} (last heard at step {last}, {time.time() - float(when):.0f} s ago)")
+        if old is not None:
+            with contextlib.suppress(Exception):
+                self.store.set_timeout(old)
+        return out
+
+    @contextlib.contextmanager
+    def collective(self, step: int, what: str) -> Iterator[None]:
+        """Run a collective; a timeout or a lost peer becomes TrainingError naming the silent ranks."""
+        try:
+            yield
+        except RuntimeError as exc:  # DistBackendError and gloo's timeout are RuntimeErrors
+            silent = self.silent_ranks(step)
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
+            who = ", ".join(silent) if silent else "another rank"
+            raise TrainingError(f"step {step}: {who} stopped responding — rank {self.rank} waited in {what} "
+                                f"(trainer.rank_timeout_s={self.timeout:g}; "
+                                f"{first}); under torchrun --max-restarts the job restarts from the last "
+                                "checkpoint") from None
