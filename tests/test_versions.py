@@ -148,8 +148,10 @@ def test_ci_runs_the_default_suite_then_python_312(tmp_path):
     py312.chmod(0o755)
     proc, calls = _ci(tmp_path, PYTHON312=str(py312))
     assert proc.returncode == 0, proc.stderr
-    assert calls == ["-s versions", "test", "-s versions PYTHON=/opt/python3.12/bin/python3.12",
-                     "test PYTHON=/opt/python3.12/bin/python3.12"]
+    py = "PYTHON=/opt/python3.12/bin/python3.12"
+    assert calls == ["-s versions", "setup-crosscheck", "test", f"-s versions {py}", f"setup-crosscheck {py}", f"test {py}"]
+    assert "== .ci/run: default Python: passed (set up" in proc.stdout
+    assert "== .ci/run: Python 3.12: passed (set up" in proc.stdout
 
 
 def test_ci_runs_both_suites_and_fails_when_one_fails(tmp_path):
@@ -158,7 +160,8 @@ def test_ci_runs_both_suites_and_fails_when_one_fails(tmp_path):
     py312.chmod(0o755)
     proc, calls = _ci(tmp_path, PYTHON312=str(py312), FAKE_MAKE_RC="2")
     assert proc.returncode == 1
-    assert "test" in calls and "test PYTHON=/opt/python3.12/bin/python3.12" in calls
+    assert "setup-crosscheck" in calls and "setup-crosscheck PYTHON=/opt/python3.12/bin/python3.12" in calls
+    assert "== .ci/run: default Python: FAILED to set up" in proc.stdout
 
 
 def test_ci_says_when_it_skips_python_312(tmp_path):
@@ -170,7 +173,7 @@ def test_ci_says_when_it_skips_python_312(tmp_path):
             (bare / tool).symlink_to(shutil.which(tool))
     proc, calls = _ci(tmp_path, PATH=str(bare), PYENV_ROOT=str(tmp_path / "no-pyenv"), HOME=str(tmp_path))
     assert proc.returncode == 0, proc.stderr
-    assert calls == ["-s versions", "test"]
+    assert calls == ["-s versions", "setup-crosscheck", "test"]
     assert "SKIPPED the Python 3.12 suite: no working Python 3.12 here" in proc.stdout
 
 
@@ -178,4 +181,26 @@ def test_ci_refuses_a_named_interpreter_that_is_not_312(tmp_path):
     proc, calls = _ci(tmp_path, PYTHON312=sys.executable if HERE != "3.12" else "/nonexistent/python")
     assert proc.returncode == 1
     assert "is not a working Python 3.12" in proc.stderr
-    assert calls == ["-s versions", "test"]
+    assert calls == ["-s versions", "setup-crosscheck", "test"]
+
+
+# -- the documents say what the Makefile does -----------------------------------------------------
+def test_readme_versions_table_is_the_makefiles_choice(tmp_path):
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (3\.\d+) \| (\d+\.\d+\.\d+)\b.*\| `(\.venv[^`]*)` \| `(make test[^`]*)` \|$", readme, re.M)
+    assert [r[0] for r in rows] == ["3.11", "3.12"], rows
+    for version, megatron, venv, command in rows:
+        assert f"megatron-core=={megatron}" == _expected(version)
+        assert _make("-n", "wheels", f"WHEELS={tmp_path}", f"PY_VERSION={version}").count(f'"megatron-core=={megatron}"') == 1
+        assert venv == (".venv" if version == "3.11" else f".venv-{version}")
+        assert command == ("make test" if version == "3.11" else f"make test PYTHON=python{version}")
+
+
+def test_the_cpu_workflow_runs_both_proven_pythons():
+    import yaml
+
+    flow = yaml.safe_load((REPO_ROOT / ".github" / "workflows" / "cpu.yml").read_text(encoding="utf-8"))
+    job = flow["jobs"]["test"]
+    assert job["strategy"]["matrix"]["python"] == ["3.11", "3.12"]
+    runs = [step.get("run", "") for step in job["steps"]]
+    assert any(r.startswith("make test PYTHON=python${{ matrix.python }}") for r in runs), runs
