@@ -31,8 +31,8 @@ def run_command(prog: str, body: Callable[[], int], errors: Mapping[type[BaseExc
     errors = dict(errors or {})
     try:
         return body()
-    except KeyboardInterrupt:
-        return fail(f"{prog}: {interrupted}", 130)
+    except KeyboardInterrupt as exc:   # an interrupt that knows better (e.g. after a complete commit) says so
+        return fail(f"{prog}: {getattr(exc, 'message', None) or interrupted}", 130)
     except tuple(errors) as exc:  # type: ignore[misc]
         status = next(code for kind, code in errors.items() if isinstance(exc, kind))
         return fail(f"{prog}: error: {exc}", status)

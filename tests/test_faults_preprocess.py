@@ -103,3 +103,21 @@ def test_workers_zero_is_a_usage_error(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == ["preprocess: error: --workers 0: must be ≥ 1 (tokenizing processes)"]
     assert sorted(os.listdir(tmp_path)) == ["a.jsonl"]
+
+
+def test_ctrl_c_during_the_moves_finishes_them_and_says_the_outputs_are_complete(tmp_path):
+    """A Ctrl-C (SIGINT) that arrives while the finished files are moved into place is held until
+    the moves are done; the command then exits 130 saying the outputs are complete (not "no output
+    was written"), and the new dataset is in place, whole, with no staging folder left."""
+    new_src = corpus(tmp_path / "new.jsonl", 30, "new")
+    assert run(["--input", str(new_src), "--output-prefix", str(tmp_path / "ref")]).returncode == 0
+    new = {k.replace("ref_", "ds_"): v for k, v in snapshot(tmp_path / "ref").items()}
+    prefix = tmp_path / "out" / "ds"
+    for after in (0, 1, 4):     # before COMMIT is written, during the removals, during the renames
+        done = run(["--input", str(new_src), "--output-prefix", str(prefix)], LABSUPPORT_FAULT=f"preprocess-int:after={after}")
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 130, (after, done.stderr)
+        assert lines == ["preprocess: interrupted (Ctrl-C) after the outputs were complete: "
+                         f"{len(KEYS)} dataset(s) written in full"], (after, done.stderr)
+        assert snapshot(prefix) == new and staging.staging_folders(prefix) == []
+

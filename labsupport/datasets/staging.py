@@ -11,9 +11,12 @@ old ``.idx`` beside a new ``.bin``), then per key ``.bin``, ``.json`` and, last,
 * a fault after it (a kill between two renames) is finished by the next run: ``COMMIT`` says the
   new files are complete, so the moves are completed ("rolled forward").
 
-Ctrl-C is held during the moves, so an interrupt lands before or after them.  For tests,
+Ctrl-C is held during the moves, so an interrupt lands before or after them; one that arrived
+during the moves raises :class:`InterruptedAfterCommit` once they are done, so the command says
+the outputs are complete instead of "no output was written".  For tests,
 ``LABSUPPORT_FAULT=preprocess-kill:after=N`` kills the process (SIGKILL) before step N of the
-commit (step 0 writes ``COMMIT``; then the removals and renames).
+commit (step 0 writes ``COMMIT``; then the removals and renames), and
+``LABSUPPORT_FAULT=preprocess-int:after=N`` sends it a Ctrl-C (SIGINT) there instead.
 """
 from __future__ import annotations
 
@@ -28,7 +31,17 @@ from typing import Sequence
 
 from labsupport.fileio import PathLike, atomic_write, fsync_folder, process_alive
 
-__all__ = ["new_staging", "commit", "recover", "discard", "staging_folders"]
+__all__ = ["new_staging", "commit", "recover", "discard", "staging_folders", "InterruptedAfterCommit"]
+
+
+class InterruptedAfterCommit(KeyboardInterrupt):
+    """Ctrl-C came while the finished outputs were being moved into place: they are complete."""
+
+    def __init__(self, finals: Sequence[str]) -> None:
+        self.finals = list(finals)
+        self.message = ("interrupted (Ctrl-C) after the outputs were complete: "
+                        f"{len(self.finals)} dataset(s) written in full")
+        super().__init__(self.message)
 
 _STAGING = re.compile(r"^\.(?P<name>.+)\.staging-(?P<pid>\d+)-[0-9a-f]{8}$")
 EXTENSIONS = (".bin", ".json", ".idx")   # the order of the renames: .idx last
@@ -45,8 +58,9 @@ def new_staging(output_prefix: PathLike) -> Path:
 
 def _fault_point(done: int) -> None:
     spec = os.environ.get("LABSUPPORT_FAULT", "")
-    if spec.startswith("preprocess-kill:after=") and int(spec.split("=", 1)[1]) == done:
-        os.kill(os.getpid(), signal.SIGKILL)
+    for kind, sig in (("preprocess-kill", signal.SIGKILL), ("preprocess-int", signal.SIGINT)):
+        if spec.startswith(f"{kind}:after=") and int(spec.split("=", 1)[1]) == done:
+            os.kill(os.getpid(), sig)
 
 
 def _same_bytes(a: Path, b: Path) -> bool:
@@ -84,14 +98,23 @@ def commit(folder: Path, final_prefixes: Sequence[str]) -> None:
     missing = [src for src, _ in moves if not os.path.isfile(src)]
     if missing:
         raise FileNotFoundError(f"staging folder {folder} lacks {', '.join(Path(m).name for m in missing)}")
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if hasattr(signal, "pthread_sigmask") else None
+    # Ctrl-C is recorded, not raised, until the moves are done.  A Python-level handler, not a
+    # blocked signal mask: a process-directed SIGINT goes to any thread that does not block it, and
+    # CPython then raises KeyboardInterrupt in the main thread all the same.
+    interrupts: list[int] = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupts.append(signum))
+    except ValueError:          # not the main thread: signals cannot be handled here anyway
+        previous = None
     try:
         _fault_point(0)
         atomic_write(folder / "COMMIT", json.dumps({"moves": moves}) + "\n")
         _apply(folder, moves)
     finally:
-        if held is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    if interrupts:
+        raise InterruptedAfterCommit([os.fspath(p) for p in final_prefixes])
 
 
 def discard(folder: Path) -> None:
