@@ -110,6 +110,7 @@ def small_domain_split(domain: str, train_docs: int, heldout_docs: int = 0) -> t
     from labsupport.datasets.indexed import IndexedDataset
     from labsupport.datasets.preprocess import preprocess
     from labsupport.datasets.tokenizer import Tokenizer, read_documents, workbook_tokenizer
+    from labsupport.fileio import atomic_write
     from labsupport.paths import data_file, work_dir
 
     docs = read_documents(data_file(domain))
@@ -125,9 +126,7 @@ def small_domain_split(domain: str, train_docs: int, heldout_docs: int = 0) -> t
         prefix = f"{base}_text_document"
         if not IndexedDataset.exists(prefix):
             src = base.with_suffix(".jsonl")
-            tmp = src.with_name(src.name + f".{os.getpid()}.tmp")
-            tmp.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in part), encoding="utf-8")
-            os.replace(tmp, src)
+            atomic_write(src, "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in part))
             preprocess([src], base, tok, append_eod=True, workers=1, strict=True, show_progress=False)
         out.append(prefix)
     return out[0], out[1]
