@@ -101,6 +101,27 @@ def test_bit_flip_and_empty_latest_fall_back_to_newest_intact(tmp_path, capsys, 
     assert status == 2 and len(errors(err)) == 1 and names[0] in errors(err)[0] and "damaged" in errors(err)[0]
 
 
+def test_an_old_format_checkpoint_is_loaded_with_a_warning_that_it_is_unverified(tmp_path, capsys, tiny_prefix):
+    """A checkpoint from before the content digest (format /1) still resumes, saying it was not verified;
+    the checkpoints written after it are verified again."""
+    save = tmp_path / "s"
+    assert run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=2", "--stop-after", "1",
+                    "--save-dir", str(save))[0] == 0
+    only = ckpt.checkpoints_newest_first(save)[0]
+    state = torch.load(only, weights_only=True)
+    state.pop("content_sha256")
+    state["format"] = "labsupport-train-checkpoint/1"
+    torch.save(state, only)
+    status, err = run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=2", "--resume", str(save),
+                           "--save-dir", str(save))
+    assert status == 0, err
+    assert [x for x in err if "older format" in x] == [
+        f"warning: {only.name}: saved in the older format labsupport-train-checkpoint/1 without a content "
+        "checksum, so it is loaded unverified; the next save writes a verified one"], err
+    newest = ckpt.checkpoints_newest_first(save)[0]
+    assert newest != only and torch.load(newest, weights_only=True)["format"] == ckpt.FORMAT
+
+
 def test_every_checkpoint_damaged_is_one_line(tmp_path, capsys, tiny_prefix):
     save = tmp_path / "s"
     assert run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=1", "--save-dir", str(save))[0] == 0

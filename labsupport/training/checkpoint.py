@@ -266,6 +266,9 @@ def load_checkpoint(path: str | os.PathLike, settings: Settings, warn: Any = Non
         file, state = _newest_intact(p, warn)
     else:
         file, state = p, _read_verified(p)
+    if state["format"] in _OLD_FORMATS:
+        print(f"warning: {file.name}: saved in the older format {state['format']} without a content checksum, "
+              "so it is loaded unverified; the next save writes a verified one", file=warn)
     if state["tokenizer_fingerprint"] != settings.tokenizer_fingerprint:
         raise ResumeError(f"{file.name} was trained with tokenizer {state['tokenizer_fingerprint'][:12]}… but "
                           f"model.tokenizer.model is {settings.tokenizer_fingerprint[:12]}… "
