@@ -269,6 +269,16 @@ def test_read_only_and_full_save_dirs(tmp_path, capsys, tiny_prefix, mounts):
     ckpt._read_verified(mid / ckpt.checkpoint_name(1, 8))
 
 
+def test_a_log_file_on_a_read_only_file_system_is_found_before_step_1(tmp_path, capsys, tiny_prefix, mounts):
+    ro = tmp_path / "ro"
+    if not (_tmpfs(ro, "size=1m", "ro") and mounts.append(ro) is None):
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    status, err = run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=2", "--log", str(ro / "log.jsonl"))
+    assert status == 1 and len(errors(err)) == 1, err
+    assert "read-only file system" in errors(err)[0] and "log.jsonl" in errors(err)[0], err
+    assert not any(x.startswith("step ") for x in err) and list(ro.iterdir()) == []
+
+
 def test_ctrl_c_is_130_and_one_line(tmp_path, tiny_prefix):
     save = tmp_path / "s"
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
