@@ -19,7 +19,13 @@ be resumed or a changed data plan · 1 the environment or a failed run: a save d
 cannot be written, no space left, a NaN/inf loss, a rank that stopped responding · 130 Ctrl-C.
 Each is one line on stderr: ``error: <what and where>: <what to do>``.
 """
-from labsupport.training.cli import main
+import sys
+
+try:
+    from labsupport.training.cli import main
+except KeyboardInterrupt:  # Ctrl-C while importing (torch takes a while): one line, as main() does
+    print("error: interrupted (Ctrl-C) while starting; nothing was written", file=sys.stderr)
+    raise SystemExit(130) from None
 
 if __name__ == "__main__":
     raise SystemExit(main())
