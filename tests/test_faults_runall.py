@@ -3,6 +3,7 @@ before anything runs; a Ctrl-C never leaves a half-run notebook under the chapte
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -61,7 +62,10 @@ def test_ctrl_c_leaves_no_notebook_that_looks_finished(tmp_path):
         raise
     assert proc.returncode == 130, err
     ours = [x for x in err.splitlines() if x.startswith("runall:")]   # the kernel's own warnings aside
-    assert ours == ["runall: interrupted (Ctrl-C)"] and "Traceback" not in err, err
+    assert ours == ["runall: interrupted (Ctrl-C)"] and err.strip().splitlines()[-1] == ours[0], err
+    # the Ctrl-C reaches the kernel too (same process group, as in a terminal): ipykernel may log its
+    # own "Exception in message handler" traceback while its sockets close; runall's side has none
+    assert not re.search(r'File "[^"]*(labsupport|papermill)/[^"]*\.py"', err), err
     assert sorted(p.name for p in out.iterdir()) == []   # no 99_slow.ipynb, no temporary file
 
 

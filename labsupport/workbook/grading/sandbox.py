@@ -118,12 +118,14 @@ def bwrap_args(lib: Path, limits: Limits) -> list[str]:
     for name in _ETC:
         if (Path("/etc") / name).exists():
             args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    disk = limits.disk_mb * 1024 * 1024
+    # the private /tmp (and /dev) first: the Python environment is bound after them, so a checkout
+    # whose .venv lives under /tmp (a CI clone) is bound onto the tmpfs instead of hidden by it
+    args += ["--dev", "/dev", "--proc", "/proc",
+             "--size", str(disk // 4), "--tmpfs", "/tmp", "--size", str(disk // 4), "--tmpfs", "/dev/shm"]
     for root in _python_roots():
         args += ["--ro-bind", root, root]
-    disk = limits.disk_mb * 1024 * 1024
-    args += ["--dev", "/dev", "--proc", "/proc",
-             "--size", str(disk // 4), "--tmpfs", "/tmp", "--size", str(disk // 4), "--tmpfs", "/dev/shm",
-             "--size", str(disk), "--tmpfs", str(INSIDE / "home"),
+    args += ["--size", str(disk), "--tmpfs", str(INSIDE / "home"),
              "--ro-bind", str(lib), str(INSIDE / "lib"), "--remount-ro", "/", "--chdir", str(INSIDE / "home"), "--"]
     return args
 
