@@ -19,9 +19,12 @@ be resumed or a changed data plan · 1 the environment or a failed run: a save d
 cannot be written, no space left, a NaN/inf loss, a rank that stopped responding · 130 Ctrl-C.
 Each is one line on stderr: ``error: <what and where>: <what to do>``.
 """
+import os
 import sys
 
 try:
+    if os.environ.get("LABSUPPORT_FAULT") == "interrupt-import":   # tests: a Ctrl-C while importing
+        raise KeyboardInterrupt
     from labsupport.training.cli import main
 except KeyboardInterrupt:  # Ctrl-C while importing (torch takes a while): one line, as main() does
     print("error: interrupted (Ctrl-C) while starting; nothing was written", file=sys.stderr)
