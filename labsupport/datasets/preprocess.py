@@ -75,7 +75,7 @@ from labsupport.datasets.indexed import (
 from labsupport.datasets import staging
 from labsupport.datasets.word_cache import BPE_ENGINES, WordCache, bpe_engine_problem, word_cache_problem
 from labsupport.cli import fail, run_command
-from labsupport.fileio import PathLike
+from labsupport.fileio import PathLike, process_alive
 from labsupport.paths import shown_path
 
 #: Raw input bytes per work item (a block of whole lines).
@@ -533,16 +533,6 @@ def _keys_found(files: Sequence[Path], max_lines: int = 1000) -> list[str]:
 _TEMP_TAG = re.compile(r"\.tmp-(?P<pid>\d+)-[0-9a-f]{8}$")
 
 
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
-
-
 def remove_stale_temporaries(prefix: PathLike) -> list[Path]:
     """Delete ``<prefix>.{bin,idx,json}.tmp-<pid>-<hex>`` files whose writing process is gone.
 
@@ -558,7 +548,7 @@ def remove_stale_temporaries(prefix: PathLike) -> list[Path]:
         m = _TEMP_TAG.search(path.name)
         if m is None or path.name[: m.start()] not in {prefix.name + e for e in (".bin", ".idx", ".json")}:
             continue
-        if int(m["pid"]) != os.getpid() and not _process_alive(int(m["pid"])):
+        if int(m["pid"]) != os.getpid() and not process_alive(int(m["pid"])):
             path.unlink(missing_ok=True)
             removed.append(path)
     return removed
