@@ -372,3 +372,24 @@ def test_sandbox_keeps_the_repository_and_other_students_read_only(tmp_path, mon
     q2 = next(r for r in graded.rows if r.question == "q2")
     assert q2.status == "passed", q2.reason
     assert other.read_text(encoding="utf-8") == "{}"
+
+
+def test_the_sandbox_binds_the_environment_in_use_whatever_its_name(tmp_path, monkeypatch):
+    """A checkout's virtualenv for another Python (``.venv-3.12``, as ``make test PYTHON=python3.12``
+    builds it) is bound into the sandbox; the rest of the checkout is not (found by a CI run: only
+    ``.venv`` was recognised, so every 3.12 student process failed to start)."""
+    import sys as _sys
+
+    from labsupport.workbook.grading import sandbox
+
+    repo = tmp_path / "repo"
+    venv = repo / ".venv-3.12"
+    site = venv / "lib" / "python3.12" / "site-packages"
+    site.mkdir(parents=True)
+    (repo / "solutions").mkdir()
+    monkeypatch.setattr(sandbox, "REPO_ROOT", repo)
+    monkeypatch.setattr(_sys, "prefix", str(venv))
+    monkeypatch.setattr(_sys, "path", [str(site), str(repo), str(repo / "solutions")])
+    roots = sandbox._python_roots()
+    assert str(venv.resolve()) in roots
+    assert not any(r == str(repo.resolve()) or r.startswith(str((repo / "solutions").resolve())) for r in roots)

@@ -93,11 +93,13 @@ def _python_roots() -> list[str]:
     """The folders the interpreter and its packages need (read-only in the sandbox), outermost only,
     never the repository itself (a checkout's .venv inside it is fine)."""
     repo = REPO_ROOT.resolve()
+    venv = Path(sys.prefix).resolve()     # the environment in use (.venv, .venv-3.12, …), wherever it is
     found: list[Path] = []
     for raw in (sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
                 *[p for p in sys.path if p and "site-packages" in p]):
         path = Path(raw).resolve()
-        if not path.is_dir() or path == repo or (repo in path.parents and ".venv" not in path.relative_to(repo).parts[:1]):
+        inside_venv = path == venv or venv in path.parents
+        if not path.is_dir() or path == repo or (repo in path.parents and not (inside_venv and venv != repo)):
             continue
         found.append(path)
     outer = [p for p in found if not any(q != p and q in p.parents for q in found)]
