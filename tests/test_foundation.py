@@ -1,10 +1,9 @@
 """labsupport's shared pieces: setup/device, paths, configs, orientation arithmetic, runall."""
 from __future__ import annotations
 
-import re
-
 import json
 import random
+import re
 
 import nbformat
 import numpy as np
