@@ -62,7 +62,7 @@ def test_killed_rank_restarts_and_resumes_exactly(tmp_path, reference):
                            f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=one", *train_args(folder)],
                           env=env(LABSUPPORT_FAULT="kill:rank=1:step=3"), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "exitcode: -9" in done.stderr or "exitcode  : -9" in done.stderr or "-9" in done.stderr  # rank 1 really died
+    assert "train: torchrun restart 1: resuming" in done.stderr   # rank 1 really died and torchrun restarted the job
     assert losses(folder) == reference               # each step once, bit-equal to the uninterrupted run
 
 

@@ -108,6 +108,9 @@ def resume_source(resume: Any, save_dir: Any, rank: int) -> Any:
     if folder is None:
         raise ConfigError("--resume-if-exists needs --save-dir (or --resume DIR): where the checkpoints are")
     if Path(folder).is_file() or ckpt.checkpoints_newest_first(folder):
+        if rank == 0 and restart_count() > 0:
+            print(f"train: torchrun restart {restart_count()}: resuming from the newest checkpoint in {folder}",
+                  file=sys.stderr)
         return folder
     if rank == 0:
         print(f"train: no checkpoint in {folder} yet; starting at step 0", file=sys.stderr)
