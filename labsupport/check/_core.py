@@ -23,6 +23,14 @@ Grading support, used by :mod:`labsupport.workbook.grading`:
   grader grades the submitted value and never lets the student's process import this module);
 * tiered hints — ``hint=`` takes one text or a sequence of texts: the first failure of a question
   shows the first tier (a nudge), each further failure the next one (up to the formula);
+* named mistakes — :func:`mistake` raises a :class:`Mistake` for a wrong answer the check
+  recognises; its feedback has its own tiers, counted per mistake: the first time the learner makes
+  it, the *symptom* (what their result shows, on the smallest input that shows it) and a question;
+  on a repeat of the same mistake, the fix; from the third time on, the formula;
+* answers that did not run — a check given a function whose answer cell last failed (a
+  SyntaxError, an exception at the cell's top level) says so instead of grading the older
+  definition (see :mod:`labsupport.check._cells`);
+* :func:`plain` — values as a learner writes them (``1``, not ``np.int64(1)``) in every message;
 * :func:`parts` — collect every failing part of a structured answer into one message;
 * :func:`reset` — forget the results and attempts of this process (tests, the grader).
 """
@@ -38,7 +46,9 @@ import traceback
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, NoReturn, Sequence
+
+from labsupport.check import _cells
 
 PASS, FAIL, NOT_ATTEMPTED = "passed", "failed", "not attempted"
 #: 🟡 (not attempted) stands out on a white page, unlike the pale ⬜ it replaces.
@@ -47,6 +57,7 @@ SEED_ENV = "LABSUPPORT_CHECK_SEED"
 _RESULTS: list["CheckResult"] = []
 _FAILURES: Counter = Counter()        # failed attempts per (chapter, question): picks the hint tier
 _ATTEMPTS: Counter = Counter()        # every run of a check per (chapter, question)
+_MISTAKES: Counter = Counter()        # occurrences per (chapter, question, mistake name): its tier
 _CURRENT: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("labsupport_check", default=None)
 _SINK: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar("labsupport_sink", default=None)
 # set by the grader: the most characters a failure message may show of a value (the length of the
@@ -56,6 +67,35 @@ _ECHO: contextvars.ContextVar[Callable[[], int] | None] = contextvars.ContextVar
 
 class CheckFailed(AssertionError):
     """Raised inside a check body when the learner's answer is wrong."""
+
+
+class Mistake(CheckFailed):
+    """A wrong answer the check recognises by name, with feedback in tiers of its own.
+
+    ``symptom`` is always shown (what the learner's result shows); the tier line is ``ask`` (a
+    question that points at the cause) the first time this mistake is made, ``fix`` on its second
+    time and ``formula`` from its third time on (``fix`` again when there is no formula).
+    """
+
+    def __init__(self, name: str, symptom: str, ask: str, fix: str, formula: str = ""):
+        super().__init__(symptom)
+        self.name, self.symptom, self.ask, self.fix, self.formula = name, symptom, ask, fix, formula
+
+    def tier(self, times: int) -> str:
+        """The tier line for the ``times``-th occurrence (1-based) of this mistake."""
+        tiers = [self.ask, self.fix] + ([self.formula] if self.formula else [])
+        return tiers[min(max(times, 1), len(tiers)) - 1]
+
+
+def mistake(name: str, *, symptom: str, ask: str, fix: str, formula: str = "") -> "NoReturn":
+    """Fail the running check with the named mistake ``name`` (see :class:`Mistake`)::
+
+        if np.isclose(got, raw_weight):
+            mistake("not_normalised", symptom=f"weights [3, 1] gave p = {plain(got)}",
+                    ask="Do your probabilities add up to 1?", fix="Divide each weight by their sum.",
+                    formula="p_i = w_i / Σ_j w_j")
+    """
+    raise Mistake(name, symptom, ask, fix, formula)
 
 
 @dataclass
@@ -71,6 +111,8 @@ class CheckResult:
     manual: dict[str, str] = field(default_factory=dict)
     attempt: int = 1
     hint: str = ""
+    mistake: str = ""      # the named mistake recognised, if any
+    tier: int = 0          # which occurrence of that mistake (1: symptom + question, 2: fix, 3+: formula)
 
     @property
     def passed(self) -> bool:
@@ -117,12 +159,46 @@ def parts() -> Iterator[Callable[[bool, str], bool]]:
         raise CheckFailed(f"{len(problems)} parts to fix: " + " | ".join(problems))
 
 
+def plain(value: Any) -> Any:
+    """``value`` with NumPy/torch scalars and arrays turned into Python numbers and lists
+    (recursively through lists, tuples and dicts), so messages print ``1`` and ``[1, 2]``,
+    never ``np.int64(1)`` or ``array([1, 2])``.  A float32 prints its own shortest form (``0.1``,
+    not ``0.10000000149011612``); nothing is rounded beyond that."""
+    if value is None or isinstance(value, (bool, str, bytes)):
+        return value
+    if isinstance(value, (int, float)):   # np.float64 is a float subclass: print it as a float
+        return int(value) if isinstance(value, int) else float(value)
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None and getattr(value, "ndim", None) is not None and type(value).__module__ == "numpy":
+        if value.ndim:
+            return [plain(v) for v in value]
+        if dtype.kind == "f" and dtype.itemsize < 8:
+            return float(str(value))          # the shortest text that reads back as this float32
+        return plain(value.item())
+    if isinstance(value, dict):
+        return {plain(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        out = [plain(v) for v in value]
+        return tuple(out) if isinstance(value, tuple) else out
+    tolist = getattr(value, "tolist", None)   # numpy / torch scalars and arrays
+    if callable(tolist):
+        try:
+            return plain(tolist())
+        except (TypeError, ValueError, RuntimeError):
+            return value
+    return value
+
+
 def short(value: Any, limit: int = 120) -> str:
-    """repr() cut to ``limit`` characters, for failure messages (fewer while grading: see ``echo_limit``)."""
+    """repr() of :func:`plain` ``(value)`` cut to ``limit`` characters, for failure messages (fewer
+    while grading: see ``echo_limit``)."""
     cap = _ECHO.get()
     if cap is not None:
         limit = max(8, min(limit, cap()))
-    text = repr(value)
+    try:
+        text = repr(plain(value))
+    except Exception:  # noqa: BLE001 - a learner's object whose repr raises
+        text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -231,6 +307,7 @@ def reset() -> None:
     _RESULTS.clear()
     _FAILURES.clear()
     _ATTEMPTS.clear()
+    _MISTAKES.clear()
 
 
 def _raised_not_implemented(exc: BaseException) -> bool:
@@ -301,10 +378,20 @@ def check(chapter: str, question: str, hint: str | Sequence[str], points: float 
             key = (chapter, question)
             _ATTEMPTS[key] += 1
             token = _CURRENT.set(key)
+            named: Mistake | None = None
+            unrun = _cells.broken_answer(*args, *kwargs.values())
+            if unrun:  # not a wrong answer: no hint, and the hint tiers do not move
+                _CURRENT.reset(token)
+                result = CheckResult(chapter, question, FAIL, unrun, 0.0, points, attempt=_ATTEMPTS[key])
+                _emit(f"{_ICON[FAIL]} {question} {FAIL} — {unrun}")
+                return _record(result)
             try:
                 out = body(*args, **kwargs)
                 note, manual = out if isinstance(out, tuple) else (out, {})
                 result = CheckResult(chapter, question, PASS, note or "", points, points, manual)
+            except Mistake as exc:
+                named = exc
+                result = CheckResult(chapter, question, FAIL, exc.symptom, 0.0, points, mistake=exc.name)
             except CheckFailed as exc:
                 result = CheckResult(chapter, question, FAIL, str(exc), 0.0, points)
             except Exception as exc:  # noqa: BLE001 - anything the learner's code raised
@@ -322,7 +409,12 @@ def check(chapter: str, question: str, hint: str | Sequence[str], points: float 
             _emit(line)
             if result.status == FAIL:
                 _FAILURES[key] += 1
-                result.hint = _hint_for(hint, _FAILURES[key])
+                if named is not None:
+                    _MISTAKES[(chapter, question, named.name)] += 1
+                    result.tier = _MISTAKES[(chapter, question, named.name)]
+                    result.hint = named.tier(result.tier)
+                else:
+                    result.hint = _hint_for(hint, _FAILURES[key])
                 _emit(f"   hint: {result.hint}")
             for name, text in manual.items():
                 _emit(f"   📝 {name}: {len(text.split())} words recorded for manual grading")
@@ -336,6 +428,16 @@ def check(chapter: str, question: str, hint: str | Sequence[str], points: float 
         return run
 
     return decorate
+
+
+def report_unrun(chapter: str, question: str, reason: str) -> CheckResult:
+    """A check cell that could not even call its check (its answer was never defined): one failed
+    line, recorded like any failure (used by :mod:`labsupport.check._cells`)."""
+    key = (chapter, question)
+    _ATTEMPTS[key] += 1
+    result = CheckResult(chapter, question, FAIL, reason, 0.0, 1.0, attempt=_ATTEMPTS[key])
+    _emit(f"{_ICON[FAIL]} {question} {FAIL} — {reason}")
+    return _record(result)
 
 
 def results(chapter: str | None = None) -> list[CheckResult]:

@@ -28,8 +28,15 @@ _MARK = re.compile(r"^(?P<indent>[ \t]*)(?P<mark>### (BEGIN|END) SOLUTION)\s*$")
 
 BANNER = (
     "> **Exercise notebook** — complete each function that raises `NotImplementedError`, then run the\n"
-    "> `check.qN(...)` cell below it. Each exercise says what its check tests; a failed check gives a hint.\n"
-    "> The notebook runs top to bottom even while exercises are unfinished."
+    "> `check.qN(...)` cell below it. The check calls your function on inputs it draws itself (so a\n"
+    "> hard-coded answer fails) and compares with the workbook's reference. A failed check first names\n"
+    "> what your result shows and asks a question; make the same mistake again and it says the fix.\n"
+    "> If your answer cell does not run (a SyntaxError, an exception), the check says so.\n"
+    "> The notebook runs top to bottom even while exercises are unfinished.\n"
+    ">\n"
+    "> **Grading:** the grader runs your answers in a sandbox with its own checks. An answer that calls\n"
+    "> the `labsupport` function a question compares with (the reference), imports `labsupport.check`,\n"
+    "> or calls a check from inside an answer is flagged: 0 for that question unless the instructor overrides it."
 )
 
 
