@@ -130,3 +130,75 @@ def test_summary_lists_this_chapter(capsys):
     check.summary()
     assert "ch06 q1: passed" in capsys.readouterr().out
     assert check.CHAPTER == "ch06" and PASS == "passed"
+
+
+# ------------------------------------------------------------------ q5 / q6 (chapters 3 + 6)
+def blend_pairs(weights, size):
+    shares = [w / sum(weights) for w in weights]
+    counts, pairs = [0] * len(shares), []
+    for i in range(size):
+        errors = [s * max(i, 1) - c for s, c in zip(shares, counts)]
+        d = errors.index(max(errors))
+        pairs.append((d, counts[d]))
+        counts[d] += 1
+    return pairs
+
+
+def locate_sample(weights, domain, k, consumed, micro, dp, global_bs, *, step_base=1, from_resume=False,
+                  rank_rule="block", sample_shift=0):
+    """The right answer, or (with a keyword) one of the mistakes the check names."""
+    pairs = blend_pairs(weights, 4096)
+    i = pairs.index((domain, k + sample_shift))
+    if i < consumed:
+        return None
+    group, within = micro * dp, i % global_bs
+    step = (i - consumed if from_resume else i) // global_bs + step_base
+    rank = {"block": i % group // micro, "strided": within % dp, "no_wrap": within // micro}[rank_rule]
+    return {"blend_index": i, "step": step, "rank": rank, "microbatch": within // group}
+
+
+def restart_with_new_blend(old_w, new_w, consumed, micro, rank, dp, *, refuse=None, read_from="new", start=None):
+    """The right answer, or (with a keyword) one of the mistakes the check names."""
+    size = consumed + micro * dp
+    old, new = blend_pairs(old_w, size), blend_pairs(new_w, size)
+    begin = consumed + rank * micro if start is None else start(consumed, micro, rank)
+    first = [list(p) for p in (new if read_from == "new" else old)[begin:begin + micro]]
+    refused = old[:consumed] != new[:consumed] if refuse is None else refuse(old_w, new_w)
+    return {"refused": refused, "first_microbatch": first,
+            "already_trained": sum(tuple(p) in set(old[:consumed]) for p in first)}
+
+
+def test_q5(capsys):
+    result = check.q5(locate_sample)
+    assert result.passed, result.message
+    for wrong in ({"step_base": 0}, {"from_resume": True}, {"rank_rule": "strided"}, {"rank_rule": "no_wrap"},
+                  {"sample_shift": 1}):
+        assert check.q5(lambda *a, w=wrong: locate_sample(*a, **w)).status == FAIL, wrong
+    assert check.q5(lambda *a: locate_sample(*a) or {"blend_index": 0}).status == FAIL   # never None
+    assert check.q5(lambda *a: {"blend_index": 1, "step": 1, "rank": 1, "microbatch": 0}).status == FAIL  # hard-coded
+    assert check.q5(stub).status == NOT_ATTEMPTED
+
+
+def test_q6(capsys):
+    result = check.q6(restart_with_new_blend)
+    assert result.passed, result.message
+    for wrong in ({"refuse": lambda a, b: False}, {"refuse": lambda a, b: a != b}, {"read_from": "old"},
+                  {"start": lambda c, m, r: r * m}):
+        assert check.q6(lambda *a, w=wrong: restart_with_new_blend(*a, **w)).status == FAIL, wrong
+
+    def counts_nothing(*args):
+        return {**restart_with_new_blend(*args), "already_trained": 0}
+
+    assert check.q6(counts_nothing).status == FAIL
+    assert check.q6(stub).status == NOT_ATTEMPTED
+
+
+def test_q5_q6_compare_with_the_real_sampler_and_guard():
+    """The references agree with the worked examples the notebook gives."""
+    assert check._locate_reference([3, 1], 1, 0, 0, 1, 2, 2) == {"blend_index": 1, "step": 1, "rank": 1,
+                                                                 "microbatch": 0}
+    assert check._locate_reference([3, 1], 1, 0, 2, 1, 2, 2) is None
+    assert check._restart_reference([3, 1], [1, 1], 8, 2, 1, 2) == {
+        "refused": True, "first_microbatch": [[0, 5], [1, 5]], "already_trained": 1}
+    assert check._restart_reference([3, 1], [6, 2], 8, 2, 1, 2)["refused"] is False   # same shares: same samples
+    assert check._restart_reference([3, 1], [1, 1], 0, 2, 0, 2)["refused"] is False   # nothing trained yet

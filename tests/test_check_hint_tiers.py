@@ -17,7 +17,7 @@ from labsupport.workbook.orientation import training_memory_gb
 from tests.test_check_ch02 import document_byte_offset, document_tokens, parse_idx
 from tests.test_check_ch04 import GOOD_Q4
 from tests.test_check_ch05 import GOOD_Q3
-from tests.test_check_ch06 import batch_arithmetic, diagnose, dp_slice
+from tests.test_check_ch06 import batch_arithmetic, diagnose, dp_slice, locate_sample, restart_with_new_blend
 
 MODULES = (ch00, ch01, ch02, ch03, ch04, ch05, ch06)
 CHECKS = [(m, name) for m in MODULES for name, fn in vars(m).items() if getattr(fn, "is_check", False)]
@@ -26,7 +26,7 @@ CHOICE = {("ch01", "q4"), ("ch02", "q3"), ("ch03", "q4"), ("ch04", "q4"), ("ch05
 
 
 def test_every_question_of_every_chapter_is_listed():
-    assert len(CHECKS) == 31
+    assert len(CHECKS) == 33
     assert {m.CHAPTER for m, _ in CHECKS} == {f"ch0{i}" for i in range(7)}
 
 
@@ -314,6 +314,12 @@ MISTAKES = [
      _batch_with("consumed_samples", lambda m, o, s: s * m.micro_batch_size * o["data_parallel_size"]),
      "forgets gradient accumulation"),
     (ch06.q3, diagnose, _diagnose_healthy, "is healthy in this log"),
+    (ch06.q5, locate_sample, lambda *a: locate_sample(*a, step_base=0), "are read by step 1"),
+    (ch06.q5, locate_sample, lambda *a: locate_sample(*a, rank_rule="no_wrap"), "the ranks are 0…"),
+    (ch06.q5, locate_sample, lambda *a: locate_sample(*a, sample_shift=1), "holds sample"),
+    (ch06.q6, restart_with_new_blend, lambda *a: restart_with_new_blend(*a, refuse=lambda o, n: False),
+     "you said not refused"),
+    (ch06.q6, restart_with_new_blend, lambda *a: restart_with_new_blend(*a, read_from="old"), "the OLD weights"),
 ]
 
 

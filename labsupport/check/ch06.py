@@ -2,8 +2,12 @@
 
 q1 the data-parallel sampler's slice · q2 the global-batch arithmetic of a config · q3 diagnose
 a symptom from a measured log (which row of §6.2.7's table, which fix) · q4 book exercise 5
-(NeMo or Hugging Face, §6.2.8) as structured answers.  Each check calls the learner's function
-on fresh random inputs and compares with ``labsupport.training`` / ``labsupport.config``.
+(NeMo or Hugging Face, §6.2.8) as structured answers · q5 which step, rank and micro-batch read a
+domain's k-th sample after a resume (chapter 3's blend + the sampler + ``consumed_samples``) ·
+q6, a transfer exercise: a restart with a changed blend — does the data-plan guard refuse it, and
+what would the first micro-batch be if it were accepted.  Each check calls the learner's function
+on fresh random inputs and compares with ``labsupport.training`` / ``labsupport.config`` /
+``labsupport.datasets.blending``.
 """
 from __future__ import annotations
 
@@ -12,11 +16,30 @@ from typing import Any, Callable
 import numpy as np
 from omegaconf import OmegaConf
 
-from labsupport.check._core import Sealed, chapter_summary, check, check_seed, expect, parts, short
+from labsupport.check._core import Sealed, chapter_summary, check, check_seed, expect, mistake, parts, short
 from labsupport.config import ConfigError, parallel_layout
+from labsupport.datasets.blending import build_blending_indices, normalize_weights
+from labsupport.training.data_plan import DataPlanError, check_plan, consumed_digest, plan_of
 from labsupport.training.sampler import MegatronPretrainingSampler, num_microbatches
 
 CHAPTER = "ch06"
+
+_SAMPLER = "labsupport.training.sampler"
+_BLENDING = "labsupport.datasets.blending"
+#: The labsupport functions each question's check compares with: the grader flags an answer that
+#: uses them, and hides them from the student's process while it grades (labsupport.workbook.grading).
+REFERENCES = {
+    "q1": [f"{_SAMPLER}:rank_slice", f"{_SAMPLER}:MegatronPretrainingSampler",
+           f"{_SAMPLER}:MegatronPretrainingSampler.__iter__"],
+    "q2": [f"{_SAMPLER}:num_microbatches"],
+    "q5": [f"{_SAMPLER}:rank_slice", f"{_SAMPLER}:MegatronPretrainingSampler",
+           f"{_SAMPLER}:MegatronPretrainingSampler.__iter__", f"{_BLENDING}:build_blending_indices",
+           f"{_BLENDING}:reference_blending_indices", f"{_BLENDING}:greedy_step"],
+    "q6": [f"{_SAMPLER}:rank_slice", f"{_SAMPLER}:MegatronPretrainingSampler",
+           f"{_SAMPLER}:MegatronPretrainingSampler.__iter__", f"{_BLENDING}:build_blending_indices",
+           f"{_BLENDING}:reference_blending_indices", f"{_BLENDING}:greedy_step",
+           "labsupport.training.data_plan:check_plan", "labsupport.training.data_plan:consumed_digest"],
+}
 
 
 summary = chapter_summary(CHAPTER)
@@ -308,3 +331,311 @@ MODEL_ANSWER_Q4 = (
     "scale, plus the indexed, blended, packed data path of chapters 2–4. (b) Hugging Face (PEFT/LoRA) or either: a "
     "7B LoRA fits one node without model parallelism, and the HF ecosystem needs the least code; NeMo also supports "
     "LoRA. (c) NeMo: it ships speech (ASR/TTS) collections beside the LLM ones, so one framework covers the pipeline.")
+
+
+# ------------------------------------------------------------------------------------- q5
+def _dyadic_weights(rng: np.random.Generator, n: int, scale: int = 1) -> list[int]:
+    """``n`` integer data_prefix weights whose normalised values are exact binary fractions (their
+    sum is a power of two times ``scale``), so ``w × step`` has no rounding and ties are real."""
+    total = int(rng.choice([4, 8, 16]))
+    while True:
+        cuts = sorted(int(c) for c in rng.choice(np.arange(1, total), n - 1, replace=False))
+        raw = [b - a for a, b in zip([0] + cuts, cuts + [total])]
+        if all(raw):
+            return [r * scale for r in raw]
+
+
+def _blend(weights: list[float], size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Chapter 3's blend of ``size`` samples: (dataset_index, dataset_sample_index)."""
+    return build_blending_indices(normalize_weights(weights), size)
+
+
+def _locate_reference(weights: list[float], domain: int, k: int, consumed: int, micro: int, dp: int,
+                      global_bs: int) -> dict[str, int] | None:
+    """Where the sampler of a run resumed at ``consumed`` reads ``domain``'s sample ``k``: each
+    rank's MegatronPretrainingSampler is walked from ``consumed`` until it hands out that index."""
+    size = max(consumed, 1) * 2 + 64
+    while True:
+        di, si = _blend(weights, size)
+        hit = np.flatnonzero((di == domain) & (si == k))
+        if hit.size:
+            break
+        size *= 2
+    index = int(hit[0])
+    if index < consumed:
+        return None
+    group, acc = micro * dp, num_microbatches(global_bs, micro, dp)
+    total = (index // group + 1) * group
+    for rank in range(dp):
+        for j, batch in enumerate(MegatronPretrainingSampler(total, consumed, micro, rank, dp)):
+            if index in batch:
+                return {"blend_index": index, "step": consumed // global_bs + j // acc + 1, "rank": rank,
+                        "microbatch": j % acc}
+    raise AssertionError(f"blend index {index} was handed to no rank")  # the sampler covers every index
+
+
+def _q5_mistake(got: dict, want: dict, case: dict) -> None:
+    """Name a wrong field the check recognises (raises a Mistake), or return to fail plainly."""
+    i, consumed, micro, dp, global_bs = (want["blend_index"], case["consumed_samples"], case["micro_batch_size"],
+                                         case["data_parallel_size"], case["global_batch_size"])
+    within = i - (want["step"] - 1) * global_bs          # the sample's position inside its step's global batch
+    where = (f"{case['call']}: the sample at blend index {i} (position {within} of step {want['step']}'s "
+             f"global batch of {global_bs}; micro {micro}, DP {dp})")
+    if got["blend_index"] != i and got["blend_index"] in (case["_next"], case["_previous"]):
+        mistake("k_off_by_one", symptom=f"{case['call']}: blend index {short(got['blend_index'])} holds sample "
+                f"{case['k'] + (1 if got['blend_index'] == case['_next'] else -1)} of domain {case['domain']}, "
+                f"not sample {case['k']}",
+                ask="Samples of a domain are numbered from 0: which occurrence of the domain is sample k?",
+                fix="Sample k of domain d is the (k + 1)-th blend position whose dataset is d (dataset_sample_index = k).",
+                formula="blend_index = the i with dataset_index[i] == d and dataset_sample_index[i] == k")
+    if got["step"] != want["step"]:
+        if got["step"] == want["step"] - 1:
+            mistake("step_from_zero", symptom=f"{where}: you said step {short(got['step'])}; "
+                    f"the first {global_bs} samples (indices 0…{global_bs - 1}) are read by step 1",
+                    ask="Which step reads blend index 0 — is the first optimizer step number 0 or 1?",
+                    fix="Steps count from 1: step = blend_index // global_batch_size + 1.",
+                    formula="step = i // global_batch_size + 1 (the resumed run goes on counting)")
+        if got["step"] == (i - consumed) // global_bs + 1:
+            mistake("step_from_resume", symptom=f"{where}: you said step {short(got['step'])}; the checkpoint "
+                    f"was written after step {consumed // global_bs}",
+                    ask=f"consumed_samples = {consumed}: how many steps had run before the resume, and does the "
+                        "resumed run start its step count again?",
+                    fix="The resumed run continues the step count: step = blend_index // global_batch_size + 1, "
+                        "not counted from consumed_samples.",
+                    formula="step = i // global_batch_size + 1")
+        if got["step"] == i // (micro * dp) + 1 and micro * dp != global_bs:
+            mistake("step_is_microstep", symptom=f"{where}: you said step {short(got['step'])}; blend index 0 … "
+                    f"{global_bs - 1} are all read in step 1",
+                    ask=f"An optimizer step takes the whole global batch ({global_bs} samples): how many "
+                        "micro-batch groups is that?",
+                    fix="Gradient accumulation: one step = global_batch_size samples = "
+                        f"{global_bs // (micro * dp)} groups of micro × DP.",
+                    formula="step = i // global_batch_size + 1; microbatch = (i mod global) // (micro × DP)")
+    if got["rank"] != want["rank"]:
+        if got["rank"] == within % dp and micro > 1:
+            mistake("rank_strided", symptom=f"{where}: you said rank {short(got['rank'])}", ask="In exercise 1, does a rank read a contiguous block of the micro × DP "
+                    "group, or every DP-th index?",
+                    fix="Each rank takes a contiguous block of micro samples: rank = (position in the group) // micro.",
+                    formula="rank = (i mod (micro × DP)) // micro")
+        if got["rank"] == within // micro and within // micro >= dp:
+            mistake("rank_beyond_dp", symptom=f"{where}: you said rank {short(got['rank'])}, but with "
+                    f"DP = {dp} the ranks are 0…{dp - 1}", ask="The global batch is several micro × DP groups read one after "
+                    "another (gradient accumulation): where does the second group start over?",
+                    fix="Take the position inside its micro × DP group first: rank = (i mod (micro × DP)) // micro.",
+                    formula="rank = (i mod (micro × DP)) // micro; microbatch = (i mod global) // (micro × DP)")
+
+
+@check(CHAPTER, "q5", hint=(
+    "reread chapter 6's 'Data parallelism for real' and chapter 3's greedy rule: first find where the blend puts "
+    "the sample, then which step, micro-batch and rank the sampler hands that position to",
+    "the blend position is fixed by chapter 3's rule alone (weights normalised); a resumed sampler starts at "
+    "consumed_samples, so anything before it was read before the checkpoint (None); after it, each step is one "
+    "global batch of accumulation × (micro × DP) positions and your exercise 1 says which rank reads which",
+    "i = the blend position with dataset d and sample k (greedy rule, x = max(i, 1), lowest index on ties); None if "
+    "i < consumed_samples; step = i // global + 1; microbatch = (i mod global) // (micro × DP); "
+    "rank = (i mod (micro × DP)) // micro"))
+def q5(locate_sample: Callable) -> str:
+    """``locate_sample(weights, domain, k, consumed_samples, micro_batch_size, data_parallel_size,
+    global_batch_size)`` → ``{"blend_index", "step", "rank", "microbatch"}`` or None."""
+    rng = np.random.default_rng(check_seed())
+    cases: list[tuple] = []
+    before = after = 0
+    while before < 5 or after < 25:
+        n = int(rng.integers(2, 5))
+        weights = _dyadic_weights(rng, n, int(rng.choice([1, 1, 3, 5])))
+        micro, dp = int(rng.integers(1, 6)), int(rng.choice([1, 2, 3, 4, 5, 6]))
+        global_bs = micro * dp * int(rng.integers(1, 5))
+        domain, k = int(rng.integers(0, n)), int(rng.integers(0, 80))
+        consumed = global_bs * int(rng.choice([0, 2, 3, 5, 7, 11]))   # not 1 step: 'counted from 1' and
+        # 'counted from the resume' would give the same wrong step
+        want = _locate_reference(weights, domain, k, consumed, micro, dp, global_bs)
+        if (want is None and before >= 5) or (want is not None and after >= 25):
+            continue
+        before, after = before + (want is None), after + (want is not None)
+        cases.append((weights, n, micro, dp, global_bs, domain, k, consumed, want))
+    # smallest first, so that a failure shows the smallest input that shows it
+    cases.sort(key=lambda c: (c[6] + c[7] + c[4], sum(c[0]), c[1]))
+    for weights, n, micro, dp, global_bs, domain, k, consumed, want in cases:
+        call = (f"locate_sample(weights={weights}, domain={domain}, k={k}, consumed_samples={consumed}, "
+                f"micro_batch_size={micro}, data_parallel_size={dp}, global_batch_size={global_bs})")
+        got = locate_sample(list(weights), domain, k, consumed, micro, dp, global_bs)
+        if want is None:
+            expect(got is None, f"{call} returned {short(got)}; that sample sits before consumed_samples = "
+                                f"{consumed}: it was read before the checkpoint, expected None")
+            continue
+        expect(isinstance(got, dict), f"{call} returned {short(got)}; expected a dict with blend_index, step, "
+                                      "rank, microbatch (None only for a sample read before the resume)")
+        for key in want:
+            expect(key in got, f"{call}: the dict lacks {key!r}")
+        got = {key: got[key] for key in want}
+        if got != want:
+            di, si = _blend(weights, want["blend_index"] + 4 * max(weights) * n + 64)
+            occ = np.flatnonzero(di == domain)
+            case = {"call": call, "consumed_samples": consumed, "micro_batch_size": micro, "data_parallel_size": dp,
+                    "global_batch_size": global_bs, "domain": domain, "k": k,
+                    "_next": int(occ[k + 1]) if k + 1 < occ.size else -1, "_previous": int(occ[k - 1]) if k else -1}
+            _q5_mistake(got, want, case)
+            wrong = ", ".join(f"{key} = {short(got[key])} (expected {want[key]})" for key in want if got[key] != want[key])
+            expect(False, f"{call}: {wrong}")
+    return f"{after} samples read after a resume and {before} read before it, random blends and layouts"
+
+
+# ------------------------------------------------------------------------------------- q6
+class _Samples:
+    """One domain's GPT samples as the data-plan guard sees them: sample s is document s (one
+    epoch, no shuffle), so a sample's identity is (domain, s)."""
+
+    def __init__(self, n: int) -> None:
+        self.num_samples, self.num_epochs = n, 1
+        self.shuffle_index = np.arange(n)
+        self.sample_index = np.stack([np.arange(n + 1), np.zeros(n + 1, dtype=np.int64)], axis=1)
+        self.document_index = np.arange(n + 2)
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+class _Blend:
+    """A blend of :class:`_Samples` with chapter 3's indices, for :func:`check_plan`."""
+
+    def __init__(self, weights: list[float], size: int) -> None:
+        self.dataset_index, self.dataset_sample_index = _blend(weights, size)
+        self.weights = normalize_weights(weights)
+        self.names = [f"domain{d}" for d in range(len(weights))]
+        self.datasets = [_Samples(size + 1) for _ in weights]
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def _restart_reference(old: list[float], new: list[float], consumed: int, micro: int, rank: int,
+                       dp: int) -> dict[str, Any]:
+    """The real guard (:func:`check_plan`) on the checkpoint's plan, and the micro-batch
+    MegatronPretrainingSampler hands ``rank`` first from the new blend at ``consumed``."""
+    size = consumed + micro * dp
+    before, after = _Blend(old, size), _Blend(new, size)
+    settings = type("S", (), {"seed": 1234, "seq_length": 128, "flags": {}, "max_steps": 1,
+                              "global_batch_size": micro * dp, "names": before.names, "weights": before.weights})
+    saved = plan_of(settings, before, consumed, consumed_digest(before, consumed).hexdigest())
+    try:
+        check_plan(saved, settings, after, consumed, "checkpoint", allow=False)
+        refused = False
+    except DataPlanError:
+        refused = True
+    batch = next(iter(MegatronPretrainingSampler(size, consumed, micro, rank, dp)))
+    first = [[int(after.dataset_index[i]), int(after.dataset_sample_index[i])] for i in batch]
+    trained = {(int(d), int(s)) for d, s in zip(before.dataset_index[:consumed], before.dataset_sample_index[:consumed])}
+    return {"refused": refused, "first_microbatch": first,
+            "already_trained": sum((d, s) in trained for d, s in first)}
+
+
+def _pairs(value: Any) -> list[list[int]] | None:
+    try:
+        return [[int(d), int(s)] for d, s in value]
+    except (TypeError, ValueError):
+        return None
+
+
+def _q6_mistake(got: dict, want: dict, case: dict) -> None:
+    """Name a wrong field the check recognises (raises a Mistake), or return to fail plainly."""
+    old, new, consumed, micro, rank, dp = (case[k] for k in ("old", "new", "consumed", "micro", "rank", "dp"))
+    call, size = case["call"], consumed + micro * dp
+    di0, si0 = _blend(old, size)
+    di1, si1 = _blend(new, size)
+    if got["refused"] != want["refused"] and want["refused"]:
+        p = int(np.flatnonzero((di0[:consumed] != di1[:consumed]) | (si0[:consumed] != si1[:consumed]))[0])
+        mistake("refusal_missed",
+                symptom=f"{call}: blend position {p}, already trained on, held sample [{int(di0[p])}, {int(si0[p])}] "
+                        f"and now holds [{int(di1[p])}, {int(si1[p])}]; you said not refused",
+                ask="What does the data-plan guard recompute on resume — and is it the same here?",
+                fix="It hashes which (domain, sample) sits at each of the first consumed_samples blend positions; "
+                    "if any of them changed, it refuses.",
+                formula="refused = blend(new)[:consumed] ≠ blend(old)[:consumed] as (domain, sample) pairs, "
+                        "blend = chapter 3's greedy rule on w / Σw")
+    if got["refused"] != want["refused"]:
+        same = ("nothing had been trained on yet (consumed_samples = 0)" if not consumed else
+                "the first consumed_samples blend positions hold the same samples under both weights"
+                + (" (they normalise to the same shares)" if normalize_weights(old) == normalize_weights(new) else ""))
+        mistake("refused_weights_not_samples", symptom=f"{call}: you said refused, but {same}",
+                ask="Does the guard compare the config's weights, or the samples already trained on?",
+                fix="It refuses only when one of the first consumed_samples (domain, sample) pairs changed; "
+                    "normalise the weights and compare the two blends' first consumed_samples positions.",
+                formula="refused = blend(new)[:consumed] ≠ blend(old)[:consumed], blend = chapter 3's greedy rule "
+                        "on w / Σw")
+    first = _pairs(got["first_microbatch"])
+    positions = list(range(consumed + rank * micro, consumed + (rank + 1) * micro))
+    if first == [[int(di0[i]), int(si0[i])] for i in positions]:
+        mistake("old_blend", symptom=f"{call}: rank {rank} reads blend positions {positions} first; you gave the "
+                                     f"samples the OLD weights {old} put there",
+                ask="After the restart (accepted with allow_new_data_plan=true), which blend does the sampler "
+                    "index into?",
+                fix=f"Build the blend from the NEW weights {new} and read positions {positions} from it.",
+                formula="first_microbatch = blend(new)[consumed + rank × micro … consumed + (rank + 1) × micro − 1]")
+    if consumed and first == [[int(di1[i]), int(si1[i])] for i in range(rank * micro, (rank + 1) * micro)]:
+        mistake("from_zero", symptom=f"{call}: you gave the new blend's positions {rank * micro}…"
+                                     f"{(rank + 1) * micro - 1}; consumed_samples = {consumed}",
+                ask="Where does the resumed sampler start walking the blend?",
+                fix="At consumed_samples: rank r reads positions consumed + r × micro … + micro − 1 (exercise 1).",
+                formula="first_microbatch = blend(new)[consumed + rank × micro … consumed + (rank + 1) × micro − 1]")
+
+
+@check(CHAPTER, "q6", hint=(
+    "reread chapter 6's 'Exact resume' (its 'A changed data plan' cell): what does a checkpoint record about the "
+    "data, and what does the resuming run recompute and compare?",
+    "the guard rebuilds the blend with the new weights and compares the samples at the positions already trained "
+    "on (0 … consumed_samples − 1) with those the checkpoint recorded; accepted anyway, the sampler still starts "
+    "at consumed_samples — in the NEW blend — so some samples it hands out may have been trained on already",
+    "normalise both weight lists; old, new = chapter 3's blend of each; refused = old[:consumed] ≠ new[:consumed] "
+    "as (domain, sample) pairs; first_microbatch = new[consumed + rank × micro … + micro − 1]; already_trained = "
+    "how many of those pairs are in old[:consumed]"))
+def q6(restart_with_new_blend: Callable) -> str:
+    """``restart_with_new_blend(old_weights, new_weights, consumed_samples, micro_batch_size, rank,
+    data_parallel_size)`` → ``{"refused": bool, "first_microbatch": [[domain, sample], …],
+    "already_trained": int}``."""
+    rng = np.random.default_rng(check_seed())
+    # 6 of each kind: refused and re-reading trained samples, refused without, accepted with the
+    # same shares under other numbers, accepted otherwise (nothing trained yet, or the same prefix)
+    room = {"refused, re-read": 6, "refused": 6, "rescaled": 4, "accepted": 4}
+    cases: list[tuple] = []
+    while any(room.values()):
+        n = int(rng.integers(2, 5))
+        old = _dyadic_weights(rng, n)
+        if rng.random() < 0.25:
+            new = [w * int(rng.choice([2, 3, 5])) for w in old]                 # the same shares, other numbers
+        else:
+            new = _dyadic_weights(rng, n, int(rng.choice([1, 3])))
+        micro, dp = int(rng.integers(1, 5)), int(rng.choice([1, 2, 3, 4, 5]))
+        consumed = micro * dp * int(rng.integers(0, 9))
+        rank = int(rng.integers(0, dp))
+        want = _restart_reference(old, new, consumed, micro, rank, dp)
+        kind = (("refused, re-read" if want["already_trained"] else "refused") if want["refused"] else
+                "rescaled" if normalize_weights(old) == normalize_weights(new) else "accepted")
+        if room[kind]:
+            room[kind] -= 1
+            cases.append((old, new, consumed, micro, rank, dp, want))
+    # smallest first, so that a failure shows the smallest input that shows it
+    cases.sort(key=lambda c: (c[2] + c[3] * c[5], sum(c[0]) + sum(c[1]), len(c[0])))
+    for old, new, consumed, micro, rank, dp, want in cases:
+        call = (f"restart_with_new_blend(old_weights={old}, new_weights={new}, consumed_samples={consumed}, "
+                f"micro_batch_size={micro}, rank={rank}, data_parallel_size={dp})")
+        got = restart_with_new_blend(list(old), list(new), consumed, micro, rank, dp)
+        expect(isinstance(got, dict) and {"refused", "first_microbatch", "already_trained"} <= set(got),
+               f"{call} returned {short(got)}; expected {{'refused': bool, 'first_microbatch': [[domain, sample], "
+               "...], 'already_trained': int}")
+        expect(isinstance(got["refused"], (bool, np.bool_)), f"{call}: refused = {short(got['refused'])}; expected "
+                                                              "True or False")
+        case = {"call": call, "old": old, "new": new, "consumed": consumed, "micro": micro, "rank": rank, "dp": dp}
+        first = _pairs(got["first_microbatch"])
+        expect(first is not None, f"{call}: first_microbatch = {short(got['first_microbatch'])}; expected a list "
+                                  "of [domain, sample] pairs")
+        if bool(got["refused"]) != want["refused"] or first != want["first_microbatch"]:
+            _q6_mistake({**got, "refused": bool(got["refused"])}, want, case)
+            expect(bool(got["refused"]) == want["refused"], f"{call}: refused = {short(got['refused'])}, "
+                                                           f"expected {want['refused']}")
+            expect(False, f"{call}: first_microbatch = {short(first)}, expected {want['first_microbatch']}")
+        expect(got["already_trained"] == want["already_trained"],
+               f"{call}: already_trained = {short(got['already_trained'])}, expected {want['already_trained']} "
+               f"(of the first micro-batch {want['first_microbatch']})")
+    return (f"{len(cases)} random restarts: 12 refused (6 of them re-reading trained samples), 8 accepted "
+            "(4 with the same shares under other weights)")
