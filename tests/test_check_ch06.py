@@ -145,14 +145,14 @@ def blend_pairs(weights, size):
 
 
 def locate_sample(weights, domain, k, consumed, micro, dp, global_bs, *, step_base=1, from_resume=False,
-                  rank_rule="block", sample_shift=0):
+                  rank_rule="block", sample_shift=0, step_size=None):
     """The right answer, or (with a keyword) one of the mistakes the check names."""
     pairs = blend_pairs(weights, 4096)
     i = pairs.index((domain, k + sample_shift))
     if i < consumed:
         return None
     group, within = micro * dp, i % global_bs
-    step = (i - consumed if from_resume else i) // global_bs + step_base
+    step = (i - consumed if from_resume else i) // (step_size or global_bs) + step_base
     rank = {"block": i % group // micro, "strided": within % dp, "no_wrap": within // micro}[rank_rule]
     return {"blend_index": i, "step": step, "rank": rank, "microbatch": within // group}
 
@@ -172,7 +172,7 @@ def test_q5(capsys):
     result = check.q5(locate_sample)
     assert result.passed, result.message
     for wrong in ({"step_base": 0}, {"from_resume": True}, {"rank_rule": "strided"}, {"rank_rule": "no_wrap"},
-                  {"sample_shift": 1}):
+                  {"sample_shift": 1}, {"step_size": 1}):
         assert check.q5(lambda *a, w=wrong: locate_sample(*a, **w)).status == FAIL, wrong
     assert check.q5(lambda *a: locate_sample(*a) or {"blend_index": 0}).status == FAIL   # never None
     assert check.q5(lambda *a: {"blend_index": 1, "step": 1, "rank": 1, "microbatch": 0}).status == FAIL  # hard-coded

@@ -13,8 +13,9 @@ from tests.test_check_ch06 import locate_sample, restart_with_new_blend
 
 Q5 = [("step_from_zero", {"step_base": 0}), ("step_from_resume", {"from_resume": True}),
       ("rank_strided", {"rank_rule": "strided"}), ("rank_beyond_dp", {"rank_rule": "no_wrap"}),
-      ("k_off_by_one", {"sample_shift": 1})]
-Q6 = [("refusal_missed", {"refuse": lambda a, b: False}), ("refused_weights_not_samples", {"refuse": lambda a, b: a != b}),
+      ("k_off_by_one", {"sample_shift": 1}), ("step_is_microstep", "micro × DP")]
+Q6 = [("refusal_missed", {"refuse": lambda a, b: False}),
+      ("refused_weights_not_samples", {"refuse": lambda a, b: a != b}),          # compares weights, not samples
       ("old_blend", {"read_from": "old"}), ("from_zero", {"start": lambda c, m, r: r * m})]
 
 
@@ -28,7 +29,7 @@ def _tiers(question, answer, name, capsys):
     for tier in (1, 2, 3):
         result = question(answer)
         out = capsys.readouterr().out
-        assert result.status == FAIL and result.mistake == name and result.tier == tier, (result.mistake, result.message)
+        assert (result.status, result.mistake, result.tier) == (FAIL, name, tier), result.message
         assert _plain_text(result.message) and _plain_text(result.hint), result.message + result.hint
         runs.append((result, out))
     return runs
@@ -45,7 +46,13 @@ def _check_tiers(runs):
 
 @pytest.mark.parametrize("name, wrong", Q5, ids=[n for n, _ in Q5])
 def test_q5_named_mistakes_in_tiers(name, wrong, capsys):
-    runs = _tiers(check.q5, lambda *a: locate_sample(*a, **wrong), name, capsys)
+    if wrong == "micro × DP":          # steps of one micro × DP group: gradient accumulation forgotten
+        def answer(w, d, k, c, m, dp, g):
+            return locate_sample(w, d, k, c, m, dp, g, step_size=m * dp)
+    else:
+        def answer(*a):
+            return locate_sample(*a, **wrong)
+    runs = _tiers(check.q5, answer, name, capsys)
     _check_tiers(runs)
     assert runs[0][0].message.startswith("locate_sample(weights=")     # the smallest call that shows it
     assert check.q5(locate_sample).passed                               # the right answer after the mistakes
@@ -80,3 +87,44 @@ def test_every_answer_type_mistake_is_reported_in_plain_words(capsys):
     result = check.q5(lambda *a: {k: np.int64(v + 1) for k, v in (locate_sample(*a) or {"blend_index": 0}).items()})
     assert result.status == FAIL and _plain_text(result.message), result.message
     capsys.readouterr()
+
+
+def _submission(tmp_path, student, change=None):
+    """solutions/06 as ``student``'s submission, with ``change(source)`` applied to q5's answer cell."""
+    import json
+
+    from labsupport.paths import REPO_ROOT
+
+    nb = json.loads((REPO_ROOT / "solutions" / "06_end_to_end.ipynb").read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        if change and cell["cell_type"] == "code" and "def blend_pairs" in src:
+            cell["source"] = change(src)
+    path = tmp_path / student / "06_end_to_end.ipynb"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    return path
+
+
+def test_the_grader_gives_the_solutions_full_marks_and_flags_the_reference(tmp_path):
+    """The grader runs q5 and q6 in its own process against the student's sandboxed functions:
+    the solutions get 6/6; an answer that calls build_blending_indices is flagged, and the
+    reference cannot even run while chapter 6 is graded (q6, which uses it, fails too)."""
+    from labsupport.workbook.grading.exercise import discover
+    from labsupport.workbook.grading.grader import Options, grade_file
+
+    chapters = discover()
+    assert {"q5", "q6"} <= {q.name for q in chapters["06"].questions}
+    graded = grade_file(_submission(tmp_path, "honest"), chapters, Options(seed="t", rounds=1))
+    assert [(r.question, r.status, r.flags) for r in graded.rows] == [
+        (f"q{n}", "passed", []) for n in range(1, 7)], [(r.question, r.status, r.reason) for r in graded.rows]
+    cheat = ("    from labsupport.datasets.blending import build_blending_indices, normalize_weights\n"
+             "    di, si = build_blending_indices(normalize_weights(weights), size)\n"
+             "    return list(zip(di.tolist(), si.tolist()))\n")
+    graded = grade_file(_submission(tmp_path, "cheat", lambda src: src.replace(
+        "    ### BEGIN SOLUTION\n    shares", "    ### BEGIN SOLUTION\n" + cheat + "    shares", 1)),
+        chapters, Options(seed="t", rounds=1))
+    rows = {r.question: r for r in graded.rows}
+    assert any(f.startswith("reference:") for f in rows["q5"].flags), rows["q5"].flags
+    assert rows["q5"].points == 0 and rows["q6"].status == "failed"
+    assert "not available while grading" in rows["q6"].reason

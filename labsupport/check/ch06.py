@@ -381,48 +381,53 @@ def _q5_mistake(got: dict, want: dict, case: dict) -> None:
     within = i - (want["step"] - 1) * global_bs          # the sample's position inside its step's global batch
     where = (f"{case['call']}: the sample at blend index {i} (position {within} of step {want['step']}'s "
              f"global batch of {global_bs}; micro {micro}, DP {dp})")
+    said = f"{where}: you said"
     if got["blend_index"] != i and got["blend_index"] in (case["_next"], case["_previous"]):
-        mistake("k_off_by_one", symptom=f"{case['call']}: blend index {short(got['blend_index'])} holds sample "
-                f"{case['k'] + (1 if got['blend_index'] == case['_next'] else -1)} of domain {case['domain']}, "
-                f"not sample {case['k']}",
+        held = case["k"] + (1 if got["blend_index"] == case["_next"] else -1)
+        mistake("k_off_by_one",
+                symptom=f"{case['call']}: blend index {short(got['blend_index'])} holds sample {held} of domain "
+                        f"{case['domain']}, not sample {case['k']}",
                 ask="Samples of a domain are numbered from 0: which occurrence of the domain is sample k?",
-                fix="Sample k of domain d is the (k + 1)-th blend position whose dataset is d (dataset_sample_index = k).",
+                fix="Sample k of domain d is the (k + 1)-th blend position whose dataset is d "
+                    "(dataset_sample_index = k).",
                 formula="blend_index = the i with dataset_index[i] == d and dataset_sample_index[i] == k")
-    if got["step"] != want["step"]:
-        if got["step"] == want["step"] - 1:
-            mistake("step_from_zero", symptom=f"{where}: you said step {short(got['step'])}; "
-                    f"the first {global_bs} samples (indices 0…{global_bs - 1}) are read by step 1",
-                    ask="Which step reads blend index 0 — is the first optimizer step number 0 or 1?",
-                    fix="Steps count from 1: step = blend_index // global_batch_size + 1.",
-                    formula="step = i // global_batch_size + 1 (the resumed run goes on counting)")
-        if got["step"] == (i - consumed) // global_bs + 1:
-            mistake("step_from_resume", symptom=f"{where}: you said step {short(got['step'])}; the checkpoint "
-                    f"was written after step {consumed // global_bs}",
-                    ask=f"consumed_samples = {consumed}: how many steps had run before the resume, and does the "
-                        "resumed run start its step count again?",
-                    fix="The resumed run continues the step count: step = blend_index // global_batch_size + 1, "
-                        "not counted from consumed_samples.",
-                    formula="step = i // global_batch_size + 1")
-        if got["step"] == i // (micro * dp) + 1 and micro * dp != global_bs:
-            mistake("step_is_microstep", symptom=f"{where}: you said step {short(got['step'])}; blend index 0 … "
-                    f"{global_bs - 1} are all read in step 1",
-                    ask=f"An optimizer step takes the whole global batch ({global_bs} samples): how many "
-                        "micro-batch groups is that?",
-                    fix="Gradient accumulation: one step = global_batch_size samples = "
-                        f"{global_bs // (micro * dp)} groups of micro × DP.",
-                    formula="step = i // global_batch_size + 1; microbatch = (i mod global) // (micro × DP)")
-    if got["rank"] != want["rank"]:
-        if got["rank"] == within % dp and micro > 1:
-            mistake("rank_strided", symptom=f"{where}: you said rank {short(got['rank'])}", ask="In exercise 1, does a rank read a contiguous block of the micro × DP "
-                    "group, or every DP-th index?",
-                    fix="Each rank takes a contiguous block of micro samples: rank = (position in the group) // micro.",
-                    formula="rank = (i mod (micro × DP)) // micro")
-        if got["rank"] == within // micro and within // micro >= dp:
-            mistake("rank_beyond_dp", symptom=f"{where}: you said rank {short(got['rank'])}, but with "
-                    f"DP = {dp} the ranks are 0…{dp - 1}", ask="The global batch is several micro × DP groups read one after "
-                    "another (gradient accumulation): where does the second group start over?",
-                    fix="Take the position inside its micro × DP group first: rank = (i mod (micro × DP)) // micro.",
-                    formula="rank = (i mod (micro × DP)) // micro; microbatch = (i mod global) // (micro × DP)")
+    if got["step"] == want["step"] - 1:
+        mistake("step_from_zero",
+                symptom=f"{said} step {short(got['step'])}; the first {global_bs} samples (indices "
+                        f"0…{global_bs - 1}) are read by step 1",
+                ask="Which step reads blend index 0 — is the first optimizer step number 0 or 1?",
+                fix="Steps count from 1: step = blend_index // global_batch_size + 1.",
+                formula="step = i // global_batch_size + 1 (the resumed run goes on counting)")
+    if got["step"] != want["step"] and got["step"] == (i - consumed) // global_bs + 1:
+        mistake("step_from_resume",
+                symptom=f"{said} step {short(got['step'])}; the checkpoint was written after step "
+                        f"{consumed // global_bs}",
+                ask=f"consumed_samples = {consumed}: how many steps had run before the resume, and does the "
+                    "resumed run start its step count again?",
+                fix="The resumed run continues the step count: step = blend_index // global_batch_size + 1, "
+                    "not counted from consumed_samples.",
+                formula="step = i // global_batch_size + 1")
+    if got["step"] != want["step"] and got["step"] == i // (micro * dp) + 1:
+        mistake("step_is_microstep",
+                symptom=f"{said} step {short(got['step'])}; blend indices 0…{global_bs - 1} are all read in step 1",
+                ask=f"An optimizer step takes the whole global batch ({global_bs} samples): how many "
+                    "micro-batch groups is that?",
+                fix=f"Gradient accumulation: one step = global_batch_size samples = {global_bs // (micro * dp)} "
+                    "groups of micro × DP.",
+                formula="step = i // global_batch_size + 1; microbatch = (i mod global) // (micro × DP)")
+    if got["rank"] != want["rank"] and got["rank"] == within % dp and micro > 1:
+        mistake("rank_strided", symptom=f"{said} rank {short(got['rank'])}",
+                ask="In exercise 1, does a rank read a contiguous block of the micro × DP group, or every DP-th "
+                    "index?",
+                fix="Each rank takes a contiguous block of micro samples: rank = (position in the group) // micro.",
+                formula="rank = (i mod (micro × DP)) // micro")
+    if got["rank"] != want["rank"] and got["rank"] == within // micro and within // micro >= dp:
+        mistake("rank_beyond_dp", symptom=f"{said} rank {short(got['rank'])}, but with DP = {dp} the ranks are "
+                                          f"0…{dp - 1}",
+                ask="The global batch is several micro × DP groups read one after another (gradient "
+                    "accumulation): where does the second group start over?",
+                fix="Take the position inside its micro × DP group first: rank = (i mod (micro × DP)) // micro.",
+                formula="rank = (i mod (micro × DP)) // micro; microbatch = (i mod global) // (micro × DP)")
 
 
 @check(CHAPTER, "q5", hint=(
@@ -475,7 +480,8 @@ def q5(locate_sample: Callable) -> str:
                     "global_batch_size": global_bs, "domain": domain, "k": k,
                     "_next": int(occ[k + 1]) if k + 1 < occ.size else -1, "_previous": int(occ[k - 1]) if k else -1}
             _q5_mistake(got, want, case)
-            wrong = ", ".join(f"{key} = {short(got[key])} (expected {want[key]})" for key in want if got[key] != want[key])
+            wrong = ", ".join(f"{key} = {short(got[key])} (expected {want[key]})"
+                              for key in want if got[key] != want[key])
             expect(False, f"{call}: {wrong}")
     return f"{after} samples read after a resume and {before} read before it, random blends and layouts"
 
@@ -525,7 +531,8 @@ def _restart_reference(old: list[float], new: list[float], consumed: int, micro:
         refused = True
     batch = next(iter(MegatronPretrainingSampler(size, consumed, micro, rank, dp)))
     first = [[int(after.dataset_index[i]), int(after.dataset_sample_index[i])] for i in batch]
-    trained = {(int(d), int(s)) for d, s in zip(before.dataset_index[:consumed], before.dataset_sample_index[:consumed])}
+    trained = {(int(d), int(s))
+               for d, s in zip(before.dataset_index[:consumed], before.dataset_sample_index[:consumed])}
     return {"refused": refused, "first_microbatch": first,
             "already_trained": sum((d, s) in trained for d, s in first)}
 
@@ -571,13 +578,15 @@ def _q6_mistake(got: dict, want: dict, case: dict) -> None:
                 ask="After the restart (accepted with allow_new_data_plan=true), which blend does the sampler "
                     "index into?",
                 fix=f"Build the blend from the NEW weights {new} and read positions {positions} from it.",
-                formula="first_microbatch = blend(new)[consumed + rank × micro … consumed + (rank + 1) × micro − 1]")
+                formula="first_microbatch = blend(new)[consumed + rank × micro … "
+                        "consumed + (rank + 1) × micro − 1]")
     if consumed and first == [[int(di1[i]), int(si1[i])] for i in range(rank * micro, (rank + 1) * micro)]:
         mistake("from_zero", symptom=f"{call}: you gave the new blend's positions {rank * micro}…"
                                      f"{(rank + 1) * micro - 1}; consumed_samples = {consumed}",
                 ask="Where does the resumed sampler start walking the blend?",
                 fix="At consumed_samples: rank r reads positions consumed + r × micro … + micro − 1 (exercise 1).",
-                formula="first_microbatch = blend(new)[consumed + rank × micro … consumed + (rank + 1) × micro − 1]")
+                formula="first_microbatch = blend(new)[consumed + rank × micro … "
+                        "consumed + (rank + 1) × micro − 1]")
 
 
 @check(CHAPTER, "q6", hint=(
