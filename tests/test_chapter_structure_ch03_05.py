@@ -1,7 +1,8 @@
 """Chapters 3–5 as a learner and papermill read them (issue #13): every parameter of the
 parameters cell is found by ``papermill.inspect_notebook`` with its full value; each chapter
-ends with a recap and a "Next:" line before the Checkpoint, which stays the last cell; the
-speed comparisons with Megatron sit in a final "Under the hood" section (chapters 3–4)."""
+ends with a recap and a "Next:" line before the Checkpoint, which ends the lesson; the speed comparisons
+with Megatron sit in an "Under the hood" appendix after the Checkpoint, collapsed in JupyterLab (chapters 3–4,
+issue #24)."""
 from __future__ import annotations
 
 import ast
@@ -17,6 +18,13 @@ CHAPTERS = ["03_blending", "04_packing_and_masks", "05_nccl_collectives"]
 
 def _cells(name):
     return json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text(encoding="utf-8"))["cells"]
+
+
+def _appendix_start(cells):
+    """Index of the "## Under the hood" heading after the Checkpoint, or len(cells) when there is none."""
+    starts = [i for i, c in enumerate(cells)
+              if c["cell_type"] == "markdown" and "".join(c["source"]).startswith("## Under the hood")]
+    return starts[0] if starts else len(cells)
 
 
 def _parameters_source(name):
@@ -48,22 +56,25 @@ def test_papermill_finds_every_parameter_with_its_value(name):
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_recap_and_next_come_just_before_the_checkpoint(name):
     cells = _cells(name)
-    last = "".join(cells[-1]["source"])
-    assert cells[-1]["cell_type"] == "markdown" and last.startswith("## Checkpoint"), f"{name}: Checkpoint is not last"
+    lesson = cells[:_appendix_start(cells)]
+    last = "".join(lesson[-1]["source"])
+    assert lesson[-1]["cell_type"] == "markdown" and last.startswith("## Checkpoint"), f"{name}: Checkpoint does not end the lesson"
     assert "Next" not in last, f"{name}: the Next line belongs before the Checkpoint"
-    before = "".join(cells[-2]["source"])
+    before = "".join(lesson[-2]["source"])
     assert "## Recap" in before and "**Next:**" in before, f"{name}: no recap with a Next line before the Checkpoint"
     assert "Try this" in "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
 
 
 @pytest.mark.parametrize("name", ["03_blending", "04_packing_and_masks"])
-def test_speed_comparisons_are_in_the_final_under_the_hood_section(name):
+def test_speed_comparisons_are_in_the_under_the_hood_appendix(name):
     cells = _cells(name)
     headings = [i for i, c in enumerate(cells) if c["cell_type"] == "markdown" and "".join(c["source"]).startswith("## ")]
     under = [i for i in headings if "".join(cells[i]["source"]).startswith("## Under the hood")]
     assert len(under) == 1, f"{name}: expected one '## Under the hood' section"
-    later = [i for i in headings if i > under[0]]
-    assert [("".join(cells[i]["source"]).splitlines()[0]) for i in later] == ["## Recap", "## Checkpoint (중간 점검) — §6.2.7"]
+    before = [("".join(cells[i]["source"]).splitlines()[0]) for i in headings if i < under[0]][-2:]
+    assert before == ["## Recap", "## Checkpoint (중간 점검) — §6.2.7"], f"{name}: the appendix follows the Recap and the Checkpoint"
+    assert [i for i in headings if i > under[0]] == [], f"{name}: nothing follows the appendix"
+    assert cells[under[0]]["metadata"].get("jp-MarkdownHeadingCollapsed") is True, f"{name}: the appendix opens collapsed"
     for i, c in enumerate(cells):
         if c["cell_type"] == "code" and "benchmarks" in "".join(c["source"]):
             assert i > under[0], f"{name}: cell {i} quotes a benchmark before the Under the hood section"

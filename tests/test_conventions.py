@@ -43,11 +43,33 @@ def test_parameters_cell(path):
     assert "labsupport.setup(" in following, f"{path.name}: call labsupport.setup(seed=seed, device=device) after the parameters"
 
 
+def lesson_cells(cells):
+    """The lesson: every cell before the optional "## Under the hood" appendix that may follow the Checkpoint."""
+    starts = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.startswith("## Under the hood")]
+    return cells[:starts[0]] if starts else cells
+
+
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_checkpoint_is_last(path):
-    md = [c for c in _nb(path).cells if c.cell_type == "markdown"]
+    md = [c for c in lesson_cells(_nb(path).cells) if c.cell_type == "markdown"]
     assert "Checkpoint" in md[-1].source.splitlines()[0], f"{path.name}: the last markdown cell is the Checkpoint"
     assert "- [ ]" in md[-1].source
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_under_the_hood_is_one_collapsed_appendix_after_the_checkpoint(path):
+    cells = _nb(path).cells
+    lesson = lesson_cells(cells)
+    if len(lesson) == len(cells):
+        return                                     # a chapter without an appendix
+    head = cells[len(lesson)]
+    assert lesson[-1].cell_type == "markdown" and lesson[-1].source.startswith("## Checkpoint"), \
+        f"{path.name}: '## Under the hood' must come right after the Checkpoint"
+    assert head.metadata.get("jp-MarkdownHeadingCollapsed") is True, \
+        f"{path.name}: the Under the hood heading opens collapsed (cell metadata jp-MarkdownHeadingCollapsed: true)"
+    later = [c.source.splitlines()[0] for c in cells[len(lesson) + 1:]
+             if c.cell_type == "markdown" and re.match(r"#{1,2} ", c.source)]
+    assert not later, f"{path.name}: the appendix is the last section; found {later} after it"
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])

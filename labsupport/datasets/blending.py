@@ -808,7 +808,11 @@ class BlendReport:
             _, ax = plt.subplots(figsize=(6.0, 3.2))
         colors = ["tab:red" if r.warning else "tab:blue" for r in self.rows]
         ax.bar([r.name for r in self.rows], [r.epochs for r in self.rows], color=colors)
-        ax.axhline(self.warn_epochs, color="tab:red", ls="--", lw=1, label=f"warning above {self.warn_epochs:g} epochs")
+        ax.axhline(self.warn_epochs, color="tab:red", ls="--", lw=1)
+        # the threshold is named beside the axis, outside the bars, so it never hides a bar or its value
+        ax.annotate(f"warning\nabove {self.warn_epochs:g}", (1.0, self.warn_epochs), xycoords=ax.get_yaxis_transform(),
+                    xytext=(4, 0), textcoords="offset points", ha="left", va="center", fontsize=8, color="tab:red",
+                    annotation_clip=False)
         top = ymax if ymax is not None else 1.18 * max([r.epochs for r in self.rows] + [self.warn_epochs])
         for k, r in enumerate(self.rows):
             ax.annotate(f"{r.epochs:.2f}", (k, r.epochs), xytext=(0, 2), textcoords="offset points",
@@ -816,7 +820,6 @@ class BlendReport:
         ax.set_ylim(0, top)
         ax.set_ylabel("epochs (times each document is read)", fontsize=9)
         ax.set_title(title or f"epochs per dataset, blend of {self.size:,} samples", fontsize=10)
-        ax.legend(loc="upper left", fontsize=8, frameon=True)
         return ax
 
 

@@ -42,31 +42,34 @@ def draw_starvation(loaders: dict[str, float], *, mfu: float = 0.4, peak_tflops:
     import matplotlib.pyplot as plt
 
     if ax is None:
-        _, ax = plt.subplots(figsize=(11, 4.2))
+        _, ax = plt.subplots(figsize=(9.6, 4.8), layout="constrained")
     n = np.geomspace(min(sizes) / 1.5, max(sizes) * 1.5, 200)
     one = gpu_tokens_per_second(n, mfu=mfu, peak_tflops=peak_tflops)
     ax.plot(n, one, color="black", lw=2, label=f"one H100 consumes ({mfu:.0%} of {peak_tflops:.0f} TFLOPS, 6·N FLOPs/token)")
     ax.plot(n, one * gpus_per_node, color="gray", lw=1.5, ls="--", label=f"one {gpus_per_node}-GPU node consumes")
     ax.scatter(sizes, gpu_tokens_per_second(np.array(sizes), mfu=mfu, peak_tflops=peak_tflops), color="black", zorder=3)
-    for s in sizes:
+    for s in sizes:   # model sizes, on a white box so that a loader line passing behind never covers them
         label = f"{s / 1e9:g}B" if s >= 1e9 else f"{s / 1e6:g}M"
         ax.annotate(label, (s, gpu_tokens_per_second(s, mfu=mfu, peak_tflops=peak_tflops)), textcoords="offset points",
-                    xytext=(4, 6), fontsize=9)
+                    xytext=(5, 5), fontsize=9, zorder=4,
+                    bbox=dict(boxstyle="round,pad=0.1", facecolor="white", edgecolor="none", alpha=0.85))
     colours = ["tab:red", "tab:green", "tab:blue", "tab:purple"]
     for (label, rate), colour in zip(loaders.items(), colours):
-        ax.axhline(rate, color=colour, lw=1.8, label=f"{label}: {rate:,.0f} tokens/s")
         cross = crossing_params(rate, mfu=mfu, peak_tflops=peak_tflops)
-        if n[0] <= cross <= n[-1]:
+        inside = n[0] <= cross <= n[-1]
+        # the crossing goes into the legend entry (outside the plot), marked on the plot by a ring and a dotted line
+        where = f" — crosses one GPU at N ≈ {cross / 1e6:,.0f}M (ring)" if inside else ""
+        ax.axhline(rate, color=colour, lw=1.8, label=f"{label}: {rate:,.0f} tokens/s{where}")
+        if inside:
             ax.axvline(cross, color=colour, lw=0.8, ls=":")
-            ax.annotate(f"crosses one GPU at N ≈ {cross / 1e6:,.0f}M", (cross, rate), textcoords="offset points",
-                        xytext=(6, 6), fontsize=9, color=colour)
+            ax.scatter([cross], [rate], s=90, facecolors="none", edgecolors=colour, linewidths=1.8, zorder=5)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("model parameters N (log)")
     ax.set_ylabel("tokens per second (log)")
     ax.set_title("Where a GPU line is above a loader's line, the loader cannot keep up: the GPUs starve", fontsize=10)
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
     return ax
 
 
