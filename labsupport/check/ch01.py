@@ -92,6 +92,17 @@ def _random_text(rng: random.Random) -> str:
     return "".join(rng.choice(pools)() for _ in range(rng.randint(1, 80)))
 
 
+_RAISED = object()
+
+
+def _try(fn: Callable, *args: Any) -> Any:
+    """The learner's result on a small input a failure is shrunk to, or ``_RAISED`` (that input is skipped)."""
+    try:
+        return fn(*args)
+    except Exception:  # noqa: BLE001 - the learner's code
+        return _RAISED
+
+
 # ---------------------------------------------------------------------------------------------
 # q1: one BPE merge step
 _Q1_FORMULA = ("counts = {}; for pair in zip(ids, ids[1:]): counts[pair] = counts.get(pair, 0) + 1; "
@@ -159,14 +170,14 @@ def _q1_fail(fn: Callable, kind: str, before: list[int], got: Any, new_id: int) 
     """Fail with ``kind`` shown on the smallest hand-picked input that shows it (else the random one)."""
     for small in _Q1_SMALL:
         ids = list(small)
-        g = fn(ids, 256)
-        if _q1_kind(small, ids, g, 256) == kind:
+        g = _try(fn, ids, 256)
+        if g is not _RAISED and _q1_kind(small, ids, g, 256) == kind:
             before, got, new_id = list(small), g, 256
             break
     call = f"merge_step({short(before, 80)}, {new_id})"
     if kind == "modifies_input":
         after = list(before)
-        fn(after, new_id)
+        _try(fn, after, new_id)
         mistake(kind, symptom=f"after {call} the caller's list is {short(after, 80)}",
                 ask="Is the list the caller passed in still the same after your call? Which line writes into it?",
                 fix="build a new list (out = [] … out.append(…)); never assign into ids, pop or insert", formula=_Q1_FORMULA)
@@ -277,8 +288,8 @@ def _q2_kind(got: Any, tok: Tokenizer, texts: list[str]) -> str | None:
 def _q2_fail(fn: Callable, kind: str, tok: Tokenizer, texts: list[str], got: Any, where: str) -> None:
     tok0 = Tokenizer(workbook_tokenizer())
     for small in _Q2_SMALL:
-        g = fn(tok0, list(small))
-        if _q2_kind(g, tok0, small) == kind:
+        g = _try(fn, tok0, list(small))
+        if g is not _RAISED and _q2_kind(g, tok0, small) == kind:
             tok, texts, got, where = tok0, list(small), g, f"tokens_per_character(tok, {short(small, 80)})"
             break
     expect(kind != "not_a_float", f"{where} returned {short(got)}; expected a float")
@@ -288,7 +299,7 @@ def _q2_fail(fn: Callable, kind: str, tok: Tokenizer, texts: list[str], got: Any
     symptom = f"{where} returned {got:.6g} ({shown})"
     if kind == "per_utf8_byte":
         mistake(kind, symptom=symptom,
-                ask="What did you divide the tokens by? Compare len(text) with len(text.encode('utf-8')) for Korean.",
+                ask="What did you divide the tokens by — and is len(text) the same as len(text.encode('utf-8')) for Korean?",
                 fix="divide by the characters (len of the str, code points), not the UTF-8 bytes", formula=_Q2_FORMULA)
     if kind == "mean_of_ratios":
         mistake(kind, symptom=symptom,
@@ -551,8 +562,8 @@ def _leftover(got: list[int], merges: list[tuple[int, int]]) -> str:
 
 def _q5_fail(fn: Callable, kind: str, text: str, merges: list[tuple[int, int]], got: Any) -> None:
     for t, m in _Q5_SMALL:
-        g = fn(t, list(m))
-        if _q5_kind(g, t, m) == kind:
+        g = _try(fn, t, list(m))
+        if g is not _RAISED and _q5_kind(g, t, m) == kind:
             text, merges, got = t, m, g
             break
     shown = short(merges, 60) if len(merges) <= 4 else f"<{len(merges)} merges>"
