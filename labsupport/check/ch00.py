@@ -181,28 +181,23 @@ def _q1_fail(fn: Callable, kind: str, case: tuple[int, int, int, int], got: Any,
     "when TP × PP does not divide the world size. TP > devices is legal (Megatron-Core accepts it) but "
     "slow: return DP and call warnings.warn(...) once; a layout inside one node must not warn."))
 def q1(data_parallel_size) -> str:
-    """Checked: DP for 30 valid random layouts (an int), ValueError for 30 that do not divide,
-    exactly one warning for the valid layouts whose TP spans nodes and none for the others."""
+    """Checked: DP for 30 valid random layouts (an int; 5 of them with TP across nodes), ValueError for 30 that
+    do not divide, exactly one warning for the valid layouts whose TP spans nodes and none for the others."""
     rng = np.random.default_rng(check_seed())
-    good = bad = spanning = 0
-    while good < 30 or bad < 30 or spanning < 5:
+    quota = {"inside": 25, "spanning": 5, "bad": 30}     # exactly these many of each: the note states them
+    while any(quota.values()):
         case = (int(rng.choice([1, 2, 4, 8])), int(rng.integers(1, 33)),
                 int(rng.choice([1, 2, 3, 4, 8, 16])), int(rng.choice([1, 2, 3, 4, 5])))
         layout = _reference_layout(*case)
-        if layout is None and bad >= 30:
-            continue
-        if layout is not None and good >= 30 and (spanning >= 5 or not layout.tp_spans_nodes):
+        group = "bad" if layout is None else "spanning" if layout.tp_spans_nodes else "inside"
+        if not quota[group]:
             continue
         got, warned = _q1_run(data_parallel_size, case)
         kind = _q1_kind(case, got, warned)
         if kind:
             _q1_fail(data_parallel_size, kind, case, got, warned)
-        if layout is None:
-            bad += 1
-        else:
-            good += 1
-            spanning += layout.tp_spans_nodes
-    return f"{good} valid random layouts ({spanning} with TP across nodes) and {bad} that do not divide"
+        quota[group] -= 1
+    return "30 valid random layouts (5 with TP across nodes) and 30 that do not divide"
 
 
 # ---------------------------------------------------------------------------------------------
