@@ -151,6 +151,13 @@ def _q1_fail(fn: Callable, kind: str, case: tuple[int, int, int, int], got: Any,
                     fix="one replica takes tp × pp GPUs: divide the world by tp × pp, not by tp alone",
                     formula=_Q1_FORMULA)
         expect(False, f"{call} returned {short(got)}: {used}")
+    _q1_fail_warning(kind, call, case, got, warned, layout)
+
+
+def _q1_fail_warning(kind: str, call: str, case: tuple[int, int, int, int], got: Any, warned: list[str],
+                     layout: ParallelLayout) -> None:
+    """The right size, the wrong warnings: none, several, or one for a layout inside a node."""
+    devices, _, tp, _ = case
     spans = f"its TP group of {tp} GPUs spans {layout.tp_nodes} nodes of {_many(devices, 'GPU')}"
     if kind == "never_warns":
         mistake(kind, symptom=f"{call} returned {short(got)} without a warning; {spans}",

@@ -381,6 +381,9 @@ def _q3_kind(key: str, got: Any, want: Any, train: Tokenizer, serve: Tokenizer, 
         if key in ("verdict", "same_fingerprint") and train.fingerprint != serve.fingerprint \
                 and train.vocab_size == serve.vocab_size and answer.get("verdict") == "same":
             return "verdict_not_from_fingerprint"
+        if key in ("verdict", "same_fingerprint") and train.fingerprint == serve.fingerprint \
+                and answer.get("verdict") == "mismatch":
+            return "copy_called_a_mismatch"
     except Exception:  # noqa: BLE001 - a malformed field, or ids one tokenizer cannot decode: no named mistake
         return None
     return None
@@ -410,6 +413,12 @@ def _q3_fail(kind: str, name: str, probes: list[str], got: dict, want: dict, wro
                 ask="Two tokenizers with the same vocabulary size: are they the same tokenizer? What identifies a "
                     "tokenizer file exactly?",
                 fix="decide same_fingerprint and the verdict from the fingerprints alone (tok.fingerprint)",
+                formula=_Q3_FORMULA)
+    if kind == "copy_called_a_mismatch":
+        mistake(kind, symptom=f"{name}: verdict = 'mismatch', but both tokenizers are the same bytes (equal "
+                              "fingerprints) at two paths" + others,
+                ask="A byte-for-byte copy at another path: is it another tokenizer? What does your test compare?",
+                fix="compare the fingerprints (sha256 of the .model bytes), not paths, file names or objects",
                 formula=_Q3_FORMULA)
 
 
