@@ -375,7 +375,7 @@ def _q3_fail(fn: Callable, kind: str, case: tuple[int, int, int, int], got: Any)
     expect(kind != "not_a_list", f"{call} returned {short(got)}; expected a list of ints")
     got = sorted(int(x) for x in got)
     t, p, d = megatron_coords(rank, tp, pp, dp)
-    symptom = f"{call} returned {got}: {_coords(got, tp, pp, dp)}"
+    symptom = f"{call} returned {short(got)}: {_coords(got, tp, pp, dp)}"
     if kind == "tensor_parallel_group":
         mistake(kind, symptom=symptom,
                 ask="Which coordinate differs between the GPUs of your list? Do they hold the same slice of the model?",
@@ -391,7 +391,7 @@ def _q3_fail(fn: Callable, kind: str, case: tuple[int, int, int, int], got: Any)
                 ask="In the order tp-cp-ep-dp-pp, which coordinate changes from one rank to the next?",
                 fix="TP varies fastest, then DP, then PP: rank = tp_rank + TP·(dp_rank + DP·pp_rank), not DP first",
                 formula=_Q3_FORMULA)
-    expect(False, f"{call} returned {got}: {_coords(got, tp, pp, dp)}"
+    expect(False, f"{call} returned {short(got)}: {_coords(got, tp, pp, dp)}"
                   + ("" if rank in got else f"; GPU {rank} itself = (tp {t}, dp {d}, pp {p})"))
 
 

@@ -188,16 +188,17 @@ def _q1_fail(fn: Callable, kind: str, before: list[int], got: Any, new_id: int) 
     got_pair = tuple(got_pair) if got_pair is not None else None
     want_ids, want_pair = _merge_step(before, new_id)
     counts = Counter(zip(before, before[1:]))
-    seen = ", ".join(f"{a, b}: {n}" for (a, b), n in counts.items())
+    shown = counts if len(counts) <= 8 else {p: counts[p] for p in (want_pair, got_pair) if p in counts}
+    seen = ", ".join(f"{a, b}: {n}" for (a, b), n in shown.items()) + ("" if len(counts) <= 8 else ", …")
     if kind == "tie_not_first":
-        mistake(kind, symptom=f"{call} merged {got_pair}; {got_pair} and {want_pair} both occur "
+        mistake(kind, symptom=f"{call} merged {short(got_pair)}; {short(got_pair)} and {want_pair} both occur "
                               f"{_times(counts[want_pair])}",
                 ask="When two pairs are equally frequent, which one does the exercise say wins — and which one does "
                     "your code pick?",
                 fix="on a tie the pair that occurs FIRST wins: count in a dict (it keeps insertion order) and take "
                     "max(counts, key=counts.get), which keeps the first of equal counts", formula=_Q1_FORMULA)
     if kind == "overlaps_not_counted":
-        mistake(kind, symptom=f"{call} merged {got_pair}; the adjacent positions hold {seen}",
+        mistake(kind, symptom=f"{call} merged {short(got_pair)}; the adjacent positions hold {seen}",
                 ask="How many adjacent positions of [7, 7, 7] hold (7, 7), and how many does your counting find?",
                 fix="count every adjacent position i, overlaps included: for pair in zip(ids, ids[1:])",
                 formula=_Q1_FORMULA)
@@ -493,7 +494,7 @@ def q4(exercise_4) -> tuple[str, dict[str, str]]:
         expect(isinstance(value, (list, tuple, set)) and all(isinstance(v, str) for v in value),
                f"{key} must be a list of option keys, got {short(value)}")
         unknown = sorted(set(value) - set(options))
-        expect(not unknown, f"{key}: unknown option(s) {unknown}; choose from {sorted(options)}")
+        expect(not unknown, f"{key}: unknown option(s) {short(unknown)}; choose from {sorted(options)}")
     checks, fixes = set(answer["checks"]), set(answer["fixes"])
     text = answer["explanation"]
     with parts() as part:  # name every failing part at once

@@ -335,13 +335,13 @@ def q3(exercise_1) -> tuple[str, dict[str, str]]:
     problems = answer.get("problems")
     expect(isinstance(problems, dict), "answer['problems'] must be a dict: problem key → solution key")
     unknown = [k for k in problems if k not in EXERCISE_1_PROBLEMS]
-    expect(not unknown, f"unknown problem keys {unknown}; use keys of EXERCISE_1_PROBLEMS")
+    expect(not unknown, f"unknown problem keys {short(unknown)}; use keys of EXERCISE_1_PROBLEMS")
     expect(all(isinstance(v, str) for v in problems.values()),
            f"answer['problems'] = {short(problems)}: map each problem key to ONE solution key (a string)")
     unknown = [v for v in problems.values() if v not in EXERCISE_1_SOLUTIONS]
-    expect(not unknown, f"unknown solution keys {unknown}; use keys of EXERCISE_1_SOLUTIONS")
+    expect(not unknown, f"unknown solution keys {short(unknown)}; use keys of EXERCISE_1_SOLUTIONS")
     if "padding" in problems:
-        mistake("padding_is_packing", symptom=f"your problems {sorted(problems)} include 'padding'",
+        mistake("padding_is_packing", symptom=f"your problems {short(sorted(problems))} include 'padding'",
                 ask="Does storing token ids in a .bin/.idx pair change how many pad tokens a batch holds?",
                 fix="padding is a real cost, but packing (chapter 4) solves it, not .bin/.idx; the three problems "
                     "are work repeated every step, reaching document k, and data larger than RAM",
