@@ -23,7 +23,7 @@ def test_q2_memory_gb():
         assert check.q2(wrong).status == "failed"
     zero_count = lambda n, method, dp=1: n * (2 if method == "bf16_weights" else 16) / 1e9
     result = check.q2(zero_count)
-    assert result.status == "failed" and "ZeRO's 16 bytes" in result.message
+    assert result.status == "failed" and result.mistake == "zero_16_bytes" and "16 bytes per parameter" in result.message
     assert check.q2(stub).status == "not attempted"
 
 

@@ -230,40 +230,40 @@ def _diagnose_healthy(log):
 
 MISTAKES = [
     # chapter 0
-    (ch00.q1, _dp, lambda d, n, t, p: (_dp(d, n, t, p), d // (t * p))[1], "replicas inside ONE node"),
-    (ch00.q1, _dp, lambda d, n, t, p: (_dp(d, n, t, p), d * n // t)[1], "divides by TP only"),
-    (ch00.q2, training_memory_gb, lambda n, m, dp=1: training_memory_gb(n, m, dp) * 1e9, "that is bytes"),
-    (ch00.q2, training_memory_gb, lambda n, m, dp=1: training_memory_gb(n, m, dp) * 1e9 / 2 ** 30, "that is GiB"),
+    (ch00.q1, _dp, lambda d, n, t, p: (_dp(d, n, t, p), d // (t * p))[1], "but the job has 2"),
+    (ch00.q1, _dp, lambda d, n, t, p: (_dp(d, n, t, p), d * n // t)[1], "4 GPUs, but the job has 2"),
+    (ch00.q2, training_memory_gb, lambda n, m, dp=1: training_memory_gb(n, m, dp) * 1e9, "returned 2e9"),
+    (ch00.q2, training_memory_gb, lambda n, m, dp=1: training_memory_gb(n, m, dp) * 1e9 / 2 ** 30, "times the expected"),
     (ch00.q2, training_memory_gb, lambda n, m, dp=1: n * (2 if m == "bf16_weights" else 12) / 1e9, "12 bytes per parameter"),
-    (ch00.q2, training_memory_gb, lambda n, m, dp=1: n * (2 if m == "bf16_weights" else 16) / 1e9, "ZeRO's 16 bytes"),
-    (ch00.q3, _dp_group, lambda r, tp, pp, dp: [r // tp * tp + t for t in range(tp)], "tensor-parallel group"),
-    (ch00.q3, _dp_group, lambda r, tp, pp, dp: [r % (tp * dp) + tp * dp * p for p in range(pp)], "pipeline group"),
+    (ch00.q2, training_memory_gb, lambda n, m, dp=1: n * (2 if m == "bf16_weights" else 16) / 1e9, "the ZeRO paper's count"),
+    (ch00.q3, _dp_group, lambda r, tp, pp, dp: [r // tp * tp + t for t in range(tp)], "GPU 1 = (tp 1, dp 0, pp 0)"),
+    (ch00.q3, _dp_group, lambda r, tp, pp, dp: [r % (tp * dp) + tp * dp * p for p in range(pp)], "GPU 4 = (tp 0, dp 0, pp 1)"),
     (ch00.q3, _dp_group, lambda r, tp, pp, dp: [d + dp * (r // dp % tp) + dp * tp * (r // (dp * tp)) for d in range(dp)],
-     "if DP varied fastest"),
+     "returned [0, 1, 2]"),
     # chapter 1
-    (ch01.q1, merge_step, _merge_step_last_tie, "on a tie the pair that occurs FIRST wins"),
+    (ch01.q1, merge_step, _merge_step_last_tie, "both occur once"),
     (ch01.q2, tokens_per_character,
-     lambda tok, texts: sum(len(tok.encode(t)) for t in texts) / sum(len(t.encode()) for t in texts), "per UTF-8 BYTE"),
+     lambda tok, texts: sum(len(tok.encode(t)) for t in texts) / sum(len(t.encode()) for t in texts), "9 UTF-8 bytes"),
     (ch01.q2, tokens_per_character,
-     lambda tok, texts: float(np.mean([len(tok.encode(t)) / len(t) for t in texts])), "mean of the per-text ratios"),
-    (ch01.q2, tokens_per_character, lambda tok, texts: 1 / tokens_per_character(tok, texts), "characters per token"),
+     lambda tok, texts: float(np.mean([len(tok.encode(t)) / len(t) for t in texts])), "'a': 1 token"),
+    (ch01.q2, tokens_per_character, lambda tok, texts: 1 / tokens_per_character(tok, texts), "returned 3.6"),
     (ch01.q3, compare_tokenizers, _diagnose_with(id_agreement=lambda o, a, b, p: o["id_agreement"] * len(p)),
-     "that is a count"),
+     "probe texts"),
     (ch01.q3, compare_tokenizers, _diagnose_with(special_ids_differ=lambda o, a, b, p: o["special_ids_differ"][::-1]),
-     "sort them"),
-    (ch01.q3, compare_tokenizers, _diagnose_with(garbled=_garbled_swapped), "decode the TRAINING ids"),
-    (ch01.q5, _bpe_encode, lambda text, merges: list(text.encode("utf-8")), "UTF-8 bytes unchanged"),
+     "special_ids_differ = ["),
+    (ch01.q3, compare_tokenizers, _diagnose_with(garbled=_garbled_swapped), "garbled = "),
+    (ch01.q5, _bpe_encode, lambda text, merges: list(text.encode("utf-8")), "the UTF-8 bytes of the text"),
     # chapter 2
-    (ch02.q1, parse_idx, _parse_idx_offsets(pointers_at=lambda n: 34 + 8 * n), "not 34 + 8N"),
-    (ch02.q1, parse_idx, _parse_idx_offsets(documents_at=lambda n: 34 + 8 * n), "34 + 12N"),
-    (ch02.q2, document_byte_offset, lambda lengths, d, itemsize, k: int(np.sum(lengths[:d[k]])), "that counts tokens"),
+    (ch02.q1, parse_idx, _parse_idx_offsets(pointers_at=lambda n: 34 + 8 * n), "sequence_pointers = ["),
+    (ch02.q1, parse_idx, _parse_idx_offsets(documents_at=lambda n: 34 + 8 * n), "document_indices = ["),
+    (ch02.q2, document_byte_offset, lambda lengths, d, itemsize, k: int(np.sum(lengths[:d[k]])), "stored as 2-byte tokens"),
     (ch02.q2, document_byte_offset, lambda lengths, d, itemsize, k: int(np.sum(lengths[:k])) * itemsize,
-     "that is where SEQUENCE"),
+     "returned 6; document 1 holds sequence 2"),
     (ch02.q2, document_byte_offset, lambda lengths, d, itemsize, k: int(np.sum(lengths[:d[k] + 1])) * itemsize,
-     "also counts the first sequence"),
+     "returned 14"),
     (ch02.q4, document_tokens, _document_tokens_with(lambda idx, k: range(int(idx["document_indices"][k]),
                                                                           int(idx["document_indices"][k + 1]))[:1]),
-     "only the first of its"),
+     "returned [1, 2, 3], expected [1, 2, 3, 4, 5]"),
     # chapter 3
     (ch03.q2, expected_epochs, _epochs_raw, "were not normalised"),
     (ch03.q2, expected_epochs, lambda w, n, t: [1 / e for e in expected_epochs(w, n, t)], "upside down"),
@@ -335,7 +335,7 @@ def test_a_named_mistake_appears_for_that_mistake_only(check, right, wrong, phra
 
 def test_ch01_q5_names_code_points(capsys):
     result = ch01.q5(lambda text, merges: [ord(c) for c in text])
-    assert result.status == "failed" and "those are code points" in result.message, result.message
+    assert result.status == "failed" and 'the UTF-8 bytes of' in result.message and result.mistake == "code_points", result.message
     capsys.readouterr()
 
 
@@ -344,7 +344,7 @@ def test_ch02_q4_names_sequence_k_for_document_k(capsys):
     result = ch02.q4(wrong)
     assert result.status == "failed"
     # where sequence k is also document k's first sequence both names are true; either one is given
-    assert "that is SEQUENCE" in result.message or "only the first of its" in result.message, result.message
+    assert result.mistake in ("sequence_k", "first_sequence_only"), result.message
     capsys.readouterr()
 
 

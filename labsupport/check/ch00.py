@@ -1,36 +1,180 @@
 """Checks for chapter 0 (orientation): parallel layout (q1), memory arithmetic (q2), and q3, a transfer:
-the data-parallel group of a GPU in Megatron's rank order. (The book's exercise 5 is checked in chapter 6.)"""
+the data-parallel group of a GPU in Megatron's rank order. (The book's exercise 5 is checked in chapter 6.)
+
+Each recognised wrong answer is a named mistake (:func:`labsupport.check._core.mistake`): its first
+failure shows the symptom on the smallest layout that shows it and asks a question; the fix comes on a
+repeat of the same mistake, the formula after that."""
 from __future__ import annotations
 
+import itertools
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from omegaconf import OmegaConf
 
-from labsupport.config import ConfigError, parallel_layout
+from labsupport.config import ConfigError, ParallelLayout, parallel_layout
 from labsupport.workbook.orientation import megatron_coords, training_memory_gb
-from labsupport.check._core import chapter_summary, check, check_seed, expect, short
+from labsupport.check._core import chapter_summary, check, check_seed, expect, mistake, short
 
 CHAPTER = "ch00"
 
 
 summary = chapter_summary(CHAPTER)
 
+_RAISED = object()
 
-def _q1_mistake(got: int, devices: int, nodes: int, tp: int, pp: int) -> str:
-    """A known wrong data-parallel size, named (only when ``got`` is exactly that wrong value)."""
-    world = devices * nodes
-    if nodes > 1 and got == devices // (tp * pp):
-        return f" — that is the replicas inside ONE node; the world is devices × num_nodes = {world} GPUs"
-    if pp > 1 and got == world // tp:
-        return f" — that divides by TP only; each replica also spans PP = {pp} pipeline stages"
-    return ""
+
+def _try(fn: Callable, *args: Any) -> Any:
+    """The learner's result on a small input a failure is shrunk to, or ``_RAISED`` (that input is skipped)."""
+    try:
+        return fn(*args)
+    except Exception:  # noqa: BLE001 - the learner's code
+        return _RAISED
+
+
+# ---------------------------------------------------------------------------------------------
+# q1: the data-parallel size
+_Q1_FORMULA = ("world = devices × num_nodes; DP = world // (tp × pp); raise ValueError when world % (tp × pp) != 0; "
+               "when tp > devices return DP and call warnings.warn(...) once; otherwise do not warn")
 
 
 def _layout_cfg(devices: int, nodes: int, tp: int, pp: int):
     return OmegaConf.create({"trainer": {"devices": devices, "num_nodes": nodes},
                              "model": {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp}})
+
+
+def _reference_layout(devices: int, nodes: int, tp: int, pp: int) -> ParallelLayout | None:
+    try:
+        return parallel_layout(_layout_cfg(devices, nodes, tp, pp))
+    except ConfigError:
+        return None
+
+
+def _q1_run(fn: Callable, case: tuple[int, int, int, int]) -> tuple[Any, list[str]]:
+    """The learner's result for one layout (or the ValueError it raised) and the warnings it gave."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            got = fn(*case)
+        except ValueError as exc:
+            got = exc
+    return got, [str(w.message) for w in caught]
+
+
+def _q1_kind(case: tuple[int, int, int, int], got: Any, warned: list[str]) -> str | None:
+    """What is wrong with ``got`` for this layout (None: nothing): one name per distinct wrong behaviour."""
+    devices, nodes, tp, pp = case
+    layout = _reference_layout(*case)
+    number = isinstance(got, (int, float, np.integer, np.floating)) and not isinstance(got, bool)
+    if layout is None:
+        return None if isinstance(got, ValueError) else "accepts_indivisible" if number else "not_an_int"
+    if isinstance(got, ValueError):
+        return "refuses_tp_across_nodes" if layout.tp_spans_nodes else "raises_legal_layout"
+    if isinstance(got, (float, np.floating)) and got == layout.data_parallel:
+        return "float_division"
+    if not isinstance(got, (int, np.integer)) or isinstance(got, bool):
+        return "not_an_int"
+    if got != layout.data_parallel:
+        if nodes > 1 and got == devices // (tp * pp):
+            return "one_node_only"
+        if pp > 1 and got == devices * nodes // tp:
+            return "divides_by_tp_only"
+        return "wrong_size"
+    if layout.tp_spans_nodes and not warned:
+        return "never_warns"
+    if layout.tp_spans_nodes and len(warned) > 1:
+        return "warns_more_than_once"
+    if not layout.tp_spans_nodes and warned:
+        return "warns_inside_a_node"
+    return None
+
+
+#: the small layouts a failure is shrunk to: fewest GPUs first
+_Q1_SMALL = sorted(itertools.product([1, 2, 4], [1, 2, 3], [1, 2, 3, 4], [1, 2, 3]),
+                   key=lambda c: (c[0] * c[1], c[2] * c[3], c[2], c[3], c[0]))
+
+
+def _many(n: Any, what: str) -> str:
+    """``n`` and ``what``, plural unless n is 1: '1 replica', '4 GPUs'."""
+    return f"{short(n)} {what}" + ("" if n == 1 else "s")
+
+
+def _q1_fail(fn: Callable, kind: str, case: tuple[int, int, int, int], got: Any, warned: list[str]) -> None:
+    """Fail with ``kind`` shown on the smallest layout that shows it (the random one when none does)."""
+    for small in _Q1_SMALL:
+        try:
+            g, w = _q1_run(fn, small)
+        except Exception:  # noqa: BLE001 - the learner's code fails on this small layout: try the next one
+            continue
+        if _q1_kind(small, g, w) == kind:
+            case, got, warned = small, g, w
+            break
+    devices, nodes, tp, pp = case
+    world = devices * nodes
+    call = f"data_parallel_size(devices={devices}, num_nodes={nodes}, tp={tp}, pp={pp})"
+    layout = _reference_layout(*case)
+    if kind == "accepts_indivisible":
+        mistake(kind, symptom=f"{call} returned {short(got)}, but {_many(world, 'GPU')} cannot be cut into whole replicas "
+                              f"of tp × pp = {tp * pp} GPUs",
+                ask="What should your function do with a layout whose GPUs do not split into whole replicas?",
+                fix="test (devices × num_nodes) % (tp × pp) and raise ValueError when it is not 0",
+                formula=_Q1_FORMULA)
+    if kind == "refuses_tp_across_nodes":
+        mistake(kind, symptom=f"{call} raised ValueError({short(str(got))}); tp × pp = {tp * pp} divides the {world} "
+                              f"GPUs — only TP = {tp} is wider than one node of {_many(devices, 'GPU')}",
+                ask="Is a TP group that spans nodes impossible, or only slow? What does the exercise ask for it?",
+                fix="do not raise when tp > devices: return the data-parallel size and call warnings.warn(...) once",
+                formula=_Q1_FORMULA)
+    if kind == "raises_legal_layout":
+        mistake(kind, symptom=f"{call} raised ValueError({short(str(got))}), but tp × pp = {tp * pp} divides the "
+                              f"{_many(world, 'GPU')} ({_many(nodes, 'node')} × {devices})",
+                ask="Work out your raise condition by hand for this layout: which number must tp × pp divide?",
+                fix="raise only when (devices × num_nodes) % (tp × pp) != 0 — all the GPUs of all nodes",
+                formula=_Q1_FORMULA)
+    if kind == "float_division":
+        mistake(kind, symptom=f"{call} returned {short(got)}, a {type(got).__name__}",
+                ask="What type does Python's / return, even when the division comes out whole?",
+                fix="use integer division: world // (tp × pp)", formula=_Q1_FORMULA)
+    expect(kind != "not_an_int", f"{call} returned {short(got)} ({type(got).__name__}); expected "
+                                 + ("an int" if layout else "ValueError, or an int for a layout that divides"))
+    if kind in ("one_node_only", "divides_by_tp_only", "wrong_size"):
+        used = f"{_many(got, 'replica')} × tp × pp = {_many(got * tp * pp, 'GPU')}, but the job has {world}"
+        if kind == "one_node_only":
+            mistake(kind, symptom=f"{call} returned {short(got)}: {used}",
+                    ask=f"How many GPUs does the job have in all, over its {nodes} nodes?",
+                    fix="the world is devices × num_nodes GPUs, not one node's devices; DP = world // (tp × pp)",
+                    formula=_Q1_FORMULA)
+        if kind == "divides_by_tp_only":
+            mistake(kind, symptom=f"{call} returned {short(got)}: {used}",
+                    ask=f"How many GPUs does ONE replica take when it is also cut into pp = {pp} pipeline stages?",
+                    fix="one replica takes tp × pp GPUs: divide the world by tp × pp, not by tp alone",
+                    formula=_Q1_FORMULA)
+        expect(False, f"{call} returned {short(got)}: {used}")
+    _q1_fail_warning(kind, call, case, got, warned, layout)
+
+
+def _q1_fail_warning(kind: str, call: str, case: tuple[int, int, int, int], got: Any, warned: list[str],
+                     layout: ParallelLayout) -> None:
+    """The right size, the wrong warnings: none, several, or one for a layout inside a node."""
+    devices, _, tp, _ = case
+    spans = f"its TP group of {tp} GPUs spans {layout.tp_nodes} nodes of {_many(devices, 'GPU')}"
+    if kind == "never_warns":
+        mistake(kind, symptom=f"{call} returned {short(got)} without a warning; {spans}",
+                ask="This layout is legal but slow: how will the person who runs it find out?",
+                fix="call warnings.warn(...) once when tp > devices (TP wider than one node)", formula=_Q1_FORMULA)
+    if kind == "warns_more_than_once":
+        mistake(kind, symptom=f"{call} warned {len(warned)} times; {spans}",
+                ask="How many warnings does the exercise ask for per call, and which of your lines warn?",
+                fix="one warnings.warn(...) call, under `if tp > devices:`", formula=_Q1_FORMULA)
+    mistake("warns_inside_a_node",
+            symptom=f"{call} warned ({short(warned[0], 80)}), but its TP group of {_many(tp, 'GPU')} fits in one "
+                    f"node of {_many(devices, 'GPU')}",
+            ask="Evaluate your warning condition by hand for this layout: does a TP group of tp GPUs leave a node of "
+                "devices GPUs?",
+            fix="warn only when tp > devices (strictly: tp == devices fills one node exactly); never for a layout "
+                "inside one node",
+            formula=_Q1_FORMULA)
 
 
 @check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the formula
@@ -44,71 +188,107 @@ def _layout_cfg(devices: int, nodes: int, tp: int, pp: int):
     "when TP × PP does not divide the world size. TP > devices is legal (Megatron-Core accepts it) but "
     "slow: return DP and call warnings.warn(...) once; a layout inside one node must not warn."))
 def q1(data_parallel_size) -> str:
-    """Checked: DP for 30 valid random layouts (an int), ValueError for 30 that do not divide,
-    exactly one warning for the valid layouts whose TP spans nodes and none for the others."""
+    """Checked: DP for 30 valid random layouts (an int; 5 of them with TP across nodes), ValueError for 30 that
+    do not divide, exactly one warning for the valid layouts whose TP spans nodes and none for the others."""
     rng = np.random.default_rng(check_seed())
-    good = bad = spanning = 0
-    while good < 30 or bad < 30 or spanning < 5:
-        devices = int(rng.choice([1, 2, 4, 8]))
-        nodes = int(rng.integers(1, 33))
-        tp = int(rng.choice([1, 2, 3, 4, 8, 16]))
-        pp = int(rng.choice([1, 2, 3, 4, 5]))
-        try:
-            layout = parallel_layout(_layout_cfg(devices, nodes, tp, pp))
-        except ConfigError:
-            layout = None
-        if layout is None and bad >= 30:
+    quota = {"inside": 25, "spanning": 5, "bad": 30}     # exactly these many of each: the note states them
+    while any(quota.values()):
+        case = (int(rng.choice([1, 2, 4, 8])), int(rng.integers(1, 33)),
+                int(rng.choice([1, 2, 3, 4, 8, 16])), int(rng.choice([1, 2, 3, 4, 5])))
+        layout = _reference_layout(*case)
+        group = "bad" if layout is None else "spanning" if layout.tp_spans_nodes else "inside"
+        if not quota[group]:
             continue
-        if layout is not None and good >= 30 and (spanning >= 5 or not layout.tp_spans_nodes):
-            continue
-        call = f"data_parallel_size(devices={devices}, num_nodes={nodes}, tp={tp}, pp={pp})"
-        if layout is None:
-            try:
-                got = data_parallel_size(devices, nodes, tp, pp)
-            except ValueError:
-                bad += 1
-                continue
-            expect(False, f"{call} returned {short(got)}; {devices * nodes} GPUs do not divide by "
-                          f"tp × pp = {tp * pp}, expected ValueError")
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                got = data_parallel_size(devices, nodes, tp, pp)
-            except ValueError as exc:
-                expect(False, f"{call} raised ValueError({short(str(exc))}); that layout is legal "
-                              f"(tp × pp = {tp * pp} divides {devices * nodes} GPUs)"
-                              + (" — TP across nodes is slow, not impossible: warn instead" if tp > devices else ""))
-        expect(isinstance(got, (int, np.integer)) and not isinstance(got, bool),
-               f"{call} returned {short(got)} ({type(got).__name__}); expected an int")
-        expect(got == layout.data_parallel, f"{call} returned {got}, expected {layout.data_parallel}"
-               + _q1_mistake(int(got), devices, nodes, tp, pp))
-        if layout.tp_spans_nodes:
-            expect(len(caught) == 1, f"{call}: tp={tp} spans {layout.tp_nodes} nodes of {devices} GPUs; "
-                                     f"expected one warnings.warn(...), got {len(caught)}")
-            spanning += 1
-        elif caught:
-            expect(False, f"{call}: TP stays inside one node, but it warned: {short(str(caught[0].message))}")
-        good += 1
-    return "30 valid random layouts (5 or more with TP across nodes) and 30 that do not divide"
+        got, warned = _q1_run(data_parallel_size, case)
+        kind = _q1_kind(case, got, warned)
+        if kind:
+            _q1_fail(data_parallel_size, kind, case, got, warned)
+        quota[group] -= 1
+    return "30 valid random layouts (5 with TP across nodes) and 30 that do not divide"
 
 
-def _q2_mistake(got: Any, n_params: float, want: float, method: str) -> str:
-    """A known wrong memory figure, named: bytes, GiB, ZeRO's 16 bytes, or another whole number of bytes."""
-    if not isinstance(got, (int, float, np.floating)) or isinstance(got, bool) or not np.isfinite(got):
-        return ""
+# ---------------------------------------------------------------------------------------------
+# q2: memory per model size
+_Q2_FORMULA = ("GB = n_params × bytes per parameter / 1e9: bf16_weights 2; megatron_adam 18 (bf16 weights 2 + fp32 "
+               "grads 4 + fp32 master 4 + Adam m 4 + v 4); megatron_distopt 6 + 12/dp")
+_Q2_SMALL = [(1e9, "bf16_weights", 1), (1e9, "megatron_adam", 1), (1e9, "megatron_distopt", 4)]
+
+
+def _num(x: float) -> str:
+    """A parameter count as a learner writes it: 1e9, 7.3e9."""
+    return f"{x:.4g}".replace("e+0", "e").replace("e+", "e")
+
+
+def _q2_kind(got: Any, n: float, method: str, dp: int) -> str | None:
+    """What is wrong with ``got`` (None: nothing): bytes, GiB, ZeRO's 16 bytes, the sharding, a byte count."""
+    want = training_memory_gb(n, method, dp)
+    if not isinstance(got, (int, float, np.floating, np.integer)) or isinstance(got, bool) or not np.isfinite(got):
+        return "not_a_number"
+    if abs(got - want) <= 1e-6 * want:
+        return None
     if np.isclose(got, want * 1e9, rtol=1e-6):
-        return " — that is bytes; divide by 1e9 for decimal GB"
+        return "bytes_not_gb"
     if np.isclose(got, want * 1e9 / 2 ** 30, rtol=1e-6):
-        return " — that is GiB (2**30 bytes); the exercise asks for decimal GB (1e9 bytes)"
-    per_param = float(got) * 1e9 / n_params
-    if method in ("megatron_adam", "megatron_distopt") and np.isclose(per_param, 16.0, rtol=1e-6):
-        return (" — that is ZeRO's 16 bytes (16-bit gradients); Megatron with --bf16 keeps its gradients in fp32 "
-                "(4 bytes) unless --grad-reduce-in-bf16")
-    want_per_param = want * 1e9 / n_params
-    if not np.isclose(per_param, want_per_param, rtol=1e-6) and abs(per_param - round(per_param)) <= 1e-6 * max(per_param, 1.0) \
-            and 1 <= round(per_param) <= 32:
-        return f" — that is {round(per_param)} bytes per parameter; this method needs {want_per_param:g}"
-    return ""
+        return "gib_not_gb"
+    per_param = float(got) * 1e9 / n
+    if method != "bf16_weights" and np.isclose(per_param, 16.0, rtol=1e-6):
+        return "zero_16_bytes"
+    if method == "megatron_distopt" and dp > 1:
+        if np.isclose(per_param, 18.0, rtol=1e-6):
+            return "no_sharding"
+        if np.isclose(per_param, 18.0 / dp, rtol=1e-6):
+            return "shards_everything"
+    if abs(per_param - round(per_param)) <= 1e-6 * max(per_param, 1.0) and 1 <= round(per_param) <= 32:
+        return "bytes_per_param"
+    return "wrong_value"
+
+
+def _q2_fail(fn: Callable, kind: str, n: float, method: str, dp: int, got: Any) -> None:
+    for small in _Q2_SMALL:     # one billion parameters: the result reads as bytes per parameter
+        if small[1] == method:
+            g = _try(fn, *small)
+            if g is not _RAISED and _q2_kind(g, *small) == kind:
+                n, method, dp, got = *small, g
+            break
+    call = f"memory_gb({_num(n)}, {method!r}, dp={dp})"
+    want = training_memory_gb(n, method, dp)
+    expect(kind != "not_a_number", f"{call} returned {short(got)}; expected a number (decimal GB)")
+    per_param = float(got) * 1e9 / n
+    kept = f"{per_param:.4g} bytes per parameter"
+    if kind == "bytes_not_gb":
+        mistake(kind, symptom=f"{call} returned {_num(float(got))}",
+                ask="In which unit does your number come out, and in which unit does the exercise ask for it?",
+                fix="that is bytes: divide by 1e9 for decimal GB", formula=_Q2_FORMULA)
+    if kind == "gib_not_gb":
+        mistake(kind, symptom=f"{call} returned {float(got):.6g}, {float(got) / want:.4f} times the expected {want:.4g}",
+                ask="How many bytes is one GB in the exercise: 1e9 or 2**30?",
+                fix="that is GiB (2**30 bytes); divide bytes by 1e9 for decimal GB", formula=_Q2_FORMULA)
+    if kind == "zero_16_bytes":
+        mistake(kind, symptom=f"{call} returned {float(got):.4g}: {kept}, the ZeRO paper's count",
+                ask="In which precision does Megatron with --bf16 keep the gradients (chapter 0, and the exercise text)?",
+                fix="Megatron with --bf16 keeps fp32 gradients (4 bytes, not 2) unless --grad-reduce-in-bf16: "
+                    "2 + 4 + 4 + 4 + 4 = 18 bytes",
+                formula=_Q2_FORMULA)
+    if kind == "no_sharding":
+        mistake(kind, symptom=f"{call} returned {float(got):.4g}: {kept}, the same as megatron_adam",
+                ask=f"What does the distributed optimizer split over the dp = {dp} replicas?",
+                fix=f"the optimizer state (fp32 master + Adam m + v = 12 bytes) is split over dp: 6 + 12/{dp}",
+                formula=_Q2_FORMULA)
+    if kind == "shards_everything":
+        mistake(kind, symptom=f"{call} returned {float(got):.4g}: {kept}, all 18 bytes divided by dp = {dp}",
+                ask="Which of the five things kept per parameter does the distributed optimizer split over dp, "
+                    "and which does every replica keep whole?",
+                fix="every replica keeps its bf16 weights (2) and fp32 gradients (4); only the 12 bytes of optimizer "
+                    "state are split: 6 + 12/dp",
+                formula=_Q2_FORMULA)
+    if kind == "bytes_per_param":
+        mistake(kind, symptom=f"{call} returned {float(got):.4g}: {kept}",
+                ask="List what this method keeps for each parameter (weights, gradients, master weights, Adam's "
+                    "moments) and the bytes of each: what do they add up to?",
+                fix="bf16 weights 2 bytes; Megatron's Adam with --bf16 adds fp32 gradients 4, an fp32 master copy 4 "
+                    "and Adam's m and v, 4 each",
+                formula=_Q2_FORMULA)
+    expect(False, f"{call} returned {short(got)}, expected {want:.4g}")
 
 
 @check(CHAPTER, "q2", hint=(
@@ -130,23 +310,89 @@ def q2(memory_gb) -> str:
         dp = int(rng.choice([1, 2, 4, 8, 16, 64]))
         for method in ("bf16_weights", "megatron_adam", "megatron_distopt"):
             got = memory_gb(n, method, dp)
-            want = training_memory_gb(n, method, dp)
-            expect(isinstance(got, (int, float, np.floating)) and abs(got - want) <= 1e-6 * want,
-                   f"memory_gb({n:.4g}, {method!r}, dp={dp}) returned {short(got)}, expected {want:.4g}"
-                   + _q2_mistake(got, n, want, method))
+            kind = _q2_kind(got, n, method, dp)
+            if kind:
+                _q2_fail(memory_gb, kind, n, method, dp, got)
     return "30 random model sizes × 3 methods, random data-parallel sizes"
 
 
-def _q3_mistake(got: list[int], rank: int, tp: int, pp: int, dp: int) -> str:
-    """A known wrong group, named: the TP group, the pipeline group, or the DP group in the order DP-fastest."""
+# ---------------------------------------------------------------------------------------------
+# q3: the data-parallel group
+_Q3_FORMULA = ("rank = tp_rank + TP·(dp_rank + DP·pp_rank): tp_rank = rank % TP, pp_rank = rank // (TP·DP); "
+               "the DP group is [tp_rank + TP·(d + DP·pp_rank) for d in range(DP)]")
+#: small layouts (tp, pp, dp) a failure is shrunk to; a named group needs every size ≥ 2 to be told apart
+_Q3_SMALL = [(1, 1, 2), (2, 1, 2), (1, 2, 2), (2, 2, 2), (2, 1, 3), (2, 2, 3), (3, 2, 2), (2, 3, 2), (4, 2, 2)]
+
+
+def _dp_group(rank: int, tp: int, pp: int, dp: int) -> list[int]:
+    t, p, _ = megatron_coords(rank, tp, pp, dp)
+    return sorted(t + tp * (d + dp * p) for d in range(dp))
+
+
+def _q3_kind(got: Any, rank: int, tp: int, pp: int, dp: int) -> str | None:
+    if not (isinstance(got, (list, tuple)) and all(isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+                                                   for x in got)):
+        return "not_a_list"
+    got = sorted(int(x) for x in got)
+    if got == _dp_group(rank, tp, pp, dp):
+        return None
     t, p, d = megatron_coords(rank, tp, pp, dp)
     if got == sorted(x + tp * (d + dp * p) for x in range(tp)):
-        return " — that is the tensor-parallel group (the GPUs that split one layer), not the replicas"
+        return "tensor_parallel_group"
     if got == sorted(t + tp * (d + dp * q) for q in range(pp)):
-        return " — that is the pipeline group (the stages of one replica), not the replicas"
+        return "pipeline_group"
     if got == sorted(x + dp * (rank // dp % tp) + dp * tp * (rank // (dp * tp)) for x in range(dp)):
-        return " — that is the DP group if DP varied fastest; in Megatron's order TP varies fastest"
-    return ""
+        return "dp_varies_fastest"
+    return "wrong_group"
+
+
+def _coords(ranks: list[int], tp: int, pp: int, dp: int) -> str:
+    """Each rank's (tp_rank, dp_rank, pp_rank), for the symptom."""
+    out = []
+    for r in ranks[:6]:
+        if 0 <= r < tp * pp * dp:
+            t, p, d = megatron_coords(r, tp, pp, dp)
+            out.append(f"GPU {r} = (tp {t}, dp {d}, pp {p})")
+        else:
+            out.append(f"GPU {r} does not exist (world {tp * pp * dp})")
+    return "; ".join(out) + ("; …" if len(ranks) > 6 else "")
+
+
+def _q3_fail(fn: Callable, kind: str, case: tuple[int, int, int, int], got: Any) -> None:
+    for tp, pp, dp in _Q3_SMALL:
+        if kind != "wrong_group" and min(tp, pp, dp) < 2:
+            continue
+        found = False
+        for rank in range(tp * pp * dp):
+            g = _try(fn, rank, tp, pp, dp)
+            if g is not _RAISED and _q3_kind(g, rank, tp, pp, dp) == kind:
+                case, got, found = (rank, tp, pp, dp), g, True
+                break
+        if found:
+            break
+    rank, tp, pp, dp = case
+    call = f"data_parallel_group(rank={rank}, tp={tp}, pp={pp}, dp={dp})"
+    expect(kind != "not_a_list", f"{call} returned {short(got)}; expected a list of ints")
+    got = sorted(int(x) for x in got)
+    t, p, d = megatron_coords(rank, tp, pp, dp)
+    symptom = f"{call} returned {short(got)}: {_coords(got, tp, pp, dp)}"
+    if kind == "tensor_parallel_group":
+        mistake(kind, symptom=symptom,
+                ask="Which coordinate differs between the GPUs of your list? Do they hold the same slice of the model?",
+                fix="those GPUs split one layer (the tensor-parallel group); the DP group keeps tp_rank and pp_rank "
+                    "of rank and takes every dp_rank", formula=_Q3_FORMULA)
+    if kind == "pipeline_group":
+        mistake(kind, symptom=symptom,
+                ask="Do the GPUs of your list hold the same layers, or different stages of one replica?",
+                fix="those are the pipeline stages of one replica; the DP group keeps tp_rank and pp_rank of rank "
+                    "and takes every dp_rank", formula=_Q3_FORMULA)
+    if kind == "dp_varies_fastest":
+        mistake(kind, symptom=symptom,
+                ask="In the order tp-cp-ep-dp-pp, which coordinate changes from one rank to the next?",
+                fix="TP varies fastest, then DP, then PP: rank = tp_rank + TP·(dp_rank + DP·pp_rank), not DP first",
+                formula=_Q3_FORMULA)
+    expect(False, f"{call} returned {short(got)}: {_coords(got, tp, pp, dp)}"
+                  + ("" if rank in got else f"; GPU {rank} itself = (tp {t}, dp {d}, pp {p})"))
 
 
 @check(CHAPTER, "q3", hint=(
@@ -163,12 +409,8 @@ def q3(data_parallel_group) -> str:
     for _ in range(40):
         tp, pp, dp = (int(rng.choice(v)) for v in ([1, 2, 4, 8], [1, 2, 3, 4], [1, 2, 3, 4, 8]))
         rank = int(rng.integers(0, tp * pp * dp))
-        t, p, _ = megatron_coords(rank, tp, pp, dp)
-        want = sorted(t + tp * (d + dp * p) for d in range(dp))
-        call = f"data_parallel_group(rank={rank}, tp={tp}, pp={pp}, dp={dp})"
         got = data_parallel_group(rank, tp, pp, dp)
-        expect(isinstance(got, (list, tuple)) and all(isinstance(x, (int, np.integer)) for x in got),
-               f"{call} returned {short(got)}; expected a list of ints")
-        expect(sorted(got) == want, f"{call} returned {sorted(got)}, expected {want} (GPU {rank} is "
-               f"tp_rank {t}, pp_rank {p})" + _q3_mistake(sorted(int(x) for x in got), rank, tp, pp, dp))
+        kind = _q3_kind(got, rank, tp, pp, dp)
+        if kind:
+            _q3_fail(data_parallel_group, kind, (rank, tp, pp, dp), got)
     return "40 random layouts and ranks"

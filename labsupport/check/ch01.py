@@ -15,13 +15,13 @@ import shutil
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from labsupport.datasets.bpe import ByteBPE, merge_step as _merge_step
 from labsupport.paths import DOMAINS, data_file
 from labsupport.datasets.tokenizer import (Tokenizer, compare_tokenizers, read_documents, train_sentencepiece_bytes,
                          tokens_per_character as _tokens_per_character, workbook_tokenizer)
-from labsupport.check._core import chapter_summary, check, check_seed, expect, parts, Sealed, short
+from labsupport.check._core import chapter_summary, check, check_seed, expect, mistake, parts, Sealed, short
 
 CHAPTER = "ch01"
 
@@ -92,16 +92,131 @@ def _random_text(rng: random.Random) -> str:
     return "".join(rng.choice(pools)() for _ in range(rng.randint(1, 80)))
 
 
+_RAISED = object()
+
+
+def _try(fn: Callable, *args: Any) -> Any:
+    """The learner's result on a small input a failure is shrunk to, or ``_RAISED`` (that input is skipped)."""
+    try:
+        return fn(*args)
+    except Exception:  # noqa: BLE001 - the learner's code
+        return _RAISED
+
+
 # ---------------------------------------------------------------------------------------------
-def _q1_mistake(before: list[int], got_pair: Any, want_pair: Any) -> str:
-    """Name a tie broken the wrong way: the learner's pair occurs exactly as often as the right one."""
-    if got_pair is None or want_pair is None or got_pair == want_pair:
-        return ""
+# q1: one BPE merge step
+_Q1_FORMULA = ("counts = {}; for pair in zip(ids, ids[1:]): counts[pair] = counts.get(pair, 0) + 1; "
+               "pair = max(counts, key=counts.get) (the first of equal counts); then scan i = 0, 1, …: "
+               "at (ids[i], ids[i+1]) == pair append new_id and i += 2, else append ids[i] and i += 1")
+#: hand-picked small inputs a failure is shrunk to, smallest first
+_Q1_SMALL = [[], [5], [1, 2], [1, 2, 3], [7, 7, 7], [1, 2, 1, 2], [1, 2, 7, 7, 7], [7, 7, 7, 7],
+             [3, 1, 2, 1, 2, 3], [1, 2, 3, 1, 2, 3, 3, 1]]
+
+
+def _nonoverlapping_best(ids: list[int]) -> tuple[int, int] | None:
+    """The pair a learner finds who counts only non-overlapping occurrences ([7, 7, 7] has (7, 7) once)."""
+    counts: dict[tuple[int, int], int] = {}
+    for pair in dict.fromkeys(zip(ids, ids[1:])):
+        i = n = 0
+        while i + 1 < len(ids):
+            if (ids[i], ids[i + 1]) == pair:
+                n, i = n + 1, i + 2
+            else:
+                i += 1
+        counts[pair] = n
+    return max(counts, key=counts.get) if counts else None
+
+
+def _replace_keeping_second(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
+    """The replacement of a learner who steps on by one token after a match ([7, 7, 7] → [N, N, 7])."""
+    return [new_id if (a, b) == pair else a for a, b in zip(ids, ids[1:])] + ids[-1:]
+
+
+def _times(n: int) -> str:
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
+
+
+def _q1_kind(before: list[int], after: list[int], got: Any, new_id: int) -> str | None:
+    """What is wrong with ``merge_step(before, new_id)`` returning ``got`` (None: nothing)."""
+    if after != before:
+        return "modifies_input"
+    if not (isinstance(got, tuple) and len(got) == 2):
+        return "not_a_tuple"
+    got_ids, got_pair = got
+    if not (got_pair is None or (isinstance(got_pair, (tuple, list)) and len(got_pair) == 2)):
+        return "bad_pair"
+    if not hasattr(got_ids, "__iter__") or isinstance(got_ids, (str, bytes)):
+        return "bad_ids"
+    want_ids, want_pair = _merge_step(before, new_id)
+    got_pair = tuple(got_pair) if got_pair is not None else None
+    if got_pair != want_pair:
+        counts = Counter(zip(before, before[1:]))
+        if want_pair is not None and got_pair in counts and counts[got_pair] == counts[want_pair]:
+            return "tie_not_first"
+        if want_pair is not None and got_pair == _nonoverlapping_best(before):
+            return "overlaps_not_counted"
+        return "wrong_pair"
+    got_ids = list(got_ids)
+    if got_ids == want_ids:
+        return None
+    if want_pair is not None and got_ids == _replace_keeping_second(before, want_pair, new_id):
+        return "keeps_second_token"
+    if 0 < got_ids.count(new_id) < want_ids.count(new_id):
+        return "replaces_once"
+    return "wrong_ids"
+
+
+def _q1_fail(fn: Callable, kind: str, before: list[int], got: Any, new_id: int) -> None:
+    """Fail with ``kind`` shown on the smallest hand-picked input that shows it (else the random one)."""
+    for small in _Q1_SMALL:
+        ids = list(small)
+        g = _try(fn, ids, 256)
+        if g is not _RAISED and _q1_kind(small, ids, g, 256) == kind:
+            before, got, new_id = list(small), g, 256
+            break
+    call = f"merge_step({short(before, 80)}, {new_id})"
+    if kind == "modifies_input":
+        after = list(before)
+        _try(fn, after, new_id)
+        mistake(kind, symptom=f"after {call} the caller's list is {short(after, 80)}",
+                ask="Is the list the caller passed in still the same after your call? Which line writes into it?",
+                fix="build a new list (out = [] … out.append(…)); never assign into ids, pop or insert", formula=_Q1_FORMULA)
+    expect(kind != "not_a_tuple", f"{call} returned {short(got)}; expected a (new_ids, pair) tuple")
+    got_ids, got_pair = got
+    expect(kind != "bad_pair", f"{call} returned pair {short(got_pair)}; expected a (left, right) tuple or None")
+    expect(kind != "bad_ids", f"{call} returned ids {short(got_ids)} ({type(got_ids).__name__}); expected a list of ints")
+    got_pair = tuple(got_pair) if got_pair is not None else None
+    want_ids, want_pair = _merge_step(before, new_id)
     counts = Counter(zip(before, before[1:]))
-    if got_pair in counts and counts[got_pair] == counts[want_pair]:
-        return (f" — both occur {counts[want_pair]} times: on a tie the pair that occurs FIRST wins "
-                "(a dict keeps insertion order, max keeps the first of equal counts)")
-    return ""
+    shown = counts if len(counts) <= 8 else {p: counts[p] for p in (want_pair, got_pair) if p in counts}
+    seen = ", ".join(f"{a, b}: {n}" for (a, b), n in shown.items()) + ("" if len(counts) <= 8 else ", …")
+    if kind == "tie_not_first":
+        mistake(kind, symptom=f"{call} merged {short(got_pair)}; {short(got_pair)} and {want_pair} both occur "
+                              f"{_times(counts[want_pair])}",
+                ask="When two pairs are equally frequent, which one does the exercise say wins — and which one does "
+                    "your code pick?",
+                fix="on a tie the pair that occurs FIRST wins: count in a dict (it keeps insertion order) and take "
+                    "max(counts, key=counts.get), which keeps the first of equal counts", formula=_Q1_FORMULA)
+    if kind == "overlaps_not_counted":
+        mistake(kind, symptom=f"{call} merged {short(got_pair)}; the adjacent positions hold {seen}",
+                ask="How many adjacent positions of [7, 7, 7] hold (7, 7), and how many does your counting find?",
+                fix="count every adjacent position i, overlaps included: for pair in zip(ids, ids[1:])",
+                formula=_Q1_FORMULA)
+    expect(kind != "wrong_pair", f"{call} merged pair {short(got_pair)}; the adjacent positions hold {seen or 'no pair'}")
+    got_ids = list(got_ids)
+    if kind == "keeps_second_token":
+        mistake(kind, symptom=f"{call} returned ids {short(got_ids, 80)}: {len(before)} tokens in, {len(got_ids)} out",
+                ask=f"After {want_pair} became {new_id}, is its second token still in your list? How many tokens "
+                    "does one replacement consume?",
+                fix="a replacement consumes both tokens: append new_id and skip two (i += 2), so [7, 7, 7] → "
+                    "[new_id, 7]",
+                formula=_Q1_FORMULA)
+    if kind == "replaces_once":
+        mistake(kind, symptom=f"{call} returned ids {short(got_ids, 80)}: {want_pair} is still in it",
+                ask=f"How many occurrences of {want_pair} does your result still hold, and why did the scan stop?",
+                fix="replace every non-overlapping occurrence: scan the whole list, not only up to the first match",
+                formula=_Q1_FORMULA)
+    expect(False, f"{call} merged {want_pair} and returned ids {short(got_ids, 80)}")
 
 
 @check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the recipe
@@ -115,6 +230,8 @@ def _q1_mistake(before: list[int], got_pair: Any, want_pair: Any) -> str:
     "seen first), then scan left to right replacing each non-overlapping occurrence by new_id; return "
     "(new_ids, pair), or (list(ids), None) when there are fewer than two tokens. Do not modify the input."))
 def q1(merge_step) -> str:
+    """Checked: 60 random sequences — 4 empty or one-token, 26 of the ids 0–3 (many ties and runs such as
+    [7, 7, 7]) and 30 UTF-8 byte sequences of random text — and that the input list is not modified."""
     rng = random.Random(check_seed())
     cases = 0
     for k in range(60):
@@ -130,40 +247,68 @@ def q1(merge_step) -> str:
         new_id = rng.randint(256, 5000)
         before = list(ids)
         got = merge_step(ids, new_id)
-        want_ids, want_pair = _merge_step(before, new_id)
-        call = f"merge_step({short(before, 80)}, {new_id})"
-        expect(ids == before, f"{call} modified its input list; build a new list instead")
-        expect(isinstance(got, tuple) and len(got) == 2, f"{call} returned {short(got)}; expected a (new_ids, pair) tuple")
-        got_ids, got_pair = got
-        expect(got_pair is None or (isinstance(got_pair, (tuple, list)) and len(got_pair) == 2),
-               f"{call} returned pair {short(got_pair)}; expected a (left, right) tuple or None")
-        expect(hasattr(got_ids, "__iter__") and not isinstance(got_ids, (str, bytes)),
-               f"{call} returned ids {short(got_ids)} ({type(got_ids).__name__}); expected a list of ints")
-        got_pair = tuple(got_pair) if got_pair is not None else None
-        expect(got_pair == want_pair, f"{call} merged pair {short(got_pair)}, expected {want_pair}"
-               + _q1_mistake(before, got_pair, want_pair))
-        got_ids = list(got_ids)
-        expect(got_ids == want_ids, f"{call} returned ids {short(got_ids)}, expected {short(want_ids)}")
+        kind = _q1_kind(before, ids, got, new_id)
+        if kind:
+            _q1_fail(merge_step, kind, before, got, new_id)
         cases += 1
-    return f"{cases} random sequences"
+    return f"{cases} random sequences (4 empty or one-token, 26 with many ties and runs, 30 from random text)"
 
 
 # ---------------------------------------------------------------------------------------------
-def _q2_mistake(got: float, tok: Tokenizer, texts: list[str]) -> str:
-    """A known wrong ratio, named: per UTF-8 byte, the mean of per-text ratios, or characters per token."""
+# q2: tokens per character
+_Q2_FORMULA = ("tokens per character = sum(len(tok.encode(t)) for t in texts) / sum(len(t) for t in texts)")
+#: hand-picked small inputs a failure is shrunk to
+_Q2_SMALL = [["hello world"], ["한국어"], ["a", "hello world, hello"], ["hi", "안녕하세요 세계"],
+             ["def f(x):\n    return x", "한국어 텍스트"]]
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
+def _q2_kind(got: Any, tok: Tokenizer, texts: list[str]) -> str | None:
+    """What is wrong with ``got`` (None: nothing): per UTF-8 byte, a mean of ratios, upside down."""
+    if not (isinstance(got, (int, float)) and not isinstance(got, bool) and math.isfinite(got)):
+        return "not_a_float"
+    want = _tokens_per_character(tok, texts)
+    if abs(got - want) <= 1e-9 * want:
+        return None
     lengths = [len(tok.encode(t)) for t in texts]
     nonempty = [(n, len(t)) for n, t in zip(lengths, texts) if t]
-    candidates = (
-        (sum(lengths) / sum(len(t.encode("utf-8")) for t in texts),
-         "that is tokens per UTF-8 BYTE; divide by the characters (len of the str) instead"),
-        (sum(n / c for n, c in nonempty) / len(nonempty),
-         "that is the mean of the per-text ratios; divide the total tokens by the total characters"),
-        (sum(len(t) for t in texts) / sum(lengths), "that is characters per token, upside down"),
-    )
-    for value, text in candidates:
+    for value, kind in ((sum(lengths) / sum(len(t.encode("utf-8")) for t in texts), "per_utf8_byte"),
+                        (sum(n / c for n, c in nonempty) / len(nonempty), "mean_of_ratios"),
+                        (sum(len(t) for t in texts) / sum(lengths), "characters_per_token")):
         if math.isclose(got, value, rel_tol=1e-9):
-            return " — " + text
-    return ""
+            return kind
+    return "wrong_ratio"
+
+
+def _q2_fail(fn: Callable, kind: str, tok: Tokenizer, texts: list[str], got: Any, where: str) -> None:
+    tok0 = Tokenizer(workbook_tokenizer())
+    for small in _Q2_SMALL:
+        g = _try(fn, tok0, list(small))
+        if g is not _RAISED and _q2_kind(g, tok0, small) == kind:
+            tok, texts, got, where = tok0, list(small), g, f"tokens_per_character(tok, {short(small, 80)})"
+            break
+    expect(kind != "not_a_float", f"{where} returned {short(got)}; expected a float")
+    counts = [(len(tok.encode(t)), len(t), len(t.encode("utf-8"))) for t in texts]
+    shown = "; ".join(f"{short(t, 24)}: {_count(n, 'token')}, {_count(c, 'character')}, {_count(b, 'UTF-8 byte')}"
+                      for t, (n, c, b) in zip(texts[:3], counts[:3])) + ("; …" if len(texts) > 3 else "")
+    symptom = f"{where} returned {got:.6g} ({shown})"
+    if kind == "per_utf8_byte":
+        mistake(kind, symptom=symptom,
+                ask="What did you divide the tokens by — and is len(text) the same as len(text.encode('utf-8')) for Korean?",
+                fix="divide by the characters (len of the str, code points), not the UTF-8 bytes", formula=_Q2_FORMULA)
+    if kind == "mean_of_ratios":
+        mistake(kind, symptom=symptom,
+                ask="Is your number one ratio of totals, or an average of per-text ratios? Which one lets a "
+                    "one-word text weigh as much as a page?",
+                fix="add up the tokens of all texts and the characters of all texts, then divide once",
+                formula=_Q2_FORMULA)
+    if kind == "characters_per_token":
+        mistake(kind, symptom=symptom, ask="Which count goes above the fraction bar in 'tokens per character'?",
+                fix="tokens per character = tokens / characters; yours is characters / tokens", formula=_Q2_FORMULA)
+    expect(False, symptom)
 
 
 @check(CHAPTER, "q2", hint=(
@@ -175,6 +320,8 @@ def _q2_mistake(got: float, tok: Tokenizer, texts: list[str]) -> str:
     "encode each text on its own, count characters (len of the str), not UTF-8 bytes; use the tokenizer "
     "you are given."))
 def q2(tokens_per_character) -> str:
+    """Checked: 8 lists of 3–12 random snippets (a random emoji/Hangul text added to some), one per domain
+    and tokenizer: the workbook's and one freshly trained."""
     rng = random.Random(check_seed())
     toks = [Tokenizer(workbook_tokenizer())]
     sample = [_snippet(rng, d, 200, 3000) for d in DOMAINS for _ in range(15)]
@@ -187,12 +334,10 @@ def q2(tokens_per_character) -> str:
             if rng.random() < 0.3:
                 texts.append(_random_text(rng))  # emoji and rare Hangul: byte fallback
             got = tokens_per_character(tok, list(texts))
-            want = _tokens_per_character(tok, texts)
-            expect(isinstance(got, (int, float)) and not isinstance(got, bool) and math.isfinite(got),
-                   f"tokens_per_character returned {short(got)}; expected a float")
-            if abs(got - want) > 1e-9 * want:
-                expect(False, f"{len(texts)} random {domain} snippets with {tok.path.name}: got {got:.6f}, "
-                              f"expected {want:.6f}" + _q2_mistake(got, tok, texts))
+            kind = _q2_kind(got, tok, texts)
+            if kind:
+                _q2_fail(tokens_per_character, kind, tok, texts, got,
+                         f"{len(texts)} random {domain} snippets with {tok.path.name}")
             cases += 1
     return f"{cases} random domain samples with 2 tokenizers"
 
@@ -213,25 +358,69 @@ def _q3_equal(key: str, got, want) -> bool:
         return False
 
 
-def _q3_mistake(key: str, got: Any, want: Any, train: Tokenizer, serve: Tokenizer, probes: list[str]) -> str:
-    """A known wrong field, named: a count for the fraction, unsorted names, or garbled decoded the other way."""
+_Q3_FORMULA = ("same_fingerprint = train_tok.fingerprint == serve_tok.fingerprint; verdict from it alone; "
+               "special_ids_differ = sorted(k for k in a if a[k] != b[k]) with a, b = tok.special_ids(); "
+               "id_agreement = (texts with train_tok.encode(t) == serve_tok.encode(t)) / len(probe_texts); "
+               "garbled = the first serve_tok.decode(train_tok.encode(t)) != t, else None")
+
+
+def _q3_kind(key: str, got: Any, want: Any, train: Tokenizer, serve: Tokenizer, probes: list[str],
+             answer: dict) -> str | None:
+    """A known wrong field, named: a count for the fraction, unsorted names, garbled decoded the other way,
+    a verdict that does not follow the fingerprints."""
     try:
         if key == "id_agreement" and isinstance(got, (int, float)) and probes \
                 and abs(got - want * len(probes)) <= 1e-9 and abs(want * len(probes) - want) > 1e-9:
-            return f" (that is a count; divide by the {len(probes)} probe texts for a fraction)"
+            return "agreement_is_a_count"
         if key == "special_ids_differ" and not isinstance(got, (str, bytes, dict)) and sorted(got) == list(want):
-            return " (the right names: sort them)"
+            return "names_not_sorted"
         if key == "garbled" and got is not None:
             for text in probes:
                 swapped = train.decode(serve.encode(text))
                 if swapped != text:
-                    if got == swapped:
-                        return (" (that is train_tok.decode(serve_tok.encode(t)): decode the TRAINING ids with the "
-                                "SERVING tokenizer)")
-                    break
+                    return "decoded_the_other_way" if got == swapped else None
+        if key in ("verdict", "same_fingerprint") and train.fingerprint != serve.fingerprint \
+                and train.vocab_size == serve.vocab_size and answer.get("verdict") == "same":
+            return "verdict_not_from_fingerprint"
+        if key in ("verdict", "same_fingerprint") and train.fingerprint == serve.fingerprint \
+                and answer.get("verdict") == "mismatch":
+            return "copy_called_a_mismatch"
     except Exception:  # noqa: BLE001 - a malformed field, or ids one tokenizer cannot decode: no named mistake
-        return ""
-    return ""
+        return None
+    return None
+
+
+def _q3_fail(kind: str, name: str, probes: list[str], got: dict, want: dict, wrong: list[str]) -> None:
+    others = f" (also: {'; '.join(wrong)})" if wrong else ""
+    if kind == "agreement_is_a_count":
+        mistake(kind, symptom=f"{name}: id_agreement = {short(got['id_agreement'])} for {len(probes)} probe texts" + others,
+                ask="The table asks for a fraction of the probe texts: what range can a fraction take?",
+                fix="divide the number of identically encoded texts by len(probe_texts)", formula=_Q3_FORMULA)
+    if kind == "names_not_sorted":
+        mistake(kind, symptom=f"{name}: special_ids_differ = {short(got['special_ids_differ'])}, expected "
+                              f"{short(want['special_ids_differ'])}" + others,
+                ask="Your names are the right ones: what does the table say about their order?",
+                fix="return sorted(names)", formula=_Q3_FORMULA)
+    if kind == "decoded_the_other_way":
+        mistake(kind, symptom=f"{name}: garbled = {short(got['garbled'], 60)}, expected {short(want['garbled'], 60)}"
+                              + others,
+                ask="Which tokenizer wrote the training ids, and which one reads them when the model serves? "
+                    "Which way round did you decode?",
+                fix="garbled is serve_tok.decode(train_tok.encode(t)); you decoded serving ids with the training "
+                    "tokenizer", formula=_Q3_FORMULA)
+    if kind == "verdict_not_from_fingerprint":
+        mistake(kind, symptom=f"{name}: verdict = 'same', but the two .model files differ (both have "
+                              f"{want['vocab_sizes'][0]} pieces)" + others,
+                ask="Two tokenizers with the same vocabulary size: are they the same tokenizer? What identifies a "
+                    "tokenizer file exactly?",
+                fix="decide same_fingerprint and the verdict from the fingerprints alone (tok.fingerprint)",
+                formula=_Q3_FORMULA)
+    if kind == "copy_called_a_mismatch":
+        mistake(kind, symptom=f"{name}: verdict = 'mismatch', but both tokenizers are the same bytes (equal "
+                              "fingerprints) at two paths" + others,
+                ask="A byte-for-byte copy at another path: is it another tokenizer? What does your test compare?",
+                fix="compare the fingerprints (sha256 of the .model bytes), not paths, file names or objects",
+                formula=_Q3_FORMULA)
 
 
 @check(CHAPTER, "q3", hint=(
@@ -271,9 +460,13 @@ def q3(diagnose_tokenizer_mismatch) -> str:
             expect(isinstance(got, dict), f"{name}: returned {type(got).__name__}, expected a dict")
             missing = [k for k in _Q3_KEYS if k not in got]
             expect(not missing, f"{name}: missing key(s) {missing}")
+            bad = [key for key in _Q3_KEYS if not _q3_equal(key, got[key], want[key])]
+            kinds = {key: _q3_kind(key, got[key], want[key], a, serve, probes, got) for key in bad}
+            named = next(((key, kind) for key, kind in kinds.items() if kind), None)
             wrong = [f"{key} = {short(got[key], 90)}, expected {short(want[key], 90)}"
-                     + _q3_mistake(key, got[key], want[key], a, serve, probes)
-                     for key in _Q3_KEYS if not _q3_equal(key, got[key], want[key])]
+                     for key in bad if named is None or key != named[0]]
+            if named:
+                _q3_fail(named[1], name, probes, got, want, wrong)
             expect(not wrong, f"{name}: " + "; ".join(wrong))       # every wrong field at once
     return f"{len(scenarios)} freshly trained tokenizer pairs"
 
@@ -284,7 +477,8 @@ def q3(diagnose_tokenizer_mismatch) -> str:
     "(chapter 1, 'The invariant: one tokenizer everywhere')",
     "suspect the tokenizer the serving stack loads (book §6.2.4 pitfall, §6.2.9): ids only mean something with "
     "the tokenizer that wrote them. A useful check looks at the two tokenizers themselves, not at training, "
-    "hardware or batch sizes; a fix removes the cause rather than the symptom.",
+    "hardware or batch sizes; a fix removes the cause (the same .model everywhere) or stops a mismatched "
+    "tokenizer from being used (fail fast), rather than hiding the symptom.",
     "Training was fine and the output is broken text: suspect the tokenizer the "
     "serving stack loads (book §6.2.4 pitfall, §6.2.9). Checks compare the tokenizers themselves; fixes "
     "make the same .model travel with the model and fail fast when it does not."))
@@ -300,7 +494,7 @@ def q4(exercise_4) -> tuple[str, dict[str, str]]:
         expect(isinstance(value, (list, tuple, set)) and all(isinstance(v, str) for v in value),
                f"{key} must be a list of option keys, got {short(value)}")
         unknown = sorted(set(value) - set(options))
-        expect(not unknown, f"{key}: unknown option(s) {unknown}; choose from {sorted(options)}")
+        expect(not unknown, f"{key}: unknown option(s) {short(unknown)}; choose from {sorted(options)}")
     checks, fixes = set(answer["checks"]), set(answer["fixes"])
     text = answer["explanation"]
     with parts() as part:  # name every failing part at once
@@ -309,7 +503,7 @@ def q4(exercise_4) -> tuple[str, dict[str, str]]:
         if part(not extra, f"checks: {extra} would not reveal a tokenizer problem"):
             part(len(checks) == len(_CHECKS), f"checks: {len(_CHECKS) - len(checks)} useful check(s) missing")
         extra = sorted(f for f in fixes if f not in _FIXES)
-        if part(not extra, f"fixes: {extra} do not remove the cause"):
+        if part(not extra, f"fixes: {extra} neither remove the cause nor stop a mismatched tokenizer from being used"):
             part(len(fixes) == len(_FIXES), f"fixes: {len(_FIXES) - len(fixes)} fix(es) missing")
         part(isinstance(text, str) and len(text.split()) >= 15,
              "explanation: a few sentences (15+ words) in your own words")
@@ -325,15 +519,88 @@ MODEL_ANSWER_Q4 = (
     "ship the exact .model with the checkpoint and refuse to serve when the fingerprints differ.")
 
 
-def _q5_mistake(got: list[int], want: list[int], text: str) -> str:
-    """A known wrong encoding, named: no merge applied, code points instead of bytes, or the merge order."""
-    if got == list(text.encode("utf-8")):
-        return " — those are the UTF-8 bytes unchanged: apply the merges"
+_Q5_FORMULA = ("ids = list(text.encode('utf-8')); for k, pair in enumerate(merges): replace every non-overlapping "
+               "occurrence of pair in ids by 256 + k, scanning left to right (your merge_step's replacing part)")
+#: hand-picked small inputs a failure is shrunk to: (text, merges)
+_Q5_SMALL = [("é", []), ("aa", [(97, 97)]), ("abab", [(97, 98)]), ("hi! hi", [(104, 105), (256, 33)]),
+             ("한", [(237, 149)]), ("abcabc", [(97, 98), (256, 99)]), ("aaaa", [(97, 97), (256, 256)])]
+
+
+def _apply(ids: list[int], merges: list[tuple[int, int]], order: list[int], first_only: bool = False) -> list[int]:
+    for k in order:
+        out, i, done = [], 0, False
+        while i < len(ids):
+            if i + 1 < len(ids) and (ids[i], ids[i + 1]) == tuple(merges[k]) and not done:
+                out.append(256 + k)
+                i, done = i + 2, first_only
+            else:
+                out.append(ids[i])
+                i += 1
+        ids = out
+    return ids
+
+
+def _q5_kind(got: Any, text: str, merges: list[tuple[int, int]]) -> str | None:
+    if not (isinstance(got, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in got)):
+        return "not_a_list"
+    raw = list(text.encode("utf-8"))
+    want = _apply(raw, merges, list(range(len(merges))))
+    if got == want:
+        return None
+    if got == raw:
+        return "no_merge_applied"
     if got == [ord(c) for c in text] and any(ord(c) > 127 for c in text):
-        return " — those are code points (ord); start from text.encode('utf-8')"
-    if len(got) == len(want):
-        return " — same length: check the merge order"
+        return "code_points"
+    if got == _apply(raw, merges, list(range(len(merges)))[::-1]):
+        return "merges_in_reverse"
+    if got == _apply(raw, merges, list(range(len(merges))), first_only=True):
+        return "first_occurrence_only"
+    return "wrong_ids"
+
+
+def _leftover(got: list[int], merges: list[tuple[int, int]]) -> str:
+    """The first learned pair still adjacent in ``got`` (a correct encoding has none)."""
+    where = {tuple(p): k for k, p in reversed(list(enumerate(merges)))}
+    for i, pair in enumerate(zip(got, got[1:])):
+        if pair in where:
+            return f"; it still holds merges[{where[pair]}] = {pair} at position {i}"
     return ""
+
+
+def _q5_fail(fn: Callable, kind: str, text: str, merges: list[tuple[int, int]], got: Any) -> None:
+    for t, m in _Q5_SMALL:
+        g = _try(fn, t, list(m))
+        if g is not _RAISED and _q5_kind(g, t, m) == kind:
+            text, merges, got = t, m, g
+            break
+    shown = short(merges, 60) if len(merges) <= 4 else f"<{len(merges)} merges>"
+    call = f"bpe_encode({short(text, 60)}, {shown})"
+    expect(kind != "not_a_list", f"{call} returned {short(got)}; expected a list of ints")
+    symptom = f"{call} returned {short(got)}" + _leftover(got, merges)
+    if kind == "no_merge_applied":
+        mistake(kind, symptom=symptom + " — the UTF-8 bytes of the text",
+                ask="What does each learned merge do to the byte sequence, and did your loop apply any of them?",
+                fix="apply the merges: merge k replaces every occurrence of the pair merges[k] by the id 256 + k",
+                formula=_Q5_FORMULA)
+    if kind == "code_points":
+        mistake(kind, symptom=f"{call} returned {short(got)}; the UTF-8 bytes of {short(text)} are "
+                              f"{list(text.encode('utf-8'))}",
+                ask="Does byte-level BPE start from characters or from bytes? What does ord give for a non-ASCII "
+                    "character?",
+                fix="start from list(text.encode('utf-8')), not from ord(c) of each character", formula=_Q5_FORMULA)
+    if kind == "merges_in_reverse":
+        mistake(kind, symptom=symptom,
+                ask="A later merge can use a token an earlier merge made: did that token exist when your encoder "
+                    "tried the later merge?",
+                fix="apply the merges in training order, k = 0, 1, 2, …, each over the whole sequence",
+                formula=_Q5_FORMULA)
+    if kind == "first_occurrence_only":
+        mistake(kind, symptom=symptom,
+                ask="How many occurrences of a pair does your encoder replace per merge?",
+                fix="each merge replaces every non-overlapping occurrence, scanning the whole sequence left to right",
+                formula=_Q5_FORMULA)
+    expect(False, symptom + (f", expected {short(_apply(list(text.encode('utf-8')), merges, list(range(len(merges)))))}"
+                             if len(text) <= 8 else ""))
 
 
 @check(CHAPTER, "q5", hint=(
@@ -351,11 +618,15 @@ def q5(bpe_encode) -> str:
     for i in range(20):
         model = ByteBPE.train(_snippet(rng, rng.choice(DOMAINS), 300, 2000), num_merges=rng.randint(10, 120))
         text = _snippet(rng, rng.choice(DOMAINS), 20, 400) if i % 2 else _random_text(rng)
+        merges = [tuple(p) for p in model.merges]
         want = model.encode(text)
-        got = bpe_encode(text, list(model.merges))
-        expect(isinstance(got, list) and all(isinstance(x, int) for x in got),
-               f"bpe_encode({short(text, 40)}, <{len(model.merges)} merges>) returned {short(got)}; expected a list of ints")
-        expect(got == want, f"bpe_encode({short(text, 60)}, <{len(model.merges)} merges>) returned {short(got)}, "
-               f"expected {short(want)}" + _q5_mistake(got, want, text))
-    expect(bpe_encode("🙂", [(1, 2)]) == list("🙂".encode("utf-8")), "a text no merge applies to stays its bytes")
-    return "20 unseen texts, models with 10–120 merges"
+        got = bpe_encode(text, list(merges))
+        kind = _q5_kind(got, text, merges)
+        if kind != "not_a_list" and (got == want) == bool(kind):   # ByteBPE.encode decides what is right
+            kind = None if got == want else "wrong_ids"
+        if kind:
+            _q5_fail(bpe_encode, kind, text, merges, got)
+    got = bpe_encode("🙂", [(1, 2)])
+    expect(got == list("🙂".encode("utf-8")), f"bpe_encode('🙂', [(1, 2)]) returned {short(got)}; no merge applies to "
+           f"that text: expected its UTF-8 bytes {list('🙂'.encode('utf-8'))}")
+    return "20 unseen texts, models with 10–120 merges, and a text no merge applies to"

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from labsupport.datasets.indexed import IndexedDataset, IndexedDatasetBuilder, get_bin_path, get_idx_path
-from labsupport.check._core import Sealed, chapter_summary, check, check_seed, expect, short
+from labsupport.check._core import Sealed, chapter_summary, check, check_seed, expect, mistake, short
 
 CHAPTER = "ch02"
 
@@ -98,15 +98,49 @@ def _same_array(got, want) -> bool:
         return False
 
 
-def _q1_mistake(key: str, got: Any, raw: bytes, n: int, d: int) -> str:
-    """A known wrong array, named: read from an offset that takes the lengths as 8 bytes or the pointers as 4."""
-    wrong = {"sequence_pointers": [(34 + 8 * n, n, "the pointers start after N int32 lengths: 34 + 4N, not 34 + 8N")],
-             "document_indices": [(34 + 8 * n, d, "the document indices start at 34 + 4N + 8N = 34 + 12N "
-                                   "(lengths 4 bytes each, pointers 8), not 34 + 8N")]}.get(key, [])
-    for offset, count, text in wrong:
-        if count and n and offset + 8 * count <= len(raw) and _same_array(got, np.frombuffer(raw, "<i8", count, offset)):
-            return f" — {text}"
-    return ""
+_Q1_FORMULA = ("magic = raw[:9]; version, dtype_code, N, D = struct.unpack('<QBQQ', raw[9:34]); lengths = "
+               "np.frombuffer(raw, '<i4', N, 34); pointers = np.frombuffer(raw, '<i8', N, 34 + 4N); document "
+               "indices = np.frombuffer(raw, '<i8', D, 34 + 12N); raise ValueError unless magic == b'MMIDIDX\\x00\\x00'")
+
+
+def _golden(folder: Path) -> str:
+    """The exercise's golden vector: uint16 documents [1..5], [6, 7], [8..14] (a 102-byte .idx)."""
+    prefix = str(folder / "golden")
+    b = IndexedDatasetBuilder(get_bin_path(prefix), np.uint16)
+    for doc in ([1, 2, 3, 4, 5], [6, 7], list(range(8, 15))):
+        b.add_document(doc)
+    b.finalize(get_idx_path(prefix))
+    return prefix
+
+
+def _q1_array_kind(key: str, got: Any, raw: bytes, n: int, d: int) -> str | None:
+    """A known wrong array, named: lengths read as int64, pointers or document indices from a wrong offset."""
+    wrong = {"sequence_lengths": [("<i8", 34, n, "lengths_as_int64")],
+             "sequence_pointers": [("<i8", 34 + 8 * n, n, "pointers_after_8n")],
+             "document_indices": [("<i8", 34 + 8 * n, d, "documents_after_8n"),
+                                  ("<i8", 34 + 16 * n, d, "documents_after_16n")]}.get(key, [])
+    for dtype, offset, count, kind in wrong:
+        if count and n and offset + 8 * count <= len(raw) and _same_array(got, np.frombuffer(raw, dtype, count, offset)):
+            return kind
+    return None
+
+
+def _q1_fail_array(kind: str | None, what: str, key: str, got: Any, want: np.ndarray) -> None:
+    symptom = f"{what}: {key} = {short(np.asarray(got).tolist())}, expected {short(want.tolist())}"
+    if kind == "lengths_as_int64":
+        mistake(kind, symptom=symptom, ask="How many bytes does one sequence length take in the layout line?",
+                fix="the lengths are N int32 values: np.frombuffer(raw, '<i4', N, 34)", formula=_Q1_FORMULA)
+    if kind == "pointers_after_8n":
+        mistake(kind, symptom=symptom,
+                ask="How many bytes do the N lengths before the pointers take, so at which byte do the pointers begin?",
+                fix="the pointers start right after N int32 lengths (4 bytes each): offset 34 + 4N, not 34 + 8N",
+                formula=_Q1_FORMULA)
+    if kind in ("documents_after_8n", "documents_after_16n"):
+        mistake("documents_offset", symptom=symptom,
+                ask="Which arrays lie before the document indices, and how many bytes does each element of each take?",
+                fix="the document indices start after N int32 lengths and N int64 pointers: 34 + 4N + 8N = 34 + 12N",
+                formula=_Q1_FORMULA)
+    expect(False, symptom)
 
 
 @check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the offsets
@@ -120,41 +154,47 @@ def _q1_mistake(key: str, got: Any, raw: bytes, n: int, d: int) -> str:
     "code, N and D; then np.frombuffer(raw, '<i4', N, 34), ('<i8', N, 34 + 4N) and "
     "('<i8', D, 34 + 12N). Raise ValueError when the magic is not b'MMIDIDX\\x00\\x00'."))
 def q1(parse_idx) -> str:
+    """Checked: the exercise's golden vector, then 12 random .idx files (4 dtypes, empty and multi-sequence
+    documents), every field against IndexedDataset; and a wrong magic must raise ValueError."""
     rng = np.random.default_rng(check_seed())
     tmp = Path(tempfile.mkdtemp(prefix="ch02_q1_"))
     try:
-        for case in range(12):
-            prefix = _random_dataset(rng, tmp, f"d{case}")
+        prefixes = [_golden(tmp)] + [_random_dataset(rng, tmp, f"d{case}") for case in range(12)]
+        for case, prefix in enumerate(prefixes):
             raw = Path(get_idx_path(prefix)).read_bytes()
             ds = IndexedDataset(prefix)
+            what = ("the golden vector (3 uint16 sequences, 102-byte .idx)" if case == 0 else
+                    f"a random .idx ({len(ds)} {ds.dtype.name} sequences, {len(ds.document_indices)} document indices)")
             got = parse_idx(raw)
             expect(isinstance(got, dict), f"parse_idx(...) returned {type(got).__name__}; expected a dict")
             want = {"version": 1, "dtype_code": ds.header.dtype_code, "num_sequences": len(ds),
                     "num_document_indices": len(ds.document_indices)}
             for key, value in want.items():
                 expect(key in got, f"the dict has no key {key!r} (keys: {sorted(got, key=str)})")
-                expect(_same_int(got[key], value), f"{key} = {short(got[key])}, expected {value} "
-                       f"(a dataset with {len(ds)} sequences, dtype {ds.dtype.name})")
+                expect(_same_int(got[key], value), f"{what}: {key} = {short(got[key])}, expected {value}")
             for key, arr in (("sequence_lengths", ds.sequence_lengths),
                              ("sequence_pointers", ds.sequence_pointers),
                              ("document_indices", ds.document_indices)):
                 expect(key in got, f"the dict has no key {key!r} (keys: {sorted(got, key=str)})")
-                expect(_same_array(got[key], arr), f"{key} = {short(np.asarray(got[key]).tolist())}, "
-                       f"expected {short(arr.tolist())}"
-                       + _q1_mistake(key, got[key], raw, len(ds), len(ds.document_indices)))
+                if not _same_array(got[key], arr):
+                    _q1_fail_array(_q1_array_kind(key, got[key], raw, len(ds), len(ds.document_indices)),
+                                   what, key, got[key], np.asarray(arr))
             del ds
-        bad = bytearray(raw)
-        bad[:9] = b"TNTIDX\x00\x00\x00"
+        raw = Path(get_idx_path(prefixes[0])).read_bytes()
+        bad = b"TNTIDX\x00\x00\x00" + raw[9:]
         try:
-            parse_idx(bytes(bad))
+            parse_idx(bad)
         except ValueError:
             pass
         else:
-            expect(False, "parse_idx accepted a file whose magic is b'TNTIDX\\x00\\x00\\x00'; "
-                   "raise ValueError for a wrong magic")
+            mistake("accepts_bad_magic",
+                    symptom="parse_idx accepted the golden vector with its magic changed to b'TNTIDX\\x00\\x00\\x00'",
+                    ask="What does your function do with bytes that are not a Megatron MMIDIDX index at all?",
+                    fix="compare raw[:9] with b'MMIDIDX\\x00\\x00' first and raise ValueError when they differ",
+                    formula=_Q1_FORMULA)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return "12 random .idx files (4 dtypes, empty and multi-sequence documents) and a bad magic"
+    return "the golden vector, 12 random .idx files (4 dtypes, empty and multi-sequence documents) and a bad magic"
 
 
 def q1_header(parse_idx) -> bool:
@@ -177,7 +217,8 @@ def q1_header(parse_idx) -> bool:
         print("✅ step 1 of q1: the header fields are right — now the three arrays, then check.q1")
         return True
     except CheckFailed as exc:
-        print(f"❌ step 1 of q1: {exc}\n   hint: struct.unpack('<QBQQ', raw[9:34]) after the 9-byte magic")
+        print(f"❌ step 1 of q1: {exc}\n   hint: how many bytes does each header field take (the layout line), and at "
+              "which byte does the field after the 9-byte magic begin?")
     except Exception as exc:  # noqa: BLE001 - the learner's code
         if isinstance(exc, NotImplementedError):
             print("🟡 step 1 of q1: not attempted — the stub still raises NotImplementedError")
@@ -188,18 +229,53 @@ def q1_header(parse_idx) -> bool:
     return False
 
 
-def _q2_mistake(got: int, lengths: np.ndarray, doc_idx: np.ndarray, itemsize: int, k: int) -> str:
-    """A known wrong offset, named: tokens for bytes, sequence k for document k, one sequence too many."""
+_Q2_FORMULA = "offset of document k = sum(sequence_lengths[:document_indices[k]]) × itemsize"
+#: small hand-made cases, checked before the random ones: (lengths, document_indices, itemsize, k)
+_Q2_SMALL = [([5, 2], [0, 1, 2], 2, 1),           # one sequence per document
+             ([3, 2, 4], [0, 2, 3], 2, 1),        # document 0 holds two sequences
+             ([3, 4], [0, 1, 1, 2], 4, 2)]        # document 1 holds none
+
+
+def _q2_kind(got: Any, lengths: np.ndarray, doc_idx: np.ndarray, itemsize: int, k: int) -> str | None:
+    """What is wrong with ``got`` (None: nothing): tokens for bytes, sequence k, one sequence too many."""
+    if not isinstance(got, (int, np.integer)) or isinstance(got, bool):
+        return "not_an_int"
     first = int(doc_idx[k])
     tokens_before = int(lengths[:first].astype(np.int64).sum())
+    if got == tokens_before * itemsize:
+        return None
     if itemsize > 1 and got == tokens_before:
-        return f" — that counts tokens; multiply by itemsize = {itemsize} for bytes"
+        return "tokens_not_bytes"
     if k != first and got == int(lengths[:k].astype(np.int64).sum()) * itemsize:
-        return (f" — that is where SEQUENCE {k} starts; document {k} starts at sequence "
-                f"document_indices[{k}] = {first}")
+        return "sequence_k"
     if first < len(lengths) and lengths[first] and got == int(lengths[:first + 1].astype(np.int64).sum()) * itemsize:
-        return " — that also counts the first sequence of document k itself: stop before sequence d[k]"
-    return ""
+        return "one_sequence_too_many"
+    return "wrong_offset"
+
+
+def _q2_fail(kind: str, lengths: np.ndarray, doc_idx: np.ndarray, itemsize: int, k: int, got: Any) -> None:
+    call = (f"document_byte_offset({short(lengths.tolist(), 60)}, {short(doc_idx.tolist(), 60)}, itemsize={itemsize}, "
+            f"k={k})")
+    expect(kind != "not_an_int", f"{call} returned {short(got)} ({type(got).__name__}); expected an int")
+    first = int(doc_idx[k])
+    last = int(doc_idx[k + 1])
+    holds = {0: "no sequence", 1: f"sequence {first}"}.get(last - first, f"sequences {first}..{last - 1}")
+    symptom = f"{call} returned {short(got)}; document {k} holds {holds}"
+    if kind == "tokens_not_bytes":
+        mistake(kind, symptom=symptom + f", stored as {itemsize}-byte tokens",
+                ask="In which unit are the sequence lengths, and in which unit is a byte offset?",
+                fix=f"the lengths count tokens: multiply by itemsize = {itemsize} for bytes", formula=_Q2_FORMULA)
+    if kind == "sequence_k":
+        mistake(kind, symptom=symptom,
+                ask=f"Is k a document number or a sequence number? Where does the index say document {k} starts?",
+                fix=f"document k starts at sequence document_indices[k] (here {first}), not at sequence k: add the "
+                    "lengths before that one", formula=_Q2_FORMULA)
+    if kind == "one_sequence_too_many":
+        mistake(kind, symptom=symptom,
+                ask=f"Does the offset of document {k} count the bytes of its own first sequence?",
+                fix="stop before sequence document_indices[k]: sum(lengths[:d[k]]), not [:d[k] + 1]",
+                formula=_Q2_FORMULA)
+    expect(False, symptom)
 
 
 @check(CHAPTER, "q2", hint=(
@@ -210,6 +286,14 @@ def _q2_mistake(got: int, lengths: np.ndarray, doc_idx: np.ndarray, itemsize: in
     "document k starts at sequence d[k]; every sequence before it takes "
     "length × itemsize bytes, so the offset is sum(sequence_lengths[:d[k]]) * itemsize."))
 def q2(document_byte_offset) -> str:
+    """Checked: 3 small hand-made cases, then 8 random documents of each of 10 random datasets plus every
+    document right after an empty one, against IndexedDataset.document_byte_offset."""
+    for lengths, doc_idx, itemsize, k in _Q2_SMALL:
+        lengths, doc_idx = np.array(lengths, dtype=np.int32), np.array(doc_idx, dtype=np.int64)
+        got = document_byte_offset(lengths.copy(), doc_idx.copy(), itemsize, k)
+        kind = _q2_kind(got, lengths, doc_idx, itemsize, k)
+        if kind:
+            _q2_fail(kind, lengths, doc_idx, itemsize, k, got)
     rng = np.random.default_rng(check_seed())
     tmp = Path(tempfile.mkdtemp(prefix="ch02_q2_"))
     n = 0
@@ -220,21 +304,21 @@ def q2(document_byte_offset) -> str:
             lengths = np.array(ds.sequence_lengths)
             doc_idx = np.array(ds.document_indices)
             itemsize = ds.dtype.itemsize
-            for k in rng.integers(0, ds.num_documents, 8):   # always 8: a stable message
-                k = int(k)
+            empty_before = [k for k in range(1, ds.num_documents)
+                            if doc_idx[k] == doc_idx[k - 1] or lengths[doc_idx[k - 1]:doc_idx[k]].sum() == 0]
+            for k in [int(k) for k in rng.integers(0, ds.num_documents, 8)] + empty_before:
                 want = ds.document_byte_offset(k)
                 got = document_byte_offset(lengths.copy(), doc_idx.copy(), itemsize, k)
-                expect(isinstance(got, (int, np.integer)) and not isinstance(got, bool),
-                       f"document_byte_offset(..., itemsize={itemsize}, k={k}) returned "
-                       f"{short(got)} ({type(got).__name__}); expected an int")
-                expect(got == want, f"document_byte_offset(lengths={short(lengths.tolist(), 60)}, "
-                       f"document_indices={short(doc_idx.tolist(), 60)}, itemsize={itemsize}, k={k}) "
-                       f"returned {got}, expected {want}" + _q2_mistake(int(got), lengths, doc_idx, itemsize, k))
+                kind = _q2_kind(got, lengths, doc_idx, itemsize, k)
+                if kind or got != want:
+                    _q2_fail(kind or "wrong_offset", lengths, doc_idx, itemsize, k, got)
                 n += 1
             del ds
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return f"{n} documents of 10 random datasets"
+    expect(n >= 80, "a checker bug: fewer than 80 documents checked")
+    return "3 hand-made cases, 8 random documents of each of 10 random datasets and every document right after an empty one"
+
 
 
 @check(CHAPTER, "q3", hint=(
@@ -251,11 +335,18 @@ def q3(exercise_1) -> tuple[str, dict[str, str]]:
     problems = answer.get("problems")
     expect(isinstance(problems, dict), "answer['problems'] must be a dict: problem key → solution key")
     unknown = [k for k in problems if k not in EXERCISE_1_PROBLEMS]
-    expect(not unknown, f"unknown problem keys {unknown}; use keys of EXERCISE_1_PROBLEMS")
+    expect(not unknown, f"unknown problem keys {short(unknown)}; use keys of EXERCISE_1_PROBLEMS")
     expect(all(isinstance(v, str) for v in problems.values()),
            f"answer['problems'] = {short(problems)}: map each problem key to ONE solution key (a string)")
     unknown = [v for v in problems.values() if v not in EXERCISE_1_SOLUTIONS]
-    expect(not unknown, f"unknown solution keys {unknown}; use keys of EXERCISE_1_SOLUTIONS")
+    expect(not unknown, f"unknown solution keys {short(unknown)}; use keys of EXERCISE_1_SOLUTIONS")
+    if "padding" in problems:
+        mistake("padding_is_packing", symptom=f"your problems {short(sorted(problems))} include 'padding'",
+                ask="Does storing token ids in a .bin/.idx pair change how many pad tokens a batch holds?",
+                fix="padding is a real cost, but packing (chapter 4) solves it, not .bin/.idx; the three problems "
+                    "are work repeated every step, reaching document k, and data larger than RAM",
+                formula="Book §6.2.3: re-tokenizing (CPU) → tokenize once; random access → the .idx pointers; "
+                        "memory → mmap")
     expect(len(problems) == 3, f"pick exactly three problems, got {len(problems)}")
     wrong = sorted(p for p in problems if p not in _PROBLEMS)
     expect(not wrong, f"{wrong} is not one of the three problems of tokenizing every step that "
@@ -279,15 +370,81 @@ MODEL_ANSWER_Q3 = (
     "once, in a page cache all processes share.")
 
 
-def _q4_mistake(got: Any, ds: IndexedDataset, k: int) -> str:
-    """A known wrong document, named: only its first sequence, or sequence k instead of document k."""
+_Q4_FORMULA = ("idx = parse_idx(raw_idx); d = idx['document_indices']; dtype from idx['dtype_code']; "
+               "np.concatenate([np.frombuffer(raw_bin, dtype, idx['sequence_lengths'][s], idx['sequence_pointers'][s]) "
+               "for s in range(d[k], d[k + 1])]), or an empty array when d[k] == d[k + 1]")
+_DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 8: np.uint16}
+
+
+def _hand_made(folder: Path) -> list[str]:
+    """The exercise's hand-made file (uint16: [1, 2, 3] + [4, 5], no sequence, [6]) and a small int32 one."""
+    out = []
+    for name, dtype, docs in (("x", np.uint16, [([1, 2, 3, 4, 5], [3, 2]), ([], []), ([6], [1])]),
+                              ("y", np.int32, [([70000, 1, 2], [3])])):
+        prefix = str(folder / name)
+        b = IndexedDatasetBuilder(get_bin_path(prefix), dtype)
+        for ids, lengths in docs:
+            b.add_document(ids, lengths=lengths)
+        b.finalize(get_idx_path(prefix))
+        out.append(prefix)
+    return out
+
+
+def _read_as(ds: IndexedDataset, raw_bin: bytes, k: int, dtype: Any) -> np.ndarray | None:
+    """Document k's sequences read with another token type (what a learner with a fixed dtype gets)."""
+    parts = []
+    d = ds.document_indices
+    for s in range(int(d[k]), int(d[k + 1])):
+        count, offset = int(ds.sequence_lengths[s]), int(ds.sequence_pointers[s])
+        if offset + count * np.dtype(dtype).itemsize > len(raw_bin):
+            return None
+        parts.append(np.frombuffer(raw_bin, np.dtype(dtype).newbyteorder("<"), count, offset))
+    return np.concatenate(parts) if parts else None
+
+
+def _q4_kind(got: Any, ds: IndexedDataset, raw_bin: bytes, k: int) -> str | None:
+    """A known wrong document, named: only its first sequence, sequence k, another token type."""
+    if not (isinstance(got, np.ndarray) and got.ndim == 1):
+        return "not_an_array"
+    want = ds.document(k)
+    if _same_array(got, want):
+        return None
     d = ds.document_indices
     first, last = int(d[k]), int(d[k + 1])
     if last - first > 1 and _same_array(got, ds.get(first)):
-        return f" — that is only the first of its {last - first} sequences: join them all"
+        return "first_sequence_only"
     if k < len(ds) and k != first and _same_array(got, ds.get(k)):
-        return f" — that is SEQUENCE {k}; document {k} starts at sequence document_indices[{k}] = {first}"
-    return ""
+        return "sequence_k"
+    for dtype in _DTYPES.values():
+        if np.dtype(dtype) != ds.dtype:
+            other = _read_as(ds, raw_bin, k, dtype)
+            if other is not None and _same_array(got, other):
+                return "wrong_dtype"
+    return "wrong_tokens"
+
+
+def _q4_fail(kind: str, what: str, ds: IndexedDataset, k: int, got: Any) -> None:
+    d = ds.document_indices
+    first, last = int(d[k]), int(d[k + 1])
+    call = f"document_tokens(<{what}>, k={k})"
+    expect(kind != "not_an_array", f"{call} returned {type(got).__name__}; expected a 1-D numpy array")
+    holds = {0: "no sequence", 1: f"sequence {first}"}.get(last - first, f"sequences {first}..{last - 1}")
+    symptom = (f"{call} returned {short(np.asarray(got).tolist())}, expected {short(ds.document(k).tolist())}; "
+               f"document {k} holds {holds}")
+    if kind == "first_sequence_only":
+        mistake(kind, symptom=symptom, ask=f"How many sequences does document {k} hold, and how many did you read?",
+                fix="read every sequence document_indices[k] .. document_indices[k+1] - 1 and np.concatenate them",
+                formula=_Q4_FORMULA)
+    if kind == "sequence_k":
+        mistake(kind, symptom=symptom + f" — your result is sequence {k}",
+                ask=f"Is k a document number or a sequence number? Where does the .idx say document {k} starts?",
+                fix="document k starts at sequence document_indices[k], not at sequence k", formula=_Q4_FORMULA)
+    if kind == "wrong_dtype":
+        mistake(kind, symptom=symptom + f"; the header's dtype code is {ds.header.dtype_code}",
+                ask="Which token type does this file's header name, and which type did you read the .bin with?",
+                fix="map dtype_code to its numpy type (1 uint8, 4 int32, 5 int64, 8 uint16, …) and read with it",
+                formula=_Q4_FORMULA)
+    expect(False, symptom)
 
 
 @check(CHAPTER, "q4", hint=(
@@ -300,30 +457,41 @@ def _q4_mistake(got: Any, ds: IndexedDataset, k: int) -> str:
     "8 = uint16, ...). Document k is sequences d[k] .. d[k+1]-1: np.frombuffer(raw_bin, dtype, length, pointer) "
     "for each, then np.concatenate; no sequences → an empty array."))
 def q4(document_tokens) -> str:
-    """Checked: every document of 8 random datasets (uint8/uint16/int32/int64 tokens; documents of 0, 1 or 2
-    sequences), returned as a 1-D integer array equal to IndexedDataset.document(k)."""
+    """Checked: the exercise's hand-made file and a small int32 one first, then every document of 8 random
+    datasets (uint8/uint16/int32/int64 tokens; documents of 0, 1 or 2 sequences), each returned as a 1-D
+    integer array equal to IndexedDataset.document(k)."""
     rng = np.random.default_rng(check_seed())
     folder = Path(tempfile.mkdtemp(prefix="check_ch02_q4_"))
     n = multi = empty = 0
     try:
-        for i in range(8):
-            prefix = _random_dataset(rng, folder, f"d{i}")
+        prefixes = _hand_made(folder) + [_random_dataset(rng, folder, f"d{i}") for i in range(8)]
+        for i, prefix in enumerate(prefixes):
             raw_idx, raw_bin = Path(prefix + ".idx").read_bytes(), Path(prefix + ".bin").read_bytes()
             with IndexedDataset(prefix) as ds:
+                what = ["the hand-made x.idx, x.bin", "a small int32 file"][i] if i < 2 else \
+                    f"a random {ds.dtype.name} dataset"
                 d = ds.document_indices
                 for k in range(ds.num_documents):
-                    want = ds.document(k)
-                    got = document_tokens(raw_idx, raw_bin, k)
-                    kind = "empty " if d[k + 1] == d[k] else ("multi-sequence " if d[k + 1] - d[k] > 1 else "")
-                    expect(isinstance(got, np.ndarray) and got.ndim == 1,
-                           f"document_tokens(..., k={k}) returned {type(got).__name__}; expected a 1-D numpy array")
-                    expect(_same_array(got, want), f"{kind}document {k} (sequences {int(d[k])}..{int(d[k + 1]) - 1} "
-                           f"of a {ds.dtype.name} dataset): got {short(np.asarray(got).tolist())}, "
-                           f"expected {short(want.tolist())}" + _q4_mistake(got, ds, k))
+                    try:
+                        got = document_tokens(raw_idx, raw_bin, k)
+                    except Exception as exc:  # noqa: BLE001 - the learner's code: named only for an empty document
+                        if d[k + 1] != d[k] or isinstance(exc, NotImplementedError):
+                            raise
+                        mistake("empty_document",
+                                symptom=f"document_tokens(<{what}>, k={k}) raised {type(exc).__name__}: "
+                                        f"{short(str(exc), 80)}; document {k} holds no sequence "
+                                        f"(document_indices[{k}] == document_indices[{k + 1}] == {int(d[k])})",
+                                ask="What are the tokens of a document with no sequence, and what does your code do "
+                                    "when there is nothing to join?",
+                                fix="return an empty array (np.zeros(0, dtype)) when d[k] == d[k+1]: np.concatenate "
+                                    "needs at least one piece", formula=_Q4_FORMULA)
+                    kind = _q4_kind(got, ds, raw_bin, k)
+                    if kind:
+                        _q4_fail(kind, what, ds, k, got)
                     n += 1
-                    multi += kind.startswith("multi")
-                    empty += kind.startswith("empty")
+                    multi += int(i >= 2 and d[k + 1] - d[k] > 1)     # the random datasets' own
+                    empty += int(i >= 2 and d[k + 1] == d[k])
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     expect(multi and empty, "a checker bug: the random datasets held no multi-sequence or no empty document")
-    return "every document of 8 random datasets, multi-sequence and empty ones included"
+    return "every document of the hand-made file, a small int32 one and 8 random datasets, multi-sequence and empty ones included"
