@@ -95,13 +95,15 @@ def _weights(rng: random.Random, n: int) -> list[float]:
 
 
 def _smallest(learner: Callable, cases: Iterable[tuple], right: Callable, wrong: Callable,
-              same: Callable[[Any, Any], bool], tries: int = 6) -> tuple[tuple, Any] | None:
+              same: Callable[[Any, Any], bool], tries: int = 6, confirm: int = 0) -> tuple[tuple, Any] | None:
     """The first of ``cases`` (smallest first) where ``wrong`` and ``right`` differ and the learner's
     function gives ``wrong``'s answer: the smallest input that shows a named mistake (at most
-    ``tries`` calls of the learner's function)."""
+    ``tries`` calls of the learner's function).  With ``confirm``, the learner must also give
+    ``wrong``'s answer on that many further such cases (else None: it follows another rule)."""
+    found = None
     for args in cases:
         if tries <= 0:
-            return None
+            break
         bad = wrong(*args)
         if same(bad, right(*args)):
             continue
@@ -110,9 +112,16 @@ def _smallest(learner: Callable, cases: Iterable[tuple], right: Callable, wrong:
             got = learner(*copy.deepcopy(args))
         except Exception:  # noqa: BLE001 - the learner's code on an input the check chose
             continue
-        if same(got, bad):
-            return args, got
-    return None
+        if not same(got, bad):
+            if found is not None:
+                return None                   # it does not follow that rule after all
+            continue
+        if found is None:
+            found = args, got
+        if confirm <= 0:
+            return found
+        confirm -= 1
+    return None if confirm > 0 else found
 
 
 def _words(items: Sequence[int]) -> str:
@@ -176,7 +185,10 @@ def _q1_mistake(greedy_step: Callable, w: list[float], counts: list[int], step: 
                 found = state, int(pick)
                 break
     else:
-        found = _smallest(greedy_step, _q1_small_states(), _greedy_step, _Q1_RULES[name], lambda a, b: int(a) == int(b))
+        found = _smallest(greedy_step, _q1_small_states(), _greedy_step, _Q1_RULES[name], lambda a, b: int(a) == int(b),
+                          tries=8, confirm=0 if name == "tie_to_last" else 2)
+        if found is None and name != "tie_to_last":
+            return                            # the failing case only looked like that rule
     if found is not None:
         (w, counts, step), got = found
     want, errs, x = _greedy_step(w, counts, step), _errors(w, counts, step), max(step, 1)

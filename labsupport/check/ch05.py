@@ -270,9 +270,9 @@ def _q2_mistake(fn: Callable, collective: str, nbytes: float, seconds: float, n:
     if n == 1 and want == 0 and got != 0:
         mistake("one_rank", symptom=f"busbw_from_time({collective!r}, {_n(nbytes)}, {_n(seconds)}, 1) returned "
                 f"{got:.6g}, but on a single rank no byte crosses a link",
-                ask=f"What is {collective}'s bus factor {_FACTOR_TEXT[collective]} when n = 1?",
-                fix=f"Use the factor {_FACTOR_TEXT[collective]} for every n, n = 1 included: it is 0 there, and so "
-                    "is busbw.", formula=_BUSBW_FORMULA)
+                ask="On a single rank, how many bytes cross a link — and what does that make busbw?",
+                fix=f"Use {collective}'s bus factor {_FACTOR_TEXT[collective]} for every n, n = 1 included: it is 0 "
+                    "there, and so is busbw.", formula=_BUSBW_FORMULA)
     if n > 1 and got > 0 and want > 0:
         small = _try(fn, collective, 1e9, 1.0, 4)           # algbw = 1 GB/s: the result IS the factor used
         used, n_shown = (small, 4) if small is not None and small > 0 else (got / (nbytes / seconds / 1e9), n)
