@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+import numbers
 import random
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -271,7 +272,7 @@ def q1(greedy_step) -> str:
         got = greedy_step(*args)
         call = f"greedy_step({short(w, 400)}, {short(counts, 200)}, {step})"
         expect(list(args[1]) == counts and list(args[0]) == w, f"{call} modified its inputs")
-        expect(hasattr(got, "__index__") and not isinstance(got, bool),
+        expect(isinstance(got, numbers.Integral) and not isinstance(got, bool),
                f"{call} returned {short(got)}; expected a dataset index (int)")
         if int(got) != want:
             _q1_mistake(greedy_step, w, counts, step, int(got))
@@ -282,7 +283,7 @@ def q1(greedy_step) -> str:
     for w, counts, step in order_cases:
         want = _greedy_step(w, counts, step)
         got = greedy_step(list(w), list(counts), step)
-        expect(hasattr(got, "__index__") and not isinstance(got, bool),
+        expect(isinstance(got, numbers.Integral) and not isinstance(got, bool),
                f"greedy_step({short(w, 400)}, {short(counts, 200)}, {step}) returned {short(got)}; expected a "
                "dataset index (int)")
         if int(got) != want:

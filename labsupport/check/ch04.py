@@ -647,9 +647,10 @@ _Q5_FORMULA = ("sample k reads stream tokens [k·S, k·S + S + 1); walk doc_idx,
 
 def _pieces(got: Any) -> list[tuple[int, ...]] | None:
     try:
-        return [tuple(int(v) for v in piece) for piece in got]
+        pieces = [tuple(int(v) for v in piece) for piece in got]
     except (TypeError, ValueError):
         return None
+    return pieces if all(len(p) == 3 for p in pieces) else None
 
 
 def _stream_words(sizes: list[int], doc_idx: list[int], seq: int, k: int) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 
 from labsupport.distributed import collectives as C
 from labsupport.distributed.hardware import H100_SXM_NODE
-from labsupport.check._core import chapter_summary, check, check_seed, expect, mistake, Sealed, short
+from labsupport.check._core import chapter_summary, check, check_seed, expect, mistake, plain, Sealed, short
 
 CHAPTER = "ch05"
 
@@ -343,7 +343,7 @@ def q3(choose_collectives: Callable):
     missing = [k for k in SCENARIOS if k not in answer]
     expect(not missing, f"missing scenario keys: {missing}")
     bad = [k for k in SCENARIOS if answer[k] not in CHOICES]
-    expect(not bad, f"answers must be one of {CHOICES}; not so for {[(k, short(answer[k])) for k in bad]}")
+    expect(not bad, f"answers must be one of {CHOICES}; not so for {[(k, plain(answer[k])) for k in bad]}")
     wrong = [k for k in SCENARIOS if [k, answer[k]] not in _ANSWERS]
     expect(not wrong, f"{len(wrong)} of {len(SCENARIOS)} scenarios have another collective: {wrong}")
     ratio = answer.get("zero_bytes_ratio")
