@@ -49,6 +49,22 @@ def _no_value_error(weights, sizes, total, max_epochs):
         return [w / sum(weights) for w in weights]
 
 
+def _cap_equal_share(weights, sizes, total, max_epochs):
+    """Caps like the rule, but shares the rest EQUALLY among the datasets not capped."""
+    w = [x / sum(weights) for x in weights]
+    cap = [max_epochs * s / total for s in sizes]
+    if sum(c for c, x in zip(cap, w) if x > 0) < 1:
+        raise ValueError("no blend fits")
+    capped = [False] * len(w)
+    while True:
+        room, free = 1 - sum(c for c, f in zip(cap, capped) if f), capped.count(False)
+        out = [c if f else room / free for c, f in zip(cap, capped)]
+        over = [not f and o > c * (1 + 1e-12) for o, c, f in zip(out, cap, capped)]
+        if not any(over):
+            return out
+        capped = [f or o for f, o in zip(capped, over)]
+
+
 def _exercise_2_epochs(epochs):
     return lambda total, code, weight: {**exercise_2(total, code, weight), "b_code_epochs": epochs(total, code, weight)}
 
@@ -118,6 +134,7 @@ MISTAKES = [
     (ch03.q2, lambda w, n, t: [x / sum(w) * t for x in w], "tokens_not_epochs", "numbers of tokens the run takes"),
     (ch03.q3, ch03._cap_once_no_share, "weight_lost", "the weights add up to 0.75, not 1"),
     (ch03.q3, ch03._cap_one_round, "one_round", "dataset 1 gets 0.48, above its cap 0.35"),
+    (ch03.q3, _cap_equal_share, "ratio_not_kept", "had weights 0.3 : 0.1 and now 0.375 : 0.375"),
     (ch03.q3, _no_value_error, "no_value_error", "cap_weights([1, 1], [1, 1], 4, 1) returned [0.5, 0.5]"),
     (ch03.q4, _exercise_2_epochs(lambda t, c, w: c / (w * t)), "epochs_upside_down", "b_code_epochs = 0.04"),
     (ch03.q4, _exercise_2_epochs(lambda t, c, w: t / c), "epochs_without_weight", "b_code_epochs = 50.0"),
@@ -211,7 +228,8 @@ def test_every_named_mistake_of_chapters_3_to_5_has_a_case():
     named |= {n for module in (ch03, ch04, ch05) for table in ("_Q1_RULES", "_Q5_RULES", "_Q1_MODELS", "_Q2_RULES")
               for n in getattr(module, table, {})}
     named |= set(ch03._epochs_rules())
-    named |= {"float_order", "weight_lost", "one_round", "epochs_upside_down", "epochs_without_weight"}
+    named |= {"float_order", "weight_lost", "one_round", "epochs_upside_down", "epochs_without_weight",
+              "ratio_not_kept"}
     tested = {n for _, _, n, _ in MISTAKES}
     missing = {n for n in named if n not in tested and n not in {"units_GB", "units_GB_inverse"}}
     assert len(named - {"units_GB", "units_GB_inverse"}) >= 45, sorted(named)
@@ -277,6 +295,12 @@ def test_ch04_q3_an_unnamed_wrong_mask_is_told_in_words(capsys):
 def test_ch05_q1_says_whose_data_a_chunk_holds(capsys):
     result = ch05.q1(_ring(add=False))
     assert "holds rank 3; the ring's schedule gives it ranks 0 and 3" in result.message
+
+
+def test_ch05_q1_an_unnamed_wrong_first_step_is_told_in_words(capsys):
+    result = ch05.q1(_ring(send=lambda r, s, n: r + 2 - s))
+    assert result.status == "failed" and not result.mistake
+    assert "after ONE step (steps=1) with n=4, rank 0's chunk 1 holds ranks 0 and 3" in result.message
 
 
 def test_ch05_q2_message_states_busbw_as_algbw_times_the_factor(capsys):

@@ -465,6 +465,42 @@ def _q3_mistake(cap_weights: Callable, got: list[float], args: tuple) -> None:
                     "the rest again among the others, until none is over.", formula=_Q3_FORMULA)
 
 
+_Q3_RATIO_CASE = ([0.6, 0.3, 0.1], [1, 100, 100], 4, 1)     # caps [0.25, 25, 25]: 1 and 2 share 0.75 as 3 : 1
+
+
+def _uncapped_ratio(got: list[float], args: tuple) -> tuple[int, int] | None:
+    """Two datasets below their caps whose weights no longer stand in their original ratio, or None."""
+    weights, sizes, total, max_epochs = args
+    caps = _caps(*args)
+    free = [d for d, (g, c) in enumerate(zip(got, caps)) if weights[d] > 0 and float(g) < c * (1 - 1e-9)]
+    for a, b in itertools.combinations(free, 2):
+        if not math.isclose(float(got[a]) * weights[b], float(got[b]) * weights[a], rel_tol=1e-9):
+            return a, b
+    return None
+
+
+def _q3_ratio_mistake(cap_weights: Callable, got: list[float], args: tuple) -> None:
+    """Named when the weights fit the caps and sum to 1 but the datasets not capped lost their proportions."""
+    if abs(sum(float(g) for g in got) - 1) > 1e-9 or _uncapped_ratio(got, args) is None:
+        return
+    try:
+        small = cap_weights(*copy.deepcopy(_Q3_RATIO_CASE))
+        if abs(sum(float(g) for g in small) - 1) <= 1e-9 and _uncapped_ratio(small, _Q3_RATIO_CASE) is not None:
+            got, args = small, _Q3_RATIO_CASE
+    except Exception:  # noqa: BLE001 - keep the check's own case
+        pass
+    a, b = _uncapped_ratio(got, args)
+    weights = args[0]
+    mistake("ratio_not_kept", symptom=f"cap_weights({short(args[0])}, {short(args[1])}, {short(args[2])}, "
+            f"{short(args[3])}) returned {short([float(g) for g in got], 200)}: datasets {a} and {b}, both under "
+            f"their caps, had weights {short(weights[a])} : {short(weights[b])} and now "
+            f"{short(float(got[a]))} : {short(float(got[b]))} (expected {short(_cap_weights(*args), 200)})",
+            ask=f"The weight the capped datasets gave up went to datasets {a} and {b}: does your result keep the "
+                "ratio they had?",
+            fix="Share 1 − (the caps set) among the datasets not capped in proportion to their ORIGINAL weights: "
+                "dataset d gets w_d × room / (sum of their original weights).", formula=_Q3_FORMULA)
+
+
 @check(CHAPTER, "q3", hint=(
     "redo exercise 3's worked example (weights [0.5, 0.3, 0.2]) by hand and compare each round with your code: "
     "the weight a capped dataset gives up does not disappear, and one round is not always enough",
@@ -531,9 +567,10 @@ def q3(cap_weights) -> str:
         worst = max(range(n), key=lambda d: ep[d])
         expect(ep[worst] <= max_epochs * (1 + 1e-9), f"{call}: dataset {worst} is still read {short(ep[worst])} "
                f"times, more than max_epochs {short(max_epochs)}")
+        if not _close_list(got, want):
+            _q3_ratio_mistake(cap_weights, got, args)
         for d in range(n):
-            expect(abs(got[d] - want[d]) <= 1e-9, f"{call}[{d}] = {short(got[d])}, expected {short(want[d])}: "
-                   f"the datasets not capped share the rest in their original proportions")
+            expect(abs(got[d] - want[d]) <= 1e-9, f"{call}[{d}] = {short(got[d])}, expected {short(want[d])}")
         good += 1
     return f"{good} random blends and {bad} impossible caps"
 

@@ -182,10 +182,15 @@ def q1(ring_reduce_scatter: Callable) -> str:
                 have = np.asarray(got[r][c]) if isinstance(got, (list, tuple)) and len(got) == n else None
                 if have is None or have.shape != want.shape or not np.array_equal(have, want):
                     _q1_trace_mistake(ring_reduce_scatter, n, 1)
-                    sender = (r - 1) % n
-                    expect(False, f"after ONE step (steps=1) with n={n}, rank {r} chunk {c} is "
-                                  f"{short(None if have is None else have.tolist(), 60)}, expected {short(want.tolist())}: "
-                                  f"in step 0 rank {sender} sends its chunk {sender} to rank {r}, which adds it")
+                    traced = _trace(ring_reduce_scatter, n, 1)
+                    held = sim.contributors[1][r][c]
+                    if traced is not None:                # in words: whose data the chunk holds
+                        expect(False, f"after ONE step (steps=1) with n={n}, rank {r}'s chunk {c} holds "
+                               f"{_ranks_words(traced[r][c])} (run with each rank's buffer filled with its own "
+                               f"marker); the ring's schedule gives it {_ranks_words([int(q in held) for q in range(n)])}")
+                    expect(False, f"after ONE step (steps=1) with n={n}, rank {r}'s chunk {c} is "
+                                  f"{short(None if have is None else have.tolist(), 60)}, expected {short(want.tolist())}, "
+                                  f"the sum of ranks {short(list(held))}' chunk {c}")
         cases += 1
     for n in [2, 3, 4, 5, 8] + list(rng.integers(2, 9, size=10)):
         n = int(n)
