@@ -71,5 +71,5 @@ def test_q5_resume_blend():
 
     assert check.q5(resume).passed
     result = check.q5(from_zero)
-    assert result.status == "failed" and "which sample number" in result.message
+    assert result.status == "failed" and result.mistake == "restart_at_zero" and "which sample number" in result.hint
     assert check.q5(stub).status == "not attempted"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from labsupport.distributed import collectives as C
-from labsupport.check import ch05 as check
+from labsupport.check import _core, ch05 as check
 
 
 def stub(*args):
@@ -93,11 +93,19 @@ def test_q2_busbw():
         assert check.q2(wrong).status == "failed"
     assert check.q2(stub).status == "not attempted"
     # a wrong bus factor is named as the factor it is, not called algbw
-    message = check.q2(all_reduce_factor_everywhere).message
-    assert "2(n−1)/n (all_reduce's)" in message and "needs × " in message
-    assert "on one rank nothing crosses a link" in check.q2(algbw).message
+    _core.reset()                                             # the loop above already made this mistake
+    result = check.q2(all_reduce_factor_everywhere)          # right for all_reduce, wrong for all_gather
+    assert result.tier == 1 and "factor is" not in result.hint
+    assert result.mistake == "wrong_factor" and "all_gather" in result.message
+    assert "algbw × 1.5 — all_reduce's factor on 4 ranks" in result.message
+    assert check.q2(all_reduce_factor_everywhere).hint == ("busbw = algbw × factor, and all_gather's factor is "
+                                                           "(n−1)/n (0.75 on 4 ranks).")      # the fix, on a repeat
+    one_rank = check.q2(algbw)
+    assert one_rank.mistake == "one_rank" and "on a single rank no byte crosses a link" in one_rank.message
     only_n_gt_1 = lambda coll, s, t, n: 0.0 if n == 1 else algbw(coll, s, t, n)
-    assert "algbw × 1 (algbw itself)" in check.q2(only_n_gt_1).message
+    result = check.q2(only_n_gt_1)
+    assert result.mistake == "wrong_factor" and "algbw itself, with no bus factor" in result.message
+    assert "(algbw itself) =" not in result.message           # #24: no more "algbw × 1 (algbw itself) = 2(n−1)/n"
 
 
 GOOD_Q3 = {"dp_gradients": "all_reduce", "tp_row_parallel_output": "all_reduce", "tp_sp_enter": "all_gather",
@@ -167,7 +175,7 @@ def test_q1_checks_the_first_step_alone_when_asked():
 
     assert check.q1(with_steps).passed
     result = check.q1(first_step_wrong)
-    assert result.status == "failed" and "after ONE step" in result.message
+    assert result.status == "failed" and "after 1 step (steps=1)" in result.message and result.mistake == "wrong_chunk"
 
 
 def test_q5_comm_seconds_per_step():
@@ -176,18 +184,18 @@ def test_q5_comm_seconds_per_step():
 
     assert check.q5(right).passed
     no_factor = check.q5(lambda c, s, o, n, b: o * s / (b * 1e9))
-    assert no_factor.status == "failed" and "bus factor" in no_factor.message
+    assert no_factor.mistake == "no_bus_factor" and "only its S bytes on the bus" in no_factor.message
     one_op = check.q5(lambda c, s, o, n, b: right(c, s, 1, n, b))
-    assert one_op.status == "failed" and "one operation" in one_op.message
+    assert one_op.mistake == "one_operation" and "the bus bytes of ONE all_reduce" in one_op.message
     assert check.q5(lambda c, s, o, n, b: right(c, s, o, n, b) * 1e9).status == "failed"
     assert check.q5(stub).status == "not attempted"
 
 
 def test_q2_hint_is_tiered(capsys):
     """First failure: a nudge, second: the idea, both without the formula; from the third on: the formula."""
-    algbw = lambda coll, nbytes, seconds, n: nbytes / seconds / 1e9
-    first, second, third = check.q2(algbw), check.q2(algbw), check.q2(algbw)
-    assert first.status == second.status == third.status == "failed"
+    hard_coded = lambda coll, nbytes, seconds, n: 1.75 if n > 1 else 0.0     # no mistake the check names
+    first, second, third = check.q2(hard_coded), check.q2(hard_coded), check.q2(hard_coded)
+    assert first.status == second.status == third.status == "failed" and not first.mistake
     assert "2(n−1)/n" not in first.hint and "2(n−1)/n" not in second.hint and "2(n−1)/n" in third.hint
     out = capsys.readouterr().out
     assert out.count("hint:") == 3

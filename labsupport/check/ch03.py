@@ -8,15 +8,18 @@ Every check draws fresh random inputs and compares the learner's function with t
 """
 from __future__ import annotations
 
+import copy
+import itertools
 import math
+import numbers
 import random
-from typing import Any
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from labsupport.datasets.blending import cap_weights as _cap_weights
 from labsupport.datasets.blending import expected_epochs as _expected_epochs
 from labsupport.datasets.blending import greedy_step as _greedy_step
 from labsupport.datasets.blending import reference_blending_indices
-from labsupport.check._core import chapter_summary, check, check_seed, expect, parts, Sealed, short
+from labsupport.check._core import chapter_summary, check, check_seed, expect, mistake, parts, Sealed, short
 
 CHAPTER = "ch03"
 
@@ -92,7 +95,143 @@ def _weights(rng: random.Random, n: int) -> list[float]:
     return [r / sum(raw) for r in raw]
 
 
+def _smallest(learner: Callable, cases: Iterable[tuple], right: Callable, wrong: Callable,
+              same: Callable[[Any, Any], bool], tries: int = 6, confirm: int = 0) -> tuple[tuple, Any] | None:
+    """The first of ``cases`` (smallest first) where ``wrong`` and ``right`` differ and the learner's
+    function gives ``wrong``'s answer: the smallest input that shows a named mistake (at most
+    ``tries`` calls of the learner's function).  With ``confirm``, the learner must also give
+    ``wrong``'s answer on that many further such cases (else None: it follows another rule)."""
+    found = None
+    for args in cases:
+        if tries <= 0:
+            break
+        bad = wrong(*args)
+        if same(bad, right(*args)):
+            continue
+        tries -= 1
+        try:
+            got = learner(*copy.deepcopy(args))
+        except Exception:  # noqa: BLE001 - the learner's code on an input the check chose
+            continue
+        if not same(got, bad):
+            if found is not None:
+                return None                   # it does not follow that rule after all
+            continue
+        if found is None:
+            found = args, got
+        if confirm <= 0:
+            return found
+        confirm -= 1
+    return None if confirm > 0 else found
+
+
+def _words(items: Sequence[int]) -> str:
+    """[0, 2, 3] → '0, 2 and 3'."""
+    items = [str(i) for i in items]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 # ---------------------------------------------------------------------------------------------
+def _errors(w: Sequence[float], counts: Sequence[int], step: int) -> list[float]:
+    x = float(max(step, 1))
+    return [wd * x - c for wd, c in zip(w, counts)]
+
+
+def _argmax_first(values: Sequence[float]) -> int:
+    return max(range(len(values)), key=lambda d: (values[d], -d))
+
+
+#: q1's recognised wrong rules: a name and the dataset that rule picks (shown on small states).
+_Q1_RULES: dict[str, Callable[[list[float], list[int], int], int]] = {
+    "tie_to_last": lambda w, c, s: max(range(len(w)), key=lambda d: (_errors(w, c, s)[d], d)),
+    "step_zero": lambda w, c, s: _argmax_first([wd * s - cd for wd, cd in zip(w, c)]),
+    "furthest_ahead": lambda w, c, s: min(range(len(w)), key=lambda d: (_errors(w, c, s)[d], d)),
+}
+
+
+def _q1_small_states() -> Iterator[tuple[list[float], list[int], int]]:
+    """Small blend states, smallest first: two or three datasets, steps 0…4, counts 0…2."""
+    for w in ([0.5, 0.5], [0.25, 0.75], [0.75, 0.25], [0.25, 0.25, 0.5], [0.5, 0.25, 0.25]):
+        for step in range(5):
+            for counts in sorted(itertools.product(range(3), repeat=len(w)), key=sum):
+                yield list(w), list(counts), step
+
+
+def _q1_name(w: list[float], counts: list[int], step: int, got: int) -> str:
+    """Which recognised mistake a wrong pick ``got`` on this state is, or ''."""
+    errs, want = _errors(w, counts, step), _greedy_step(w, counts, step)
+    if not 0 <= got < len(w):
+        return ""
+    if errs[got] == errs[want] and got > want:
+        return "tie_to_last"
+    if math.isclose(errs[got], errs[want], rel_tol=1e-12, abs_tol=1e-9):
+        return "float_order"                  # equal up to rounding: right on paper, computed another way
+    if step == 0 and got == _Q1_RULES["step_zero"](w, counts, step):
+        return "step_zero"
+    if got == _Q1_RULES["furthest_ahead"](w, counts, step):
+        return "furthest_ahead"
+    return ""
+
+
+def _q1_mistake(greedy_step: Callable, w: list[float], counts: list[int], step: int, got: int) -> None:
+    """Name the mistake a wrong pick shows, on the smallest state where the learner's function shows it."""
+    name = _q1_name(w, counts, step, got)
+    if not name:
+        return
+    if name == "float_order":
+        found = None                          # the earliest order-sensitive state it gets wrong
+        for state in _order_sensitive_states():
+            pick = greedy_step(*copy.deepcopy(state))
+            if int(pick) != _greedy_step(*state):
+                found = state, int(pick)
+                break
+    else:
+        found = _smallest(greedy_step, _q1_small_states(), _greedy_step, _Q1_RULES[name], lambda a, b: int(a) == int(b),
+                          tries=8, confirm=0 if name == "tie_to_last" else 2)
+        if found is None and name != "tie_to_last":
+            return                            # the failing case only looked like that rule
+    if found is not None:
+        (w, counts, step), got = found
+    want, errs, x = _greedy_step(w, counts, step), _errors(w, counts, step), max(step, 1)
+    call = f"greedy_step({short(w, 400)}, {short(counts, 200)}, {step}) returned {short(got)}"
+    errors = f"the errors weights[d] × {x} − counts[d] are {short(errs, 400)}"
+    if name == "tie_to_last":
+        tied = [d for d, e in enumerate(errs) if e == max(errs)]
+        mistake(name, symptom=f"{call}: {errors}, so datasets {_words(tied)} tie exactly at the largest error "
+                f"{short(max(errs))}, and yours gave the sample to dataset {short(got)}",
+                ask="When two datasets are exactly equally far behind, which one does Megatron's rule pick, "
+                    "and which one does your comparison keep?",
+                fix="On an exact tie the LOWEST index wins: scan d = 0, 1, … and replace the best only when an "
+                    "error is strictly greater (>, not >=).",
+                formula="winner = the smallest d with error_d = max_j error_j, error_d = weights[d] × max(step, 1) "
+                        "− counts[d]")
+    if name == "furthest_ahead":
+        mistake(name, symptom=f"{call}: {errors}; yours picked dataset {short(got)}, whose error "
+                f"{short(errs[int(got)])} is the SMALLEST — the dataset that has had the most samples for its "
+                "share", ask="Which dataset should supply the next sample: the one furthest behind its share, "
+                             "or the one furthest ahead?",
+                fix="Pick the largest error weights[d] × x − counts[d] (the dataset that is most behind).",
+                formula="winner = argmax_d (weights[d] × max(step, 1) − counts[d]), lowest index on a tie")
+    if name == "step_zero":
+        mistake(name, symptom=f"{call}: at step 0 nothing has been taken yet and {errors}, so dataset {want} "
+                f"(the largest weight) should supply the first sample; yours picked {short(got)}, what x = 0 "
+                "gives (every error 0, a tie)",
+                ask="What is x at step 0 — and what do all the errors become if x is 0?",
+                fix="Use x = max(step, 1): Megatron treats step 0 like step 1, so the weights decide the first "
+                    "sample.", formula="x = max(step, 1); error_d = weights[d] × x − counts[d]")
+    alt = [wd - c / float(x) for wd, c in zip(w, counts)]
+    mistake(name, symptom=f"{call}, expected {want}, in a state the blend really reaches. Computed as "
+            f"weights[d] * x - counts[d] (x = {x}) the errors are {short(errs, 400)}: dataset {want}'s is the "
+            f"largest, dataset {short(got)}'s smaller by {abs(errs[want] - errs[int(got)]):.3g}, a difference "
+            f"of rounding (weights[d] - counts[d] / x gives {short(alt, 400)}, another order)",
+            ask="Your rule is right on paper, yet picks another dataset here: in which order does your code "
+                "multiply, divide and subtract to get each error?",
+            fix="Compute each error literally as weights[d] * x - counts[d]: multiply first, then subtract, "
+                "with no division (w − c/x and w·(x − c/w) round differently).",
+            formula="x = float(max(step, 1)); error_d = weights[d] * x - counts[d]; the largest wins, the lowest "
+                    "index on an exact tie")
+
+
 @check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the formula
     "the blend gives the next sample to the dataset furthest behind its share so far; reread chapter 3's 'The "
     "greedy rule, by hand' for how Megatron's helpers.cpp measures 'behind' and how it breaks ties",
@@ -114,6 +253,11 @@ def q1(greedy_step) -> str:
             step = sum(raw) * rng.randint(1, 50)
             tied = rng.sample(range(n), rng.randint(2, n))         # at least two share the largest error
             counts = [round(wd * step) + (0 if d in tied else rng.randint(1, 3)) for d, wd in enumerate(w)]
+        elif k < 65:                                             # the first sample: step 0, nothing taken yet
+            w = sorted(_weights(rng, n))                        # the largest weight last: x = 0 would pick 0
+            step, counts = 0, [0] * n
+            if w[0] == w[-1]:
+                w = [(d + 1.0) / (n * (n + 1) / 2) for d in range(n)]
         elif k % 2 == 0:                                        # a state the blend really reaches
             w = _weights(rng, n)
             step = rng.randint(0, 60)
@@ -124,30 +268,35 @@ def q1(greedy_step) -> str:
             step = rng.randint(0, 10_000)
             counts = [rng.randint(0, max(1, step)) for _ in range(n)]
         want = _greedy_step(w, counts, step)
-        x = float(max(step, 1))
-        errs = [wd * x - c for wd, c in zip(w, counts)]
         args = (list(w), list(counts), step)
         got = greedy_step(*args)
-        call = f"greedy_step({short(w, 60)}, {counts}, {step})"
+        call = f"greedy_step({short(w, 400)}, {short(counts, 200)}, {step})"
         expect(list(args[1]) == counts and list(args[0]) == w, f"{call} modified its inputs")
-        expect(hasattr(got, "__index__") and not isinstance(got, bool),
+        expect(isinstance(got, numbers.Integral) and not isinstance(got, bool),
                f"{call} returned {short(got)}; expected a dataset index (int)")
-        expect(int(got) == want, f"{call} returned {got}, expected {want} (errors {short([round(e, 4) for e in errs], 80)})")
+        if int(got) != want:
+            _q1_mistake(greedy_step, w, counts, step, int(got))
+            expect(False, f"{call} returned {short(got)}, expected {want}: the errors weights[d] × "
+                   f"{max(step, 1)} − counts[d] are {short(_errors(w, counts, step), 400)}")
         cases += 1
     order_cases = _order_sensitive_states()
     for w, counts, step in order_cases:
         want = _greedy_step(w, counts, step)
         got = greedy_step(list(w), list(counts), step)
-        expect(hasattr(got, "__index__") and int(got) == want,
-               f"greedy_step({w}, {counts}, {step}) returned {short(got)}, expected {want}: a state the blend really "
-               "reaches where two errors are equal up to rounding. Megatron computes weights[d] * x first and "
-               "then subtracts counts[d]; w − c/x or w·(x − c/w) round differently and pick another dataset")
+        expect(isinstance(got, numbers.Integral) and not isinstance(got, bool),
+               f"greedy_step({short(w, 400)}, {short(counts, 200)}, {step}) returned {short(got)}; expected a "
+               "dataset index (int)")
+        if int(got) != want:
+            _q1_mistake(greedy_step, w, counts, step, int(got))
+            expect(False, f"greedy_step({short(w, 400)}, {short(counts, 200)}, {step}) returned {short(got)}, "
+                   f"expected {want}: the errors weights[d] × {max(step, 1)} − counts[d] are "
+                   f"{short(_errors(w, counts, step), 400)}")
     return f"{cases} random states, 60 of them with exact ties, and {len(order_cases)} states where the order of the float operations decides"
 
 
 def _order_sensitive_states(limit: int = 12) -> list[tuple[list[float], list[int], int]]:
     """Real blend states where ``w*x - c`` (Megatron's order) and the rearranged ``w - c/x`` pick
-    different datasets: the reference's own walk through two blends."""
+    different datasets: the reference's own walk through two blends (earliest step first)."""
     alternative = lambda w, c, x: w - c / x                      # noqa: E731 - the same error divided by x
     found = []
     for w in ([0.1, 0.2, 0.7], [0.7, 0.2, 0.1]):
@@ -159,23 +308,63 @@ def _order_sensitive_states(limit: int = 12) -> list[tuple[list[float], list[int
             if alt.index(max(alt)) != d and len(found) < limit:
                 found.append((list(w), list(counts), step))
             counts[d] += 1
-    return found
+    return sorted(found, key=lambda state: state[2])
 
 
 # ---------------------------------------------------------------------------------------------
-def _q2_mistake(got: list[float], weights: list[float], sizes: list[int], total: int) -> str:
-    """A known wrong epoch list, named: weights not normalised, or dataset_tokens / supplied tokens."""
-    norm = sum(weights)
-    candidates = (
-        ([w * total / n for w, n in zip(weights, sizes)],
-         f" — the weights were not normalised: they sum to {norm:.4g}, divide each by the sum first"),
-        ([n / (w / norm * total) for w, n in zip(weights, sizes)], " — that is upside down: tokens supplied / tokens "
-         "in the dataset"),
-    )
-    for values, text in candidates:
-        if all(math.isclose(g, v, rel_tol=1e-9) for g, v in zip(got, values)):
-            return text
-    return ""
+def _epochs_rules() -> dict[str, Callable[[list[float], list[float], float], list[float]]]:
+    """q2's recognised wrong answers: each a name and the epochs it gives."""
+    return {
+        "not_normalised": lambda w, n, t: [wd * t / s for wd, s in zip(w, n)],
+        "upside_down": lambda w, n, t: [s / (wd / sum(w) * t) for wd, s in zip(w, n)],
+        "tokens_not_epochs": lambda w, n, t: [wd / sum(w) * t for wd in w],
+    }
+
+
+def _close(a: Any, b: Any, rel: float = 1e-9) -> bool:
+    """Are ``a`` and ``b`` equal numbers, or lists of numbers equal element by element, up to ``rel``?"""
+    try:
+        if hasattr(b, "__len__"):
+            return len(a) == len(b) and all(math.isclose(float(x), float(y), rel_tol=rel, abs_tol=1e-12)
+                                            for x, y in zip(a, b))
+        return math.isclose(float(a), float(b), rel_tol=rel, abs_tol=1e-12)
+    except (TypeError, ValueError):
+        return False
+
+
+_Q2_SMALL = [([1, 1], [2, 2], 8), ([1, 1], [1, 1], 1), ([1, 3], [1, 3], 8), ([1, 1], [2, 4], 8)]
+
+
+def _q2_mistake(epochs: Callable, got: list[float], weights: list[float], sizes: list[int], total: float) -> None:
+    for name, rule in _epochs_rules().items():
+        if not _close(got, rule(weights, sizes, total)) or _close(got, _expected_epochs(weights, sizes, total)):
+            continue
+        found = _smallest(epochs, _Q2_SMALL, _expected_epochs, rule, _close)
+        if found is not None:
+            (weights, sizes, total), got = found
+        want = _expected_epochs(weights, sizes, total)
+        call = f"epochs({short(weights, 200)}, {short(sizes, 200)}, {short(total)}) returned {short(got, 200)}"
+        formula = "epochs_d = (w_d / Σ_j w_j) × total_tokens / dataset_tokens[d]"
+        if name == "not_normalised":
+            mistake(name, symptom=f"{call}: together {short(sum(float(g) * s for g, s in zip(got, sizes)))} "
+                    f"tokens read from the datasets, in a run of {short(total)} tokens (expected {short(want, 200)})",
+                    ask=f"With weights {short(weights)}, which share of the run does each dataset get — and do "
+                        "your shares add up to the whole run?",
+                    fix="Normalise the weights first: dataset d's share of the run is w_d / sum(weights).",
+                    formula=formula)
+        if name == "upside_down":
+            taken = [wd / sum(weights) * total for wd in weights]
+            mistake(name, symptom=f"{call}: the run takes {short(taken)} tokens from datasets of {short(sizes)} "
+                    f"tokens (expected {short(want, 200)})",
+                    ask="One epoch is one pass over a dataset's own tokens: which number goes on top — the tokens "
+                        "the run takes from it, or the tokens it has?",
+                    fix="Divide the tokens dataset d supplies (its share × total_tokens) by its own size "
+                        "dataset_tokens[d], not the other way round.", formula=formula)
+        mistake(name, symptom=f"{call}: those are the numbers of tokens the run takes from each dataset; the "
+                f"datasets have {short(sizes)} tokens (expected {short(want, 200)})",
+                ask="An epoch is one pass over the dataset: how many passes over its own tokens is the number "
+                    "of tokens the run takes from it?",
+                fix="Divide the tokens each dataset supplies by its size dataset_tokens[d].", formula=formula)
 
 
 @check(CHAPTER, "q2", hint=(
@@ -197,14 +386,15 @@ def q2(epochs) -> str:
         total = rng.choice([10**9, 10**11, 3 * 10**12, rng.randint(10**8, 10**13)])
         want = _expected_epochs(weights, sizes, total)
         got = epochs(list(weights), list(sizes), total)
-        call = f"epochs({short([round(v, 3) for v in weights], 50)}, {short(sizes, 60)}, {total})"
+        call = f"epochs({short(weights, 200)}, {short(sizes, 200)}, {total})"
         expect(hasattr(got, "__len__") and len(got) == n, f"{call} returned {short(got)}; expected {n} numbers")
-        for d, (g, wv) in enumerate(zip(got, want)):
+        for d, g in enumerate(got):
             expect(isinstance(g, (int, float)) or hasattr(g, "__float__"), f"{call}[{d}] is {short(g)}, not a number")
+        got = [float(v) for v in got]
         for d, (g, wv) in enumerate(zip(got, want)):
-            if not math.isclose(float(g), wv, rel_tol=1e-9):
-                expect(False, f"{call}[{d}] = {float(g):.6g}, expected {wv:.6g}"
-                       + _q2_mistake([float(v) for v in got], weights, sizes, total))
+            if not math.isclose(g, wv, rel_tol=1e-9):
+                _q2_mistake(epochs, got, weights, sizes, total)
+                expect(False, f"{call}[{d}] = {short(g)}, expected {short(wv)}")
         cases += 1
     return f"{cases} random blends"
 
@@ -216,6 +406,99 @@ def _close_list(got: Any, values: list[float]) -> bool:
         return len(got) == len(values) and all(abs(float(g) - v) <= 1e-9 for g, v in zip(got, values))
     except (TypeError, ValueError):
         return False
+
+
+def _caps(weights: list[float], sizes: list[float], total: float, max_epochs: float) -> list[float]:
+    return [max_epochs * s / total for s in sizes]
+
+
+def _cap_once_no_share(weights, sizes, total, max_epochs):
+    """Mistake: every dataset over its cap set to the cap, and the weight it gave up given to nobody."""
+    w = [x / sum(weights) for x in weights]
+    return [min(x, c) for x, c in zip(w, _caps(weights, sizes, total, max_epochs))]
+
+
+def _cap_one_round(weights, sizes, total, max_epochs):
+    """Mistake: cap once, share the rest once, never look again."""
+    w = [x / sum(weights) for x in weights]
+    cap = _caps(weights, sizes, total, max_epochs)
+    over = [x > c for x, c in zip(w, cap)]
+    room = 1 - sum(c for c, o in zip(cap, over) if o)
+    free = sum(x for x, o in zip(w, over) if not o)
+    return [c if o else (x * room / free if free else 0.0) for x, c, o in zip(w, cap, over)]
+
+
+_Q3_CASCADE = ([0.5, 0.3, 0.2], [20, 35, 100], 100, 1)
+_Q3_SMALL = {"weight_lost": [([0.5, 0.5], [1, 10], 4, 1), _Q3_CASCADE], "one_round": [_Q3_CASCADE]}
+_Q3_FORMULA = ("cap_d = max_epochs × dataset_tokens[d] / total_tokens; normalise; repeat {every uncapped d with "
+               "w_d > cap_d gets cap_d for good; the others share 1 − Σ caps set in proportion to their original "
+               "weights} until none is over; ValueError when Σ_{d: w_d > 0} cap_d < 1")
+
+
+def _q3_mistake(cap_weights: Callable, got: list[float], args: tuple) -> None:
+    for name, rule in (("weight_lost", _cap_once_no_share), ("one_round", _cap_one_round)):
+        if not _close_list(got, rule(*args)) or _close_list(got, _cap_weights(*args)):
+            continue
+        found = _smallest(cap_weights, _Q3_SMALL[name], _cap_weights, rule, _close_list)
+        if found is not None:
+            args, got = found
+        weights, sizes, total, max_epochs = args
+        caps, want = _caps(*args), _cap_weights(*args)
+        call = (f"cap_weights({short(weights)}, {short(sizes)}, {short(total)}, {short(max_epochs)}) returned "
+                f"{short([float(g) for g in got], 200)}")
+        if name == "weight_lost":
+            mistake(name, symptom=f"{call}: the weights add up to {short(round(sum(float(g) for g in got), 12))}, "
+                    f"not 1 (the caps are {short(caps)}; expected {short(want, 200)})",
+                    ask="Your weights no longer fill the run: where did the weight go that the capped dataset "
+                        "gave up?",
+                    fix="Share 1 − (the caps set) among the datasets not capped, in proportion to their original "
+                        "weights — and check again, since that can push another one over its cap.",
+                    formula=_Q3_FORMULA)
+        over = [d for d, (g, c) in enumerate(zip(got, caps)) if float(g) > c * (1 + 1e-9)]
+        d = over[0] if over else 0
+        mistake(name, symptom=f"{call}: dataset {d} gets {short(float(got[d]))}, above its cap {short(caps[d])} — "
+                f"it is read {short(round(float(got[d]) * total / sizes[d], 6))} times with max_epochs "
+                f"{short(max_epochs)} (expected {short(want, 200)})",
+                ask="After you shared out the weight the first capped dataset gave up, is every dataset still "
+                    "under its cap?",
+                fix="Repeat: cap every dataset the sharing pushed over its cap (it keeps its cap for good) and share "
+                    "the rest again among the others, until none is over.", formula=_Q3_FORMULA)
+
+
+_Q3_RATIO_CASE = ([0.6, 0.3, 0.1], [1, 100, 100], 4, 1)     # caps [0.25, 25, 25]: 1 and 2 share 0.75 as 3 : 1
+
+
+def _uncapped_ratio(got: list[float], args: tuple) -> tuple[int, int] | None:
+    """Two datasets below their caps whose weights no longer stand in their original ratio, or None."""
+    weights, sizes, total, max_epochs = args
+    caps = _caps(*args)
+    free = [d for d, (g, c) in enumerate(zip(got, caps)) if weights[d] > 0 and float(g) < c * (1 - 1e-9)]
+    for a, b in itertools.combinations(free, 2):
+        if not math.isclose(float(got[a]) * weights[b], float(got[b]) * weights[a], rel_tol=1e-9):
+            return a, b
+    return None
+
+
+def _q3_ratio_mistake(cap_weights: Callable, got: list[float], args: tuple) -> None:
+    """Named when the weights fit the caps and sum to 1 but the datasets not capped lost their proportions."""
+    if abs(sum(float(g) for g in got) - 1) > 1e-9 or _uncapped_ratio(got, args) is None:
+        return
+    try:
+        small = cap_weights(*copy.deepcopy(_Q3_RATIO_CASE))
+        if abs(sum(float(g) for g in small) - 1) <= 1e-9 and _uncapped_ratio(small, _Q3_RATIO_CASE) is not None:
+            got, args = small, _Q3_RATIO_CASE
+    except Exception:  # noqa: BLE001 - keep the check's own case
+        pass
+    a, b = _uncapped_ratio(got, args)
+    weights = args[0]
+    mistake("ratio_not_kept", symptom=f"cap_weights({short(args[0])}, {short(args[1])}, {short(args[2])}, "
+            f"{short(args[3])}) returned {short([float(g) for g in got], 200)}: datasets {a} and {b}, both under "
+            f"their caps, had weights {short(weights[a])} : {short(weights[b])} and now "
+            f"{short(float(got[a]))} : {short(float(got[b]))} (expected {short(_cap_weights(*args), 200)})",
+            ask=f"The weight the capped datasets gave up went to datasets {a} and {b}: does your result keep the "
+                "ratio they had?",
+            fix="Share 1 − (the caps set) among the datasets not capped in proportion to their ORIGINAL weights: "
+                "dataset d gets w_d × room / (sum of their original weights).", formula=_Q3_FORMULA)
 
 
 @check(CHAPTER, "q3", hint=(
@@ -231,14 +514,14 @@ def _close_list(got: Any, values: list[float]) -> bool:
     "add up to less than 1."))
 def q3(cap_weights) -> str:
     # the worked example of the exercise: capping dataset 0 pushes dataset 1 over its cap
-    cascade = ([0.5, 0.3, 0.2], [20, 35, 100], 100, 1)
-    want = _cap_weights(*cascade)
-    got = cap_weights(*[list(a) if isinstance(a, list) else a for a in cascade])
-    expect(hasattr(got, "__len__") and len(got) == 3 and all(abs(float(g) - v) <= 1e-9 for g, v in zip(got, want)),
-           f"cap_weights{cascade} returned {short(got)}, expected {[round(v, 4) for v in want]}: after capping "
-           "dataset 0 at 0.2, sharing the rest 0.3 : 0.2 gives dataset 1 0.48 > its cap 0.35 — cap it too and "
-           "share again" + (" (you capped dataset 0 but gave nobody the weight it gave up)"
-                            if _close_list(got, [0.2, 0.3, 0.2]) else ""))
+    want = _cap_weights(*_Q3_CASCADE)
+    got = cap_weights(*copy.deepcopy(_Q3_CASCADE))
+    if not _close_list(got, want):
+        expect(hasattr(got, "__len__") and len(got) == 3, f"cap_weights{_Q3_CASCADE} returned {short(got)}; "
+               "expected 3 weights")
+        _q3_mistake(cap_weights, got, _Q3_CASCADE)
+        expect(False, f"cap_weights{_Q3_CASCADE} (the worked example) returned {short([float(g) for g in got], 200)}, "
+               f"expected {short(want, 200)}")
     rng = random.Random(check_seed())
     good = bad = 0
     while good < 50 or bad < 8:
@@ -253,38 +536,77 @@ def q3(cap_weights) -> str:
             want = None
         if (want is None and bad >= 8) or (want is not None and good >= 50):
             continue
-        call = f"cap_weights({short([round(v, 3) for v in weights], 50)}, {short(sizes, 50)}, {total}, {max_epochs:g})"
+        args = (weights, sizes, total, max_epochs)
+        call = f"cap_weights({short(weights, 200)}, {short(sizes, 200)}, {total}, {short(max_epochs)})"
         if want is None:
             try:
-                got = cap_weights(list(weights), list(sizes), total, max_epochs)
+                got = cap_weights(*copy.deepcopy(args))
             except ValueError:
                 bad += 1
                 continue
-            expect(False, f"{call} returned {short(got)}; no blend fits under the cap there, expected ValueError")
-        got = cap_weights(list(weights), list(sizes), total, max_epochs)
+            try:                                 # the smallest case: two 1-token datasets, a 4-token run
+                small = ([1, 1], [1, 1], 4, 1)
+                got, args = cap_weights(*copy.deepcopy(small)), small
+                call = "cap_weights([1, 1], [1, 1], 4, 1)"
+            except Exception:  # noqa: BLE001 - it raises there: keep the check's own case
+                pass
+            caps = sum(_caps(*args))
+            mistake("no_value_error", symptom=f"{call} returned {short(got, 200)}; the caps add up to "
+                    f"{short(round(caps, 6))} < 1, so even every dataset at its cap fills only that share of the "
+                    "run", ask="Can these datasets, each read at most max_epochs times, supply the whole run? What "
+                               "should the function do when they cannot?",
+                    fix="Raise ValueError when the caps of the datasets with weight > 0 add up to less than 1.",
+                    formula="Σ_{d: w_d > 0} max_epochs × dataset_tokens[d] / total_tokens < 1  ⇒  raise ValueError")
+        got = cap_weights(*copy.deepcopy(args))
         expect(hasattr(got, "__len__") and len(got) == n, f"{call} returned {short(got)}; expected {n} weights")
         got = [float(g) for g in got]
-        expect(abs(sum(got) - 1.0) < 1e-9, f"{call} returned weights summing to {sum(got):.6f}, expected 1")
+        if not _close_list(got, want):
+            _q3_mistake(cap_weights, got, args)
+        expect(abs(sum(got) - 1.0) < 1e-9, f"{call} returned weights summing to {short(sum(got))}, expected 1")
         ep = _expected_epochs(got, sizes, total)
         worst = max(range(n), key=lambda d: ep[d])
-        expect(ep[worst] <= max_epochs * (1 + 1e-9), f"{call}: dataset {worst} is still seen {ep[worst]:.3f} times")
+        expect(ep[worst] <= max_epochs * (1 + 1e-9), f"{call}: dataset {worst} is still read {short(ep[worst])} "
+               f"times, more than max_epochs {short(max_epochs)}")
+        if not _close_list(got, want):
+            _q3_ratio_mistake(cap_weights, got, args)
         for d in range(n):
-            expect(abs(got[d] - want[d]) <= 1e-9, f"{call}[{d}] = {got[d]:.6f}, expected {want[d]:.6f} "
-                   "(keep the uncapped datasets in their original proportions)")
+            expect(abs(got[d] - want[d]) <= 1e-9, f"{call}[{d}] = {short(got[d])}, expected {short(want[d])}")
         good += 1
     return f"{good} random blends and {bad} impossible caps"
 
 
 # ---------------------------------------------------------------------------------------------
-def _q4_mistake(got: Any, total: float, code: float, weight: float) -> str:
-    """A known wrong epoch count, named: upside down, or without the code weight."""
+_Q4_BOOK = (10**11, 2 * 10**9, 0.5)     # the book's example: 2 B code tokens at 0.5 of a 100 B-token run
+
+
+def _q4_epochs_mistake(exercise_2: Callable, got: Any, total: float, code: float, weight: float) -> tuple | None:
+    """A named wrong epoch count: (name, symptom, ask, fix, formula), shown on the book's example."""
     if not isinstance(got, (int, float)) or isinstance(got, bool):
-        return ""
-    if math.isclose(got, code / (weight * total), rel_tol=1e-9):
-        return " (that is code_tokens / (weight × total): upside down)"
-    if math.isclose(got, total / code, rel_tol=1e-9):
-        return " (that is total / code_tokens: the code set gets only code_weight of the run)"
-    return ""
+        return None
+    rules = {"epochs_upside_down": lambda t, c, w: c / (w * t), "epochs_without_weight": lambda t, c, w: t / c}
+    for name, rule in rules.items():
+        if not math.isclose(got, rule(total, code, weight), rel_tol=1e-9):
+            continue
+        try:
+            book = exercise_2(*_Q4_BOOK)["b_code_epochs"]
+            if math.isclose(float(book), rule(*_Q4_BOOK), rel_tol=1e-9):
+                (total, code, weight), got = _Q4_BOOK, book
+        except Exception:  # noqa: BLE001 - keep the check's own case
+            pass
+        call = f"exercise_2({short(total)}, {short(code)}, {short(weight)}): b_code_epochs = {short(got)}"
+        formula = "epochs = code_weight × total_tokens / code_tokens"
+        if name == "epochs_upside_down":
+            return (name, f"{call}, less than one pass — yet the run takes {short(weight)} × {short(total)} = "
+                    f"{short(weight * total)} tokens from a code set of {short(code)}",
+                    "One epoch is one pass over the code set: how many code_tokens-sized passes fit into the tokens "
+                    "the run takes from it?",
+                    "Divide the tokens the run takes from the code set (code_weight × total_tokens) by code_tokens.",
+                    formula)
+        return (name, f"{call}: that many passes would need all {short(total)} tokens of the run to be code, but "
+                f"code has only the share {short(weight)} of the run",
+                "How many of the run's tokens come from the code set at weight code_weight?",
+                "Multiply total_tokens by code_weight before dividing by code_tokens.", formula)
+    return None
 
 
 @check(CHAPTER, "q4", hint=(
@@ -316,20 +638,30 @@ def q4(exercise_2) -> tuple[str, dict[str, str]]:
             expect(not unknown, f"{key}: unknown option(s) {unknown}; choose from {sorted(options)}")
         want = weight * total / code
         got = answer["b_code_epochs"]
-        with parts() as part:  # name every failing part at once
-            part(isinstance(got, (int, float)) and not isinstance(got, bool) and math.isclose(got, want, rel_tol=1e-9),
-                 f"exercise_2({total:g}, {code:g}, {weight}): b_code_epochs = {short(got)}, expected {want:g}"
-                 + _q4_mistake(got, total, code, weight))
-            for key, right in (("a", _EFFECTS), ("b", _RISKS), ("c", _STEPS)):
-                chosen = set(answer[key])
-                wrong = sorted(c for c in chosen if c not in right)
-                if part(not wrong, f"{key}: {wrong} is not right"):
-                    part(len(chosen) == len(right), f"{key}: {len(right) - len(chosen)} correct option(s) missing")
-            for key in ("a_why", "b_why", "c_why"):
-                text = answer[key]
-                part(isinstance(text, str) and len(text.split()) >= 10,
-                     f"{key}: a few sentences (10+ words) in your own words")
-                manual[key] = text
+        problems: list[str] = []                # every failing part, named at once
+        for key, right in (("a", _EFFECTS), ("b", _RISKS), ("c", _STEPS)):
+            chosen = set(answer[key])
+            wrong = sorted(c for c in chosen if c not in right)
+            if wrong:
+                problems.append(f"{key}: {wrong} is not right")
+            elif len(chosen) != len(right):
+                problems.append(f"{key}: {len(right) - len(chosen)} correct option(s) missing")
+        for key in ("a_why", "b_why", "c_why"):
+            text = answer[key]
+            if not (isinstance(text, str) and len(text.split()) >= 10):
+                problems.append(f"{key}: a few sentences (10+ words) in your own words")
+            manual[key] = text
+        ok = isinstance(got, (int, float)) and not isinstance(got, bool) and math.isclose(got, want, rel_tol=1e-9)
+        named = None if ok else _q4_epochs_mistake(exercise_2, got, total, code, weight)
+        if named is not None:
+            name, symptom, ask, fix, formula = named
+            also = f" | also: {' | '.join(problems)}" if problems else ""
+            mistake(name, symptom=symptom + also, ask=ask, fix=fix, formula=formula)
+        with parts() as part:
+            part(ok, f"exercise_2({short(total)}, {short(code)}, {short(weight)}): b_code_epochs = {short(got)}, "
+                 f"expected {short(want)}")
+            for text in problems:
+                part(False, text)
     return ("(a), (b) with the epoch count, (c) correct on 3 random scenarios. Compare your reasons with this "
             "model answer: " + MODEL_ANSWER_Q4, manual)
 
@@ -344,21 +676,56 @@ MODEL_ANSWER_Q4 = (
 
 
 # ---------------------------------------------------------------------------------------------
-def _q5_mistake(got: list[int], weights: list[float], counts: list[int], n: int) -> str:
-    """A known wrong continuation, named: the step counter restarted at 0, or the counts never updated."""
-    def walk(start: int, update: bool) -> list[int]:
-        c, out = list(counts), []
-        for step in range(start, start + n):
-            d = _greedy_step(weights, c, step)
-            out.append(d)
-            c[d] += update
-        return out
+def _walk(weights: list[float], counts: list[int], n: int, start: int, update: bool) -> list[int]:
+    c, out = list(counts), []
+    for step in range(start, start + n):
+        d = _greedy_step(weights, c, step)
+        out.append(d)
+        c[d] += update
+    return out
 
-    if sum(counts) and got == walk(0, True):
-        return f" (you restarted the step at 0; the next sample number is sum(counts) = {sum(counts)})"
-    if n > 1 and got == walk(sum(counts), False):
-        return " (the counts never grew: add 1 to the count of each dataset you pick)"
-    return ""
+
+def _resume_right(weights, counts, n):
+    return _walk(weights, counts, n, sum(counts), True)
+
+
+_Q5_RULES = {"restart_at_zero": lambda w, c, n: _walk(w, c, n, 0, True),
+             "counts_frozen": lambda w, c, n: _walk(w, c, n, sum(c), False)}
+
+
+def _q5_small() -> Iterator[tuple[list[float], list[int], int]]:
+    """Small real crash states, smallest first: a blend stopped after 1…12 samples, 1…4 more wanted."""
+    for crash in range(1, 13):
+        for w in ([0.5, 0.5], [0.25, 0.75], [0.75, 0.25], [0.25, 0.25, 0.5]):
+            di, _ = reference_blending_indices(w, crash)
+            counts = [int((di == d).sum()) for d in range(len(w))]
+            for n in range(1, 5):
+                yield list(w), counts, n
+
+
+def _q5_mistake(resume_blend: Callable, got: list[int], w: list[float], counts: list[int], n: int) -> None:
+    for name, rule in _Q5_RULES.items():
+        if got != rule(w, counts, n) or got == _resume_right(w, counts, n):
+            continue
+        found = _smallest(resume_blend, _q5_small(), _resume_right, rule, lambda a, b: list(map(int, a)) == b)
+        if found is not None:
+            (w, counts, n), got = found
+            got = [int(g) for g in got]
+        want = _resume_right(w, counts, n)
+        call = f"resume_blend({short(w, 200)}, {short(counts, 200)}, {n}) returned {short(got, 200)}; the " \
+               f"uninterrupted blend goes on with {short(want, 200)}"
+        formula = "step_i = sum(counts) + i; d_i = greedy_step(weights, counts, step_i); counts[d_i] += 1"
+        if name == "restart_at_zero":
+            mistake(name, symptom=f"{call}: your choices are those of a blend at sample 0 — as if nothing had been "
+                    f"blended yet, though the counts add up to {sum(counts)}",
+                    ask="The counts say how many samples each dataset delivered: which sample number comes next?",
+                    fix="Continue from step = sum(counts) (every sample so far came from exactly one dataset), not "
+                        "from 0.", formula=formula)
+        mistake(name, symptom=f"{call}: your choices are what the greedy rule gives if the counts stayed at "
+                f"{short(counts)} for all {n} picks",
+                ask="After the first pick, what has changed in the blend's state for the second one?",
+                fix="Add 1 to the count of each dataset you pick (on a copy of counts) before the next pick.",
+                formula=formula)
 
 
 @check(CHAPTER, "q5", hint=(
@@ -379,14 +746,14 @@ def q5(resume_blend) -> str:
         full, _ = reference_blending_indices(w, crash + more)
         counts = [int((full[:crash] == d).sum()) for d in range(n)]
         want = full[crash:].tolist()
-        call = f"resume_blend({short(w, 50)}, {counts}, {more})"
+        call = f"resume_blend({short(w, 200)}, {short(counts, 200)}, {more})"
         got = resume_blend(list(w), list(counts), more)
         expect(hasattr(got, "__len__") and len(got) == more, f"{call} returned {short(got)}; expected {more} dataset indices")
         got = [int(g) for g in got]
         if got != want:
+            _q5_mistake(resume_blend, got, w, counts, more)
             first = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
-            expect(False, f"{call}: choice {first} (blended sample {crash + first}) is {got[first]}, the uninterrupted "
-                   f"blend chose {want[first]} — which sample number does the blend continue from?"
-                   + _q5_mistake(got, w, counts, more))
+            expect(False, f"{call}: choice {first} (blended sample {crash + first}) is dataset {got[first]}, the "
+                   f"uninterrupted blend chose dataset {want[first]}")
         cases += 1
     return f"{cases} random crashes, each continued exactly"

@@ -3,14 +3,16 @@ decreasing, position ids and block mask from EOD positions, book exercise 3, and
 pieces a GPT sample reads (a transfer exercise: the chapter prints the sample index, not this)."""
 from __future__ import annotations
 
+import copy
+import itertools
+from typing import Any, Callable, Iterable, Iterator
+
 import numpy as np
 
-from labsupport.datasets.bin_packing import best_fit_decreasing as _bfd
-from labsupport.datasets.bin_packing import first_fit as _first_fit
 from labsupport.datasets.bin_packing import first_fit_decreasing as _ffd
 from labsupport.datasets.bin_packing import padding_share as _padding_share
 from labsupport.datasets.gpt_samples import build_sample_idx, get_ltor_masks_and_position_ids, sample_segments
-from labsupport.check._core import chapter_summary, check, check_seed, expect, parts, same_set, Sealed, short
+from labsupport.check._core import chapter_summary, check, check_seed, expect, mistake, parts, same_set, Sealed, short
 
 CHAPTER = "ch04"
 
@@ -62,17 +64,67 @@ def _number(value, what: str) -> float:
     return float(value)
 
 
-def _q1_mistake(got: float, lengths: list[int], seq_length: int) -> str:
-    """A known wrong share, named: the real-token share, a percentage, or rows as long as the longest example."""
-    want = _padding_share(lengths, seq_length)
-    candidates = ((1 - want, " — that is the share of REAL tokens; padding is the rest"),
-                  (100 * want, " — that is a percentage; return a fraction between 0 and 1"),
-                  (1 - sum(lengths) / (len(lengths) * max(lengths)),
-                   " — every row has seq_length slots, not the length of the longest example"))
-    for value, text in candidates:
-        if abs(value - want) > 1e-9 and abs(got - value) <= 1e-9:
-            return text
-    return ""
+def _smallest(learner: Callable, cases: Iterable[tuple], right: Callable, wrong: Callable,
+              same: Callable[[Any, Any], bool], tries: int = 6) -> tuple[tuple, Any] | None:
+    """The first of ``cases`` (smallest first) where ``wrong`` and ``right`` differ and the learner's
+    function gives ``wrong``'s answer: the smallest input that shows a named mistake (at most
+    ``tries`` calls of the learner's function)."""
+    for args in cases:
+        if tries <= 0:
+            return None
+        bad = wrong(*args)
+        if same(bad, right(*args)):
+            continue
+        tries -= 1
+        try:
+            got = learner(*copy.deepcopy(args))
+        except Exception:  # noqa: BLE001 - the learner's code on an input the check chose
+            continue
+        if same(got, bad):
+            return args, got
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+_Q1_RULES = {
+    "real_share": (lambda lengths, s: sum(lengths) / (len(lengths) * s), [([1], 4), ([1, 3], 4)]),
+    "percentage": (lambda lengths, s: 100 * _padding_share(lengths, s), [([1], 4), ([1, 3], 4)]),
+    "rows_of_longest": (lambda lengths, s: 1 - sum(lengths) / (len(lengths) * max(lengths)), [([1, 3], 4)]),
+}
+
+
+def _near(a: Any, b: float) -> bool:
+    try:
+        return abs(float(a) - b) <= 1e-9
+    except (TypeError, ValueError):
+        return False
+
+
+def _q1_mistake(padding_share: Callable, got: float, lengths: list[int], seq_length: int) -> None:
+    for name, (rule, small) in _Q1_RULES.items():
+        if not _near(got, rule(lengths, seq_length)) or _near(got, _padding_share(lengths, seq_length)):
+            continue
+        found = _smallest(padding_share, small, _padding_share, rule, _near)
+        if found is not None:
+            (lengths, seq_length), got = found
+        want, slots = _padding_share(lengths, seq_length), len(lengths) * seq_length
+        call = f"padding_share({short(lengths, 200)}, {seq_length}) returned {short(float(got))}"
+        counts = (f"{len(lengths)} row(s) of {seq_length} slots = {slots} slots, {sum(lengths)} of them real tokens, "
+                  f"{slots - sum(lengths)} padding")
+        formula = "padding share = 1 − sum(lengths) / (len(lengths) × seq_length)"
+        if name == "real_share":
+            mistake(name, symptom=f"{call}: {counts} — yours is the share of the real tokens (expected "
+                    f"{short(want)})", ask="Which slots does the question count: the ones holding tokens, or the "
+                                           "ones holding none?",
+                    fix="Return the padded share: 1 − (real tokens) / (all slots).", formula=formula)
+        if name == "percentage":
+            mistake(name, symptom=f"{call}: {counts}, and your share is above 1 (expected {short(want)})",
+                    ask="Can a share of the slots be larger than 1 — in which unit is your number?",
+                    fix="Return a fraction between 0 and 1: do not multiply by 100.", formula=formula)
+        mistake(name, symptom=f"{call}: that is the padding of rows {max(lengths)} slots long, the longest "
+                f"example; here {counts} (expected {short(want)})",
+                ask="How long is every row when each example is padded to seq_length?",
+                fix="Count len(lengths) × seq_length slots, not len(lengths) × max(lengths).", formula=formula)
 
 
 @check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the formula
@@ -89,17 +141,29 @@ def q1(padding_share) -> str:
         got = _number(padding_share(list(lengths), seq_length), f"padding_share(…{len(lengths)} lengths…, {seq_length})")
         want = _padding_share(lengths, seq_length)
         if not abs(got - want) <= 1e-9:   # NaN fails too
-            expect(False, f"padding_share({short(lengths, 60)}, {seq_length}) returned {got:.6f}, expected {want:.6f}"
-                   + _q1_mistake(got, lengths, seq_length))
+            _q1_mistake(padding_share, got, lengths, seq_length)
+            expect(False, f"padding_share({short(lengths, 60)}, {seq_length}) returned {short(got)}, expected "
+                   f"{short(want)}")
     got = _number(padding_share([300] * 1000, 4096), "padding_share([300]*1000, 4096)")
-    expect(abs(got - (1 - 300 / 4096)) <= 1e-9, f"padding_share([300]*1000, 4096) returned {got:.4f}")
+    expect(abs(got - (1 - 300 / 4096)) <= 1e-9, f"padding_share([300]*1000, 4096) returned {short(got)}, expected "
+           f"{short(1 - 300 / 4096)}")
     return "41 random cases"
+
+
+# ---------------------------------------------------------------------------------------------
+def _bins_of(value: Any) -> list[list[int]] | None:
+    """A learner's packing as lists of ints, or None when it is not one."""
+    try:
+        return [[int(i) for i in b] for b in value]
+    except (TypeError, ValueError):
+        return None
 
 
 def _as_bins(value, n: int, call: str) -> list[list[int]]:
     expect(isinstance(value, (list, tuple)) or hasattr(value, "__iter__"),
            f"{call} must return a list of packs (lists of indices), got {type(value).__name__}")
-    bins = [[int(i) for i in b] for b in value]
+    bins = _bins_of(value)
+    expect(bins is not None, f"{call} must return a list of packs (lists of indices), got {short(value)}")
     flat = sorted(i for b in bins for i in b)
     expect(flat == list(range(n)), f"{call}: every index 0…{n - 1} must appear exactly once; got "
            f"{len(flat)} indices{' with repeats' if len(set(flat)) != len(flat) else ''}")
@@ -107,24 +171,117 @@ def _as_bins(value, n: int, call: str) -> list[list[int]]:
     return bins
 
 
-def _pack_lengths(bins, lengths: list[int]) -> list[list[int]]:
-    """A packing (lists of indices into ``lengths``) as the lengths it holds, pack by pack."""
-    return [[lengths[i] for i in b] for b in bins.tolist()]
+def _fit_in_order(lengths: list[int], pack_size: int, order: list[int], best: bool = False) -> list[list[int]]:
+    """Place the examples in ``order``: into the first pack with room (or the fullest, ``best``)."""
+    packs: list[list[int]] = []
+    room: list[int] = []
+    for i in order:
+        fits = [b for b, free in enumerate(room) if lengths[i] <= free]
+        if not fits:
+            packs.append([i])
+            room.append(pack_size - lengths[i])
+            continue
+        b = min(fits, key=lambda p: room[p]) if best else fits[0]
+        packs[b].append(i)
+        room[b] -= lengths[i]
+    return packs
 
 
-def _q2_mistake(got: list[list[int]], want: list[list[int]], lengths: list[int], pack_size: int) -> str:
-    """A known wrong packing, named: first fit without sorting, increasing order, or best fit."""
-    increasing = sorted(lengths)
-    candidates = ((_pack_lengths(_first_fit(lengths, pack_size), lengths),
-                   " — that is first fit in input order: take the examples longest first"),
-                  (_pack_lengths(_first_fit(increasing, pack_size), increasing),
-                   " — that is shortest first: first-fit DECREASING takes the longest first"),
-                  (_pack_lengths(_bfd(lengths, pack_size), lengths),
-                   " — that is best fit (the fullest pack with room); first fit takes the first pack that has room"))
-    for packs, text in candidates:
-        if packs != want and got == packs:
-            return text
+def _tokens(n: int) -> str:
+    return f"{n} token" if n == 1 else f"{n} tokens"
+
+
+def _num(value: float) -> str:
+    """A number as a learner writes it: 14, not 14.0."""
+    return short(int(value)) if float(value).is_integer() else short(value)
+
+
+def _decreasing(lengths: list[int]) -> list[int]:
+    return sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+
+
+_Q2_RULES = {
+    "input_order": lambda lengths, p: _fit_in_order(lengths, p, list(range(len(lengths)))),
+    "shortest_first": lambda lengths, p: _fit_in_order(lengths, p, sorted(range(len(lengths)), key=lambda i: (lengths[i], i))),
+    "best_fit": lambda lengths, p: _fit_in_order(lengths, p, _decreasing(lengths), best=True),
+}
+
+
+def _q2_small() -> Iterator[tuple[list[int], int]]:
+    """Small packing problems, smallest first: 2…5 examples of 1…4 tokens, packs of 2…6."""
+    for n in range(2, 6):
+        for size in range(2, 7):
+            for lengths in itertools.product(range(1, min(size, 4) + 1), repeat=n):
+                yield list(lengths), size
+
+
+def _pack_lengths_of(bins: Any, lengths: list[int]) -> list[list[int]] | None:
+    bins = _bins_of(bins)
+    try:
+        return None if bins is None else [[lengths[i] for i in b] for b in bins]
+    except IndexError:
+        return None
+
+
+def _first_fit_violation(bins: list[list[int]], lengths: list[int], pack_size: int) -> str:
+    """In words: the first example (longest first) placed into a later pack while an earlier one had room."""
+    where = {i: b for b, pack in enumerate(bins) for i in pack}
+    filled = [0] * len(bins)
+    for i in _decreasing(lengths):
+        earlier = [b for b in range(where[i]) if filled[b] and pack_size - filled[b] >= lengths[i]]
+        if earlier:
+            return (f"example {i} ({_tokens(lengths[i])}) went into pack {where[i]}, though pack {earlier[0]}, "
+                    f"before it, still had {pack_size - filled[earlier[0]]} free slots")
+        filled[where[i]] += lengths[i]
     return ""
+
+
+def _q2_mistake(fn: Callable, got: list[list[int]], lengths: list[int], pack_size: int) -> None:
+    right = lambda lengths, p: _fit_in_order(lengths, p, _decreasing(lengths))                   # noqa: E731
+    for name, rule in _Q2_RULES.items():
+        mine = _pack_lengths_of(got, lengths)
+        if mine != _pack_lengths_of(rule(lengths, pack_size), lengths) or \
+                mine == _pack_lengths_of(right(lengths, pack_size), lengths):
+            continue
+        tries = 6
+        smallest = itertools.chain([([5, 3, 3, 1], 7)] if name == "best_fit" else [], _q2_small())
+        for small in smallest:                 # the smallest problem on which the learner's packs show it
+            bad = _pack_lengths_of(rule(*small), small[0])
+            if bad == _pack_lengths_of(right(*small), small[0]):
+                continue
+            tries -= 1
+            if tries < 0:
+                break
+            try:
+                packs = fn(*copy.deepcopy(small))
+            except Exception:  # noqa: BLE001 - the learner's code on an input the check chose
+                continue
+            if _pack_lengths_of(packs, small[0]) == bad:
+                (lengths, pack_size), got = small, _bins_of(packs)
+                break
+        want = right(lengths, pack_size)
+        call = (f"first_fit_decreasing({short(lengths, 200)}, {pack_size}) returned {short(got, 200)}: packs of "
+                f"lengths {short(_pack_lengths_of(got, lengths), 200)}, first-fit decreasing gives "
+                f"{short(_pack_lengths_of(want, lengths), 200)}")
+        formula = ("order = indices sorted by (−length, index); each into the first pack (in opening order) with "
+                   "total + length <= pack_size, else a new pack")
+        if name == "input_order":
+            first = got[0][0]
+            mistake(name, symptom=f"{call}; your first pack opens with example {first} ({_tokens(lengths[first])}), "
+                    f"the first in the list, though example {want[0][0]} is longer",
+                    ask="In which order does first-fit *decreasing* take the examples, and in which order does yours?",
+                    fix="Sort the indices by decreasing length first (equal lengths: lower index first), then "
+                        "first-fit them in that order.", formula=formula)
+        if name == "shortest_first":
+            first = got[0][0]
+            mistake(name, symptom=f"{call}; your first pack opens with example {first}, the SHORTEST "
+                    f"({_tokens(lengths[first])})",
+                    ask="'Decreasing': which example should open the first pack, the longest or the shortest?",
+                    fix="Sort by decreasing length (key −length), not increasing.", formula=formula)
+        mistake(name, symptom=f"{call}; {_first_fit_violation(got, lengths, pack_size)}",
+                ask="When several packs have room for an example, which one does FIRST fit choose?",
+                fix="Put each example into the first pack, in the order the packs were opened, that has room — "
+                    "not the fullest one (that is best fit).", formula=formula)
 
 
 @check(CHAPTER, "q2", hint=(
@@ -148,46 +305,151 @@ def q2(first_fit_decreasing) -> str:
         want = _pack_lengths(_ffd(lengths, pack_size), lengths)
         got = [[lengths[i] for i in b] for b in bins]
         if got != want:
-            named = _q2_mistake(got, want, lengths, pack_size)
-            expect(len(got) == len(want), f"{call}: {len(got)} packs, first-fit decreasing gives {len(want)}{named}")
-            expect(False, f"{call}: pack lengths {short(got, 80)}, expected {short(want, 80)}{named}")
+            _q2_mistake(first_fit_decreasing, bins, lengths, pack_size)
+            why = _first_fit_violation(bins, lengths, pack_size)
+            expect(len(got) == len(want), f"{call}: {len(got)} packs, first-fit decreasing gives {len(want)}"
+                   + (f"; {why}" if why else ""))
+            expect(False, f"{call}: pack lengths {short(got, 80)}, expected {short(want, 80)}" + (f"; {why}" if why else ""))
         cases += 1
     return f"{cases} random cases, same packs as NeMo's first_fit_decreasing"
 
 
+def _pack_lengths(bins, lengths: list[int]) -> list[list[int]]:
+    """A packing (lists of indices into ``lengths``) as the lengths it holds, pack by pack."""
+    return [[lengths[i] for i in b] for b in bins.tolist()]
+
+
+# ---------------------------------------------------------------------------------------------
 def _as_array(value) -> np.ndarray:
     if hasattr(value, "detach"):
         value = value.detach().cpu().numpy()
-    arr = np.asarray(value)
-    return arr
+    return np.asarray(value)
 
 
 def _documents(tokens: np.ndarray, eod: int, eod_starts: bool) -> np.ndarray:
     """Document number of every token: EOD ends its document, or (``eod_starts``, a mistake) starts the next."""
-    is_eod = (tokens == eod).astype(int)
+    is_eod = (np.asarray(tokens) == eod).astype(int)
     return np.cumsum(is_eod) if eod_starts else np.concatenate([[0], np.cumsum(is_eod[:-1])]).astype(int)
 
 
-def _q3_positions_mistake(pos: np.ndarray, tokens: np.ndarray, eod: int) -> str:
-    """Named when the positions restart AT each EOD instead of after it."""
-    doc = _documents(tokens, eod, eod_starts=True)
+def _positions(doc: np.ndarray) -> np.ndarray:
     starts = np.array([np.flatnonzero(doc == doc[i])[0] for i in range(doc.size)], dtype=int)
-    wrong = np.arange(doc.size) - starts
-    if np.array_equal(pos, wrong):
-        return " — yours restart AT the EOD; the EOD is the last token of its document, restart right after it"
-    return ""
+    return np.arange(doc.size) - starts
 
 
-def _q3_mask_mistake(mask: np.ndarray, tokens: np.ndarray, eod: int) -> str:
-    """Named when the mask is the plain causal one, or puts each EOD into the next document."""
-    s = tokens.size
-    future = np.triu(np.ones((s, s), dtype=bool), 1)
-    if np.array_equal(mask, future):
-        return " — that is the plain causal mask: also mask the keys of earlier documents"
-    doc = _documents(tokens, eod, eod_starts=True)
-    if np.array_equal(mask, future | (doc[:, None] != doc[None, :])):
-        return " — that puts each EOD into the next document; the EOD is the last token of its own document"
-    return ""
+def _block_mask(doc: np.ndarray) -> np.ndarray:
+    """True = masked: the future, and every key of another document."""
+    s = doc.size
+    return np.triu(np.ones((s, s), dtype=bool), 1) | (doc[:, None] != doc[None, :])
+
+
+def _right_positions(tokens, eod):
+    return _positions(_documents(tokens, eod, eod_starts=False))
+
+
+def _right_mask(tokens, eod):
+    return _block_mask(_documents(tokens, eod, eod_starts=False))
+
+
+_Q3_POSITION_RULES = {   # name: (positions it gives, the smallest (tokens, eod) that shows it)
+    "restart_at_eod": (lambda t, e: _positions(_documents(t, e, eod_starts=True)), ([1, 0, 1], 0)),
+    "no_restart": (lambda t, e: np.arange(len(t)), ([1, 0, 1], 0)),
+}
+_Q3_MASK_RULES = {
+    "inverted": (lambda t, e: ~_right_mask(t, e), ([1, 1], 0)),
+    "causal_only": (lambda t, e: np.triu(np.ones((len(t), len(t)), dtype=bool), 1), ([0, 1], 0)),
+    "eod_cut_off": (lambda t, e: _block_mask(_documents(t, e, eod_starts=True)), ([1, 0], 0)),
+}
+
+
+def _span(doc: np.ndarray, d: int) -> str:
+    where = np.flatnonzero(doc == d)
+    return f"token {where[0]}" if where.size == 1 else f"tokens {where[0]}…{where[-1]}"
+
+
+def _pair_words(tokens: np.ndarray, eod: int, i: int, j: int, masked: bool) -> str:
+    """In words: what the learner's mask does with query i and key j, and where those tokens are."""
+    doc = _documents(tokens, eod, eod_starts=False)
+    does = f"your mask {'hides key' if masked else 'lets query'} {j if masked else i} " + \
+           (f"from query {i}" if masked else f"see key {j}")
+    if j > i:
+        return f"{does}, which is in its future"
+    if doc[i] == doc[j]:
+        last = np.flatnonzero(doc == doc[i])[-1]
+        ended = ", the EOD that ends it included" if tokens[last] == eod else ""
+        return f"{does}, though both are in the same document ({_span(doc, doc[i])}{ended})"
+    ends = np.flatnonzero(doc == doc[j])[-1]
+    return (f"{does}, but key {j} is in an earlier document ({_span(doc, doc[j])}, ended by the EOD at {ends}) "
+            f"and query {i} in another ({_span(doc, doc[i])})")
+
+
+def _q3_positions_mistake(fn: Callable, pos: np.ndarray, tokens: np.ndarray, eod: int) -> None:
+    for name, (rule, small) in _Q3_POSITION_RULES.items():
+        if not np.array_equal(pos, rule(tokens, eod)):
+            continue
+        try:
+            out = fn(np.array(small[0]), small[1])
+            if np.array_equal(_as_array(out[0]), rule(*small)):
+                (tokens, eod), pos = (np.array(small[0]), small[1]), _as_array(out[0])
+        except Exception:  # noqa: BLE001 - keep the check's own case
+            pass
+        want = _right_positions(tokens, eod)
+        first = int(np.flatnonzero(pos != want)[0])
+        eods = np.flatnonzero(np.asarray(tokens) == eod).tolist()
+        call = (f"positions_and_mask({short(np.asarray(tokens).tolist(), 200)}, eod_token={eod}) gave position_ids "
+                f"{short(pos.tolist(), 200)} (the EOD at {_words_list(eods)})")
+        formula = "position_ids[i] = i − (index of the first token of i's document); a document starts right after an EOD"
+        if name == "restart_at_eod":
+            mistake(name, symptom=f"{call}: the EOD itself gets position 0 and the token after it continues from "
+                    f"there — your positions count the EOD as the first token of the next document (expected "
+                    f"{short(want.tolist(), 200)})",
+                    ask="Which document does an EOD token belong to: the one it ends, or the one after it?",
+                    fix="The EOD is the LAST token of its document: keep counting through it and restart at 0 on the "
+                        "token right after it.", formula=formula)
+        mistake(name, symptom=f"{call}: token {first}, the first of a new document, has position {int(pos[first])} "
+                f"— the positions keep counting across the EOD (expected {short(want.tolist(), 200)})",
+                ask="What position does the first token of a new document get, in a packed sample?",
+                fix="Restart the positions at 0 on the token right after every EOD (Megatron's reset_position_ids).",
+                formula=formula)
+
+
+def _words_list(items: list[int]) -> str:
+    if not items:
+        return "nowhere"
+    items = [str(i) for i in items]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _q3_mask_mistake(fn: Callable, mask: np.ndarray, tokens: np.ndarray, eod: int) -> None:
+    for name, (rule, small) in _Q3_MASK_RULES.items():
+        if not np.array_equal(mask, rule(tokens, eod)):
+            continue
+        try:
+            out = fn(np.array(small[0]), small[1])
+            got = _as_array(out[1]).reshape(len(small[0]), len(small[0])).astype(bool)
+            if np.array_equal(got, rule(*small)):
+                (tokens, eod), mask = (np.array(small[0]), small[1]), got
+        except Exception:  # noqa: BLE001 - keep the check's own case
+            pass
+        want = _right_mask(tokens, eod)
+        i, j = (int(v) for v in np.argwhere(mask != want)[0])
+        call = (f"positions_and_mask({short(np.asarray(tokens).tolist(), 200)}, eod_token={eod}): "
+                + _pair_words(np.asarray(tokens), eod, i, j, bool(mask[i, j])))
+        formula = ("masked[i, j] = (j > i) or (doc[j] != doc[i]), doc[t] = the number of EODs before token t "
+                   "(an EOD belongs to the document it ends); True = masked")
+        if name == "inverted":
+            mistake(name, symptom=f"{call} — and your mask is the exact opposite of Megatron's everywhere",
+                    ask="In Megatron's attention_mask, what does True mean: may attend, or may NOT attend?",
+                    fix="True = masked: return the negation of your 'allowed' matrix.", formula=formula)
+        if name == "causal_only":
+            mistake(name, symptom=f"{call}: your mask hides only the future, so a document attends to the "
+                    "documents packed before it", ask=f"Query {i} starts a new document: which keys may it see?",
+                    fix="Besides the future, mask every key of another document: key j is hidden from query i when "
+                        "an EOD lies at a position in [j, i − 1].", formula=formula)
+        mistake(name, symptom=f"{call}: the EOD is cut off from its own document, as if it belonged to the next one",
+                ask="Which tokens belong to the document an EOD ends — may the EOD attend to them?",
+                fix="The EOD is the last token of its own document: it sees its document's tokens; only the queries "
+                    "AFTER it are cut off from them.", formula=formula)
 
 
 @check(CHAPTER, "q3", hint=(
@@ -205,44 +467,91 @@ def q3(positions_and_mask) -> str:
         s = int(rng.integers(1, 40))
         eod = int(rng.integers(0, 5))
         tokens = rng.integers(0, 5, s)
-        call = f"positions_and_mask({short(tokens.tolist(), 60)}, eod_token={eod})"
+        call = f"positions_and_mask({short(tokens.tolist(), 200)}, eod_token={eod})"
         out = positions_and_mask(tokens.copy(), eod)
         expect(isinstance(out, tuple) and len(out) == 2, f"{call} must return (position_ids, attention_mask)")
         pos = _as_array(out[0])
         want_mask, _, want_pos = get_ltor_masks_and_position_ids(tokens, eod, True, True, False)
         want_mask, want_pos = want_mask.numpy()[0], want_pos.numpy()
-        expect(pos.shape == (s,), f"{call}: position_ids has shape {pos.shape}, expected ({s},)")
+        expect(pos.shape == (s,), f"{call}: position_ids has shape {short(pos.shape)}, expected ({s},)")
         if not np.array_equal(pos, want_pos):
-            expect(False, f"{call}: position_ids {pos.tolist()}, expected {want_pos.tolist()}"
-                   + _q3_positions_mistake(pos, tokens, eod))
+            _q3_positions_mistake(positions_and_mask, pos, tokens, eod)
+            first = int(np.flatnonzero(pos != want_pos)[0])
+            expect(False, f"{call}: position_ids {short(pos.tolist(), 200)}, expected {short(want_pos.tolist(), 200)} "
+                   f"(first difference at token {first})")
         if out[1] is None:                     # step 1 of 2: position ids first, the mask still to write
             mask_pending = True
             continue
         mask = _as_array(out[1])
-        expect(mask.shape in ((s, s), (1, s, s)), f"{call}: attention_mask has shape {mask.shape}, expected ({s}, {s})")
+        expect(mask.shape in ((s, s), (1, s, s)), f"{call}: attention_mask has shape {short(mask.shape)}, "
+               f"expected ({s}, {s})")
         mask = mask.reshape(s, s)
         expect(mask.dtype == bool, f"{call}: attention_mask must be boolean (True = masked), got {mask.dtype}")
-        if np.array_equal(mask, ~want_mask):
-            expect(False, f"{call}: your mask is inverted — Megatron's convention is True = masked (may not attend)")
-        bad = np.argwhere(mask != want_mask)
-        if bad.size:
-            expect(False, f"{call}: attention_mask differs at (query, key) = {tuple(bad[0])}"
-                   + _q3_mask_mistake(mask, tokens, eod))
+        if not np.array_equal(mask, want_mask):
+            _q3_mask_mistake(positions_and_mask, mask, tokens, eod)
+            i, j = (int(v) for v in np.argwhere(mask != want_mask)[0])
+            expect(False, f"{call}: {_pair_words(tokens, eod, i, j, bool(mask[i, j]))} (row = query {i}, "
+                   f"column = key {j})")
     expect(not mask_pending, "step 1 done: position_ids are right on all 50 random sequences. Now return the "
            "attention mask instead of None as the second value")
     return "50 random token sequences"
+
+
+# ---------------------------------------------------------------------------------------------
+#: Exercise 3's numbers: every example exactly 300 tokens, rows (packs) of 4096.
+_EXAMPLE, _ROW = 300, 4096
+_PER_PACK = _ROW // _EXAMPLE                       # 13 whole examples: 3900 real tokens in a packed row
+_GAIN = _PER_PACK * _EXAMPLE / _EXAMPLE            # real tokens per row, packed / padded = 13
+_Q4_FORMULA = ("examples per pack = ⌊4096 / 300⌋ = 13; gain = real tokens per packed row / per padded row = "
+               "13 × 300 / 300 = 13")
+
+
+def _q4_named(share: float, per_pack: float, speedup: float) -> tuple[str, str, str, str, str] | None:
+    """The first recognised mistake among exercise 3's numbers: (name, symptom, ask, fix, formula)."""
+    share_formula = "padding share = 1 − 300 / 4096 (a fraction of the slots)"
+    if abs(share - _EXAMPLE / _ROW) <= 1e-3:
+        return ("real_share", f"(a) a_padding_share = {short(share)}: that is 300 / 4096, the share of a row the "
+                "example's own tokens fill", "Which slots does the question count: the ones holding tokens, or "
+                "the empty ones?", "Padding is the rest of the row: 1 − 300 / 4096.", share_formula)
+    if abs(share - 100 * (1 - _EXAMPLE / _ROW)) <= 0.1:
+        return ("share_percentage", f"(a) a_padding_share = {_num(share)}, a share above 1",
+                "Can a share of the slots be larger than 1 — in which unit is your number?",
+                "Give a fraction between 0 and 1, not a percentage.", share_formula)
+    if per_pack != _PER_PACK and per_pack * _EXAMPLE > _ROW:
+        return ("examples_over_row", f"(b) b_examples_per_pack = {_num(per_pack)}: {_num(per_pack)} × 300 = "
+                f"{_num(per_pack * _EXAMPLE)} tokens, more than the {_ROW} slots of one pack",
+                "4096 / 300 is not a whole number: does the last, incomplete example fit into the pack?",
+                "Only whole examples fit (one is never cut): round 4096 / 300 DOWN.", _Q4_FORMULA)
+    if speedup != _GAIN and speedup * _EXAMPLE > _ROW * (1 + 1e-12):
+        return ("gain_over_row", f"(b) b_speedup = {_num(speedup)}: a packed row would then hold "
+                f"{_num(speedup)} × 300 = {_num(speedup * _EXAMPLE)} real tokens, more than its {_ROW} slots",
+                "How many real tokens can one packed row of 4096 slots hold at most, with whole 300-token examples?",
+                "A packed row holds 13 whole examples = 3900 real tokens, a padded row 300: the gain is their ratio.",
+                _Q4_FORMULA)
+    if abs(speedup - _ROW / _EXAMPLE) <= 1e-3:
+        return ("gain_counts_slots", f"(b) b_speedup = {short(speedup)} = 4096 / 300: that counts all 4096 slots "
+                "of a packed row as real tokens, as if the last example were cut to fill the row",
+                "With whole 300-token examples only, how many of a packed row's 4096 slots hold real tokens?",
+                "A pack holds 13 whole examples = 3900 real tokens against 300 in a padded row: the gain is "
+                "3900 / 300.", _Q4_FORMULA)
+    if 0 < speedup < 1:
+        return ("gain_upside_down", f"(b) b_speedup = {short(speedup)} < 1: packing would put FEWER real tokens "
+                "into a step than padding", "Packed over padded, or padded over packed: which row holds more real "
+                "tokens, and which goes on top?", "Gain = real tokens per packed row / real tokens per padded row.",
+                _Q4_FORMULA)
+    return None
 
 
 @check(CHAPTER, "q4", hint=(
     "reread chapter 4's 'Exercise 3, measured' for (a) and (b), and 'The contamination proof' with its rotary "
     "head for (c) (§6.2.6)",
     "(a) ~300 of 4096 slots hold real tokens; what is spent on the rest, and is anything lost or corrupted? "
-    "(b) only whole examples go into a pack; real tokens per step grow by at most the ratio of the row to an "
-    "example. (c) each example must be computed exactly as if alone; positions matter only where the model "
-    "reads absolute positions.",
-    "(a) ~300 of 4096 slots are real; (b) how many whole 300-token examples fit 4096 "
-    "slots? tokens per step grow by about 4096/300; (c) what keeps an example's attention and loss inside it "
-    "with any model — and when do the positions matter (the chapter's rotary head)? (§6.2.6)"))
+    "(b) only whole examples go into a pack: count how many real tokens a packed row holds against a padded "
+    "one. (c) each example must be computed exactly as if alone; positions matter only where the model reads "
+    "absolute positions.",
+    "(a) padding share = 1 − 300/4096; (b) ⌊4096 / 300⌋ = 13 whole examples per pack, so a step holds 13 × 300 "
+    "real tokens per row instead of 300: gain 13; (c) what keeps an example's attention and loss inside it with "
+    "any model — and when do the positions matter (the chapter's rotary head)? (§6.2.6)"))
 def q4(exercise_3) -> tuple[str, dict[str, str]]:
     answer = exercise_3()
     expect(isinstance(answer, dict), f"exercise_3() must return a dict, got {type(answer).__name__}")
@@ -250,45 +559,62 @@ def q4(exercise_3) -> tuple[str, dict[str, str]]:
                 "c_reset_positions_for", "why"):
         expect(key in answer, f"missing key {key!r}")
     why = answer.get("why", "")
-    with parts() as part:  # name every failing part at once
-        share = _number(answer["a_padding_share"], "a_padding_share")
-        part(abs(share - (1 - 300 / 4096)) <= 0.01, f"(a) padding share {share:.3f}: for 300 real tokens in a row of "
-             "4096, what fraction of the row is padding?"
-             + (" (that is the REAL share, 300/4096)" if abs(share - 300 / 4096) <= 1e-3 else "")
-             + (" (a fraction, not a percentage)" if abs(share - 100 * (1 - 300 / 4096)) <= 0.1 else ""))
-        wasted = set(answer["a_wasted"])
-        if part(wasted <= set(WASTE_OPTIONS), f"(a) unknown keys {sorted(wasted - set(WASTE_OPTIONS))}; use {sorted(WASTE_OPTIONS)}"):
-            part(same_set(wasted, _WASTE), "(a) some chosen items are not wasted, or something wasted is missing "
-                 "(is a padded example lost, or is its gradient wrong?)")
-        per_pack = _number(answer["b_examples_per_pack"], "b_examples_per_pack")
-        part(per_pack == 13, f"(b) {per_pack:g} examples per pack: how many *whole* 300-token examples fit 4096 "
-             "tokens? (an example is never cut to fill a pack)")
-        speedup = _number(answer["b_speedup"], "b_speedup")
-        part(13.0 <= speedup <= 14.0, f"(b) speed-up {speedup:g}: real tokens per step, packed vs padded, is at most "
-             "4096 / 300")
-        must = set(answer["c_must_do"])
-        if part(must <= set(MUST_DO_OPTIONS), f"(c) unknown keys {sorted(must - set(MUST_DO_OPTIONS))}"):
-            part(same_set(must, _MUST_DO), "(c) not the right set: what keeps each example's attention and loss exactly "
-                 "as if it were alone, with any position embedding?")
-        reset_for = set(answer["c_reset_positions_for"])
-        if part(reset_for <= set(POSITION_OPTIONS), f"(c) c_reset_positions_for: unknown keys "
-                f"{sorted(reset_for - set(POSITION_OPTIONS))}; use {sorted(POSITION_OPTIONS)}"):
-            part(same_set(reset_for, _RESET_FOR), "(c) c_reset_positions_for: with which position embedding does a "
-                 "document in the middle of a pack compute something else unless its positions restart? (the "
-                 "chapter's four TinyCausalLM runs and its rotary head)")
-        part(isinstance(why, str) and len(why.split()) >= 5, "add a 'why' field: a few sentences for (a), (b) and (c)")
+    share = _number(answer["a_padding_share"], "a_padding_share")
+    per_pack = _number(answer["b_examples_per_pack"], "b_examples_per_pack")
+    speedup = _number(answer["b_speedup"], "b_speedup")
+    problems: list[tuple[str, str]] = []     # (field, message): every failing part, named at once
+
+    def part(condition: bool, message: str, field: str = "") -> bool:
+        if not condition:
+            problems.append((field, message))
+        return bool(condition)
+
+    part(abs(share - (1 - _EXAMPLE / _ROW)) <= 0.01, f"(a) padding share {_num(share)}: for 300 real tokens in a "
+         "row of 4096, what fraction of the row is padding?", "a_padding_share")
+    wasted = set(answer["a_wasted"])
+    if part(wasted <= set(WASTE_OPTIONS), f"(a) unknown keys {sorted(wasted - set(WASTE_OPTIONS))}; use {sorted(WASTE_OPTIONS)}"):
+        part(same_set(wasted, _WASTE), "(a) some chosen items are not wasted, or something wasted is missing "
+             "(is a padded example lost, or is its gradient wrong?)")
+    part(per_pack == _PER_PACK, f"(b) {_num(per_pack)} examples per pack: how many *whole* 300-token examples fit "
+         "4096 tokens? (an example is never cut to fill a pack)", "b_examples_per_pack")
+    part(abs(speedup - _GAIN) <= 1e-9, f"(b) speed-up {_num(speedup)}: how many real tokens does a packed row of "
+         "whole 300-token examples hold, against the 300 of a padded row?", "b_speedup")
+    must = set(answer["c_must_do"])
+    if part(must <= set(MUST_DO_OPTIONS), f"(c) unknown keys {sorted(must - set(MUST_DO_OPTIONS))}"):
+        part(same_set(must, _MUST_DO), "(c) not the right set: what keeps each example's attention and loss exactly "
+             "as if it were alone, with any position embedding?")
+    reset_for = set(answer["c_reset_positions_for"])
+    if part(reset_for <= set(POSITION_OPTIONS), f"(c) c_reset_positions_for: unknown keys "
+            f"{sorted(reset_for - set(POSITION_OPTIONS))}; use {sorted(POSITION_OPTIONS)}"):
+        part(same_set(reset_for, _RESET_FOR), "(c) c_reset_positions_for: with which position embedding does a "
+             "document in the middle of a pack compute something else unless its positions restart? (the "
+             "chapter's four TinyCausalLM runs and its rotary head)")
+    part(isinstance(why, str) and len(why.split()) >= 5, "add a 'why' field: a few sentences for (a), (b) and (c)")
+    named = _q4_named(share, per_pack, speedup)
+    if named is not None:
+        name, symptom, ask, fix, formula = named
+        field = {"real_share": "a_padding_share", "share_percentage": "a_padding_share",
+                 "examples_over_row": "b_examples_per_pack"}.get(name, "b_speedup")
+        others = [text for f, text in problems if f != field]
+        also = f" | also: {' | '.join(others)}" if others else ""
+        mistake(name, symptom=symptom + also, ask=ask, fix=fix, formula=formula)
+    with parts() as check_part:
+        for _, text in problems:
+            check_part(False, text)
     return "(a), (b), (c) correct. Compare your reasons with this model answer: " + MODEL_ANSWER_Q4, {"why": why}
 
 
 #: Shown once q4 passes, to compare the free-text reasons with.
 MODEL_ANSWER_Q4 = (
     "(a) A 300-token example in a 4096 row is ~93% padding: that compute, memory and throughput are spent on tokens "
-    "with no loss. (b) 13 whole examples fit one pack, so each step trains on ~13× the real tokens. (c) Every example "
-    "must see only itself: a block-diagonal attention mask (from cu_seqlens / the EOD boundaries) and no loss across "
-    "the boundary; positions must restart per example when the model uses learned absolute positions (with rotary "
-    "embeddings the mask alone gives the same result).")
+    "with no loss. (b) 13 whole examples fit one pack (a 14th would need 4200 slots), so a packed row holds "
+    "13 × 300 = 3900 real tokens against 300 padded: 13× the real tokens per step (4096/300 = 13.65 would need "
+    "examples cut to fill the row). (c) Every example must see only itself: a block-diagonal attention mask (from "
+    "cu_seqlens / the EOD boundaries) and no loss across the boundary; positions must restart per example when the "
+    "model uses learned absolute positions (with rotary embeddings the mask alone gives the same result).")
 
 
+# ---------------------------------------------------------------------------------------------
 def _window(sizes: list[int], doc_idx: list[int], first: int, last: int) -> list[tuple[int, int, int]]:
     """The (document, start, stop) pieces of stream tokens [first, last)."""
     pieces, pos = [], 0
@@ -300,6 +626,76 @@ def _window(sizes: list[int], doc_idx: list[int], first: int, last: int) -> list
         if pos >= last:
             break
     return pieces
+
+
+def _sample_right(sizes, doc_idx, seq, k):
+    return _window(sizes, doc_idx, k * seq, k * seq + seq + 1)
+
+
+_Q5_RULES = {
+    "stride_s_plus_1": lambda sizes, doc_idx, seq, k: _window(sizes, doc_idx, k * (seq + 1), k * (seq + 1) + seq + 1),
+    "s_tokens": lambda sizes, doc_idx, seq, k: _window(sizes, doc_idx, k * seq, k * seq + seq),
+    "stop_inclusive": lambda sizes, doc_idx, seq, k: [(d, a, b - 1) for d, a, b in _sample_right(sizes, doc_idx, seq, k)],
+    "ignores_doc_idx": lambda sizes, doc_idx, seq, k: _window(sizes, list(range(len(sizes))), k * seq, k * seq + seq + 1),
+}
+#: Small streams (sizes, doc_idx, S, k), smallest first, on which the recognised mistakes show.
+_Q5_SMALL = [([8], [0], 2, 1), ([2, 3], [0, 1], 2, 0), ([2, 3], [1, 0], 2, 0), ([3, 3], [1, 0], 2, 1),
+             ([5, 2, 7], [0, 1, 2], 4, 1), ([5, 2, 7], [2, 0, 1], 4, 1)]
+_Q5_FORMULA = ("sample k reads stream tokens [k·S, k·S + S + 1); walk doc_idx, subtracting each document's length, "
+               "and cut that range at the document boundaries into (document, start, stop), stop exclusive")
+
+
+def _pieces(got: Any) -> list[tuple[int, ...]] | None:
+    try:
+        pieces = [tuple(int(v) for v in piece) for piece in got]
+    except (TypeError, ValueError):
+        return None
+    return pieces if all(len(p) == 3 for p in pieces) else None
+
+
+def _stream_words(sizes: list[int], doc_idx: list[int], seq: int, k: int) -> str:
+    """In words: which stream tokens sample k reads, and where the documents around them lie in the stream."""
+    first, last = k * seq, k * seq + seq           # inclusive
+    near, pos = [], 0
+    for d in doc_idx:
+        if pos <= last and pos + sizes[d] - 1 >= first:
+            near.append(f"document {d} at {pos}…{pos + sizes[d] - 1}")
+        pos += sizes[d]
+    return (f"sample {k} reads the {seq + 1} stream tokens {first}…{last}, where the stream (documents in doc_idx "
+            f"order) holds " + ", ".join(near))
+
+
+def _q5_mistake(fn: Callable, got: list[tuple[int, ...]], sizes: list[int], doc_idx: list[int], seq: int, k: int) -> None:
+    for name, rule in _Q5_RULES.items():
+        if got != rule(sizes, doc_idx, seq, k) or got == _sample_right(sizes, doc_idx, seq, k):
+            continue
+        found = _smallest(fn, _Q5_SMALL, _sample_right, rule, lambda a, b: _pieces(a) == b)
+        if found is not None:
+            (sizes, doc_idx, seq, k), got = found
+            got = _pieces(got)
+        want = _sample_right(sizes, doc_idx, seq, k)
+        n_tokens = sum(b - a for _, a, b in got)
+        call = (f"sample_documents({short(sizes)}, {short(doc_idx)}, {seq}, {k}) returned {short(got, 200)}: "
+                f"{n_tokens} tokens; {_stream_words(sizes, doc_idx, seq, k)} (expected {short(want, 200)})")
+        if name == "stride_s_plus_1":
+            mistake(name, symptom=f"{call}. Yours starts at stream token {k * (seq + 1)}, so sample {k - 1} and "
+                    f"sample {k} share no token", ask=f"Sample {k - 1} ends at stream token {(k - 1) * seq + seq}: "
+                    f"which token must sample {k} start with, so that that token is also an input?",
+                    fix="Sample k starts at k·S, not k·(S + 1): consecutive samples share one token (the last "
+                        "label of one is the first input of the next).", formula=_Q5_FORMULA)
+        if name == "s_tokens":
+            mistake(name, symptom=f"{call}. Yours holds the S = {seq} inputs only: the last input has no label",
+                    ask=f"A sample of S inputs also needs each input's label, the token after it: how many "
+                        "tokens is that?", fix="Read S + 1 tokens: stream tokens k·S … k·S + S, inclusive.",
+                    formula=_Q5_FORMULA)
+        if name == "stop_inclusive":
+            mistake(name, symptom=f"{call}. Each of your pieces ends one token short: {n_tokens} tokens instead of "
+                    f"{seq + 1}", ask="Is your stop the last token a piece reads, or one past it?",
+                    fix="stop is exclusive, as in Python slices: a piece (document, start, stop) reads start … "
+                        "stop − 1.", formula=_Q5_FORMULA)
+        mistake(name, symptom=f"{call}. Your pieces follow the document numbers 0, 1, 2, …, not the stream order",
+                ask="In which order does the stream concatenate the documents?",
+                fix="Walk doc_idx (the shuffled, epoch-repeated order), not range(len(sizes)).", formula=_Q5_FORMULA)
 
 
 @check(CHAPTER, "q5", hint=(
@@ -326,15 +722,13 @@ def q5(sample_documents) -> str:
         call = f"sample_documents({sizes.tolist()}, {doc_idx.tolist()}, {seq}, {k})"
         got = sample_documents(sizes.tolist(), doc_idx.tolist(), seq, k)
         want = sample_segments(sizes, doc_idx, si, k)
-        expect(isinstance(got, (list, tuple)), f"{call} must return a list of (document, start, stop), got {short(got)}")
-        got = [tuple(int(v) for v in piece) for piece in got]
-        n_tokens = sum(b - a for _, a, b in got)
-        expect(n_tokens == seq + 1 or got == want, f"{call} returned {got}: {n_tokens} tokens, but a sample reads "
-               f"S + 1 = {seq + 1} (its last token is also the first of the next sample)")
+        expect(isinstance(got, (list, tuple)) and _pieces(got) is not None,
+               f"{call} must return a list of (document, start, stop), got {short(got)}")
+        got = _pieces(got)
         if got != want:
-            s1 = seq + 1
-            named = (" — samples overlap by one token: sample k starts at k·S, not k·(S + 1)"
-                     if got == _window(sizes.tolist(), doc_idx.tolist(), k * s1, k * s1 + s1) else "")
-            expect(False, f"{call} returned {got}, expected {want}{named}")
+            _q5_mistake(sample_documents, got, sizes.tolist(), doc_idx.tolist(), seq, k)
+            n_tokens = sum(b - a for _, a, b in got)
+            expect(False, f"{call} returned {short(got, 200)} ({n_tokens} tokens), expected {short(want, 200)}: "
+                   + _stream_words(sizes.tolist(), doc_idx.tolist(), seq, k))
         cases += 1
     return f"{cases} random streams with repeated documents (epochs)"
