@@ -1,9 +1,11 @@
-"""labsupport.check.ch00, beyond tests/test_check_ch00.py: memory arithmetic, hints."""
+"""labsupport.check.ch00, beyond tests/test_check_ch00.py: memory arithmetic, the book's exercise 5 (q4),
+hints."""
 from __future__ import annotations
 
 import pytest
 
 from labsupport.check import ch00 as check
+from labsupport.check._core import FAIL, NOT_ATTEMPTED
 from labsupport.workbook.orientation import training_memory_gb
 
 
@@ -27,6 +29,23 @@ def test_q2_memory_gb():
     assert check.q2(stub).status == "not attempted"
 
 
-@pytest.mark.parametrize("name", ["q1", "q2", "q3"])
+def exercise_5():
+    return {"a": {"choice": "nemo", "reasons": ["megatron_parallelism", "data_pipeline_at_scale"]},
+            "b": {"choice": "hf", "reasons": ["hf_peft_ecosystem", "fits_one_node"]},
+            "c": {"choice": "nemo", "reasons": ["speech_collections"]},
+            "why": "Scale decides: 1024 GPUs need Megatron's parallelism; one node does not; speech lives in NeMo."}
+
+
+def test_q4(capsys):
+    result = check.q4(exercise_5)
+    assert result.passed and "why" in result.manual
+    assert check.q4(lambda: {**exercise_5(), "a": {"choice": "hf", "reasons": ["hf_peft_ecosystem"]}}).status == FAIL
+    assert check.q4(lambda: {**exercise_5(), "b": {"choice": "nemo", "reasons": ["megatron_parallelism"]}}).status == FAIL
+    assert check.q4(lambda: {**exercise_5(), "c": {"choice": "nemo", "reasons": ["made_up"]}}).status == FAIL
+    assert check.q4(lambda: {**exercise_5(), "why": ""}).status == FAIL
+    assert check.q4(stub).status == NOT_ATTEMPTED
+
+
+@pytest.mark.parametrize("name", ["q1", "q2", "q3", "q4"])
 def test_checks_carry_a_hint(name):
     assert getattr(check, name).hint

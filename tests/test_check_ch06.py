@@ -108,23 +108,6 @@ def test_q3(capsys):
         assert diagnose(check.make_symptom_log(suspect, np.random.default_rng(0)))["suspect"] == suspect
 
 
-def exercise_5():
-    return {"a": {"choice": "nemo", "reasons": ["megatron_parallelism", "data_pipeline_at_scale"]},
-            "b": {"choice": "hf", "reasons": ["hf_peft_ecosystem", "fits_one_node"]},
-            "c": {"choice": "nemo", "reasons": ["speech_collections"]},
-            "why": "Scale decides: 1024 GPUs need Megatron's parallelism; one node does not; speech lives in NeMo."}
-
-
-def test_q4(capsys):
-    result = check.q4(exercise_5)
-    assert result.passed and "why" in result.manual
-    assert check.q4(lambda: {**exercise_5(), "a": {"choice": "hf", "reasons": ["hf_peft_ecosystem"]}}).status == FAIL
-    assert check.q4(lambda: {**exercise_5(), "b": {"choice": "nemo", "reasons": ["megatron_parallelism"]}}).status == FAIL
-    assert check.q4(lambda: {**exercise_5(), "c": {"choice": "nemo", "reasons": ["made_up"]}}).status == FAIL
-    assert check.q4(lambda: {**exercise_5(), "why": ""}).status == FAIL
-    assert check.q4(stub).status == NOT_ATTEMPTED
-
-
 def test_summary_lists_this_chapter(capsys):
     check.q1(dp_slice)
     check.summary()
@@ -132,7 +115,7 @@ def test_summary_lists_this_chapter(capsys):
     assert check.CHAPTER == "ch06" and PASS == "passed"
 
 
-# ------------------------------------------------------------------ q5 / q6 (chapters 3 + 6)
+# ------------------------------------------------------------------ q4 / q5 (chapters 3 + 6)
 def blend_pairs(weights, size):
     shares = [w / sum(weights) for w in weights]
     counts, pairs = [0] * len(shares), []
@@ -168,32 +151,32 @@ def restart_with_new_blend(old_w, new_w, consumed, micro, rank, dp, *, refuse=No
             "already_trained": sum(tuple(p) in set(old[:consumed]) for p in first)}
 
 
-def test_q5(capsys):
-    result = check.q5(locate_sample)
+def test_q4(capsys):
+    result = check.q4(locate_sample)
     assert result.passed, result.message
     for wrong in ({"step_base": 0}, {"from_resume": True}, {"rank_rule": "strided"}, {"rank_rule": "no_wrap"},
                   {"sample_shift": 1}, {"step_size": 1}):
-        assert check.q5(lambda *a, w=wrong: locate_sample(*a, **w)).status == FAIL, wrong
-    assert check.q5(lambda *a: locate_sample(*a) or {"blend_index": 0}).status == FAIL   # never None
-    assert check.q5(lambda *a: {"blend_index": 1, "step": 1, "rank": 1, "microbatch": 0}).status == FAIL  # hard-coded
-    assert check.q5(stub).status == NOT_ATTEMPTED
+        assert check.q4(lambda *a, w=wrong: locate_sample(*a, **w)).status == FAIL, wrong
+    assert check.q4(lambda *a: locate_sample(*a) or {"blend_index": 0}).status == FAIL   # never None
+    assert check.q4(lambda *a: {"blend_index": 1, "step": 1, "rank": 1, "microbatch": 0}).status == FAIL  # hard-coded
+    assert check.q4(stub).status == NOT_ATTEMPTED
 
 
-def test_q6(capsys):
-    result = check.q6(restart_with_new_blend)
+def test_q5(capsys):
+    result = check.q5(restart_with_new_blend)
     assert result.passed, result.message
     for wrong in ({"refuse": lambda a, b: False}, {"refuse": lambda a, b: a != b}, {"read_from": "old"},
                   {"start": lambda c, m, r: r * m}):
-        assert check.q6(lambda *a, w=wrong: restart_with_new_blend(*a, **w)).status == FAIL, wrong
+        assert check.q5(lambda *a, w=wrong: restart_with_new_blend(*a, **w)).status == FAIL, wrong
 
     def counts_nothing(*args):
         return {**restart_with_new_blend(*args), "already_trained": 0}
 
-    assert check.q6(counts_nothing).status == FAIL
-    assert check.q6(stub).status == NOT_ATTEMPTED
+    assert check.q5(counts_nothing).status == FAIL
+    assert check.q5(stub).status == NOT_ATTEMPTED
 
 
-def test_q5_q6_compare_with_the_real_sampler_and_guard():
+def test_q4_q5_compare_with_the_real_sampler_and_guard():
     """The references agree with the worked examples the notebook gives."""
     assert check._locate_reference([3, 1], 1, 0, 0, 1, 2, 2) == {"blend_index": 1, "step": 1, "rank": 1,
                                                                  "microbatch": 0}

@@ -22,7 +22,7 @@ from tests.test_check_ch06 import batch_arithmetic, diagnose, dp_slice, locate_s
 MODULES = (ch00, ch01, ch02, ch03, ch04, ch05, ch06)
 CHECKS = [(m, name) for m in MODULES for name, fn in vars(m).items() if getattr(fn, "is_check", False)]
 #: Multiple-choice / free-text questions: their hints need no formula tier (they still have three).
-CHOICE = {("ch01", "q4"), ("ch02", "q3"), ("ch03", "q4"), ("ch04", "q4"), ("ch05", "q3"), ("ch06", "q4")}
+CHOICE = {("ch00", "q4"), ("ch01", "q4"), ("ch02", "q3"), ("ch03", "q4"), ("ch04", "q4"), ("ch05", "q3")}
 
 
 def test_every_question_of_every_chapter_is_listed():
@@ -314,12 +314,12 @@ MISTAKES = [
      _batch_with("consumed_samples", lambda m, o, s: s * m.micro_batch_size * o["data_parallel_size"]),
      "forgets gradient accumulation"),
     (ch06.q3, diagnose, _diagnose_healthy, "is healthy in this log"),
-    (ch06.q5, locate_sample, lambda *a: locate_sample(*a, step_base=0), "are read by step 1"),
-    (ch06.q5, locate_sample, lambda *a: locate_sample(*a, rank_rule="no_wrap"), "the ranks are 0…"),
-    (ch06.q5, locate_sample, lambda *a: locate_sample(*a, sample_shift=1), "holds sample"),
-    (ch06.q6, restart_with_new_blend, lambda *a: restart_with_new_blend(*a, refuse=lambda o, n: False),
+    (ch06.q4, locate_sample, lambda *a: locate_sample(*a, step_base=0), "are read by step 1"),
+    (ch06.q4, locate_sample, lambda *a: locate_sample(*a, rank_rule="no_wrap"), "the ranks are 0…"),
+    (ch06.q4, locate_sample, lambda *a: locate_sample(*a, sample_shift=1), "holds sample"),
+    (ch06.q5, restart_with_new_blend, lambda *a: restart_with_new_blend(*a, refuse=lambda o, n: False),
      "you said not refused"),
-    (ch06.q6, restart_with_new_blend, lambda *a: restart_with_new_blend(*a, read_from="old"), "the OLD weights"),
+    (ch06.q5, restart_with_new_blend, lambda *a: restart_with_new_blend(*a, read_from="old"), "the OLD weights"),
 ]
 
 

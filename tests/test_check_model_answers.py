@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from labsupport.check import ch03, ch04, ch05, ch06
+from labsupport.check import ch00, ch03, ch04, ch05
 
 from tests.test_check_ch03_more import exercise_2
 from tests.test_check_ch04 import GOOD_Q4
 from tests.test_check_ch05 import GOOD_Q3
-from tests.test_check_ch06 import exercise_5
+from tests.test_check_ch00_more import exercise_5
 
 
 CASES = [
+    (ch00, "q4", exercise_5, lambda: {"a": {"choice": "hf", "reasons": ["fits_one_node"]}}),
     (ch03, "q4", exercise_2, lambda *a: {"a": []}),
     (ch04, "q4", lambda: dict(GOOD_Q4), lambda: {**GOOD_Q4, "b_speedup": 2.0}),
-    (ch06, "q4", exercise_5, lambda: {"a": {"choice": "hf", "reasons": ["fits_one_node"]}}),
 ]
 
 

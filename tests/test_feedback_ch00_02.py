@@ -20,6 +20,7 @@ from labsupport.datasets.tokenizer import compare_tokenizers, tokens_per_charact
 from labsupport.workbook.orientation import training_memory_gb
 
 from tests.test_check_ch00 import correct as dp_size
+from tests.test_check_ch00_more import exercise_5
 from tests.test_check_ch02 import GOOD as GOOD_Q3_CH02, document_byte_offset, parse_idx
 from tests.test_check_hint_tiers import _dp_group, _merge_step_last_tie
 
@@ -229,7 +230,8 @@ NAMED = [
      "document_tokens(<the hand-made x.idx, x.bin>, k=1) raised ValueError"),
 ]
 
-CORRECT = [(ch00.q1, dp_size), (ch00.q2, training_memory_gb), (ch00.q3, _dp_group), (ch01.q1, merge_step),
+CORRECT = [(ch00.q1, dp_size), (ch00.q2, training_memory_gb), (ch00.q3, _dp_group), (ch00.q4, exercise_5),
+           (ch01.q1, merge_step),
            (ch01.q2, tokens_per_character), (ch01.q3, compare_tokenizers),
            (ch01.q5, lambda text, merges: _bpe()(text, merges)), (ch02.q1, parse_idx), (ch02.q2, document_byte_offset),
            (ch02.q3, lambda: dict(GOOD_Q3_CH02)), (ch02.q4, document_tokens)]
@@ -337,6 +339,8 @@ def test_ch01_q4_question_asks_for_what_the_check_requires():
     ("00_orientation.ipynb", "### Exercise 1", ["ValueError", "warnings.warn", "data_parallel_size(devices=8"]),
     ("00_orientation.ipynb", "### Exercise 2", ["decimal GB", "memory_gb(8e9"]),
     ("00_orientation.ipynb", "### Exercise 3", ["data_parallel_group(1, tp=2, pp=1, dp=2)", "[1, 3]"]),
+    ("00_orientation.ipynb", "### Exercise 4", ["exercise_5()", '"choice"', '"reasons"', '"why"', "check.REASONS",
+                                                '"nemo"', '"hf"', '"either"']),
     ("01_tokenization.ipynb", "### Exercise 1", ["merge_step([", "(new_ids, pair)"]),
     ("01_tokenization.ipynb", "### Exercise 2", ["tokens_per_character(", "float"]),
     ("01_tokenization.ipynb", "### Exercise 3", ["a float in [0, 1]", "dict"]),

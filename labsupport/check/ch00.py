@@ -1,9 +1,10 @@
-"""Checks for chapter 0 (orientation): parallel layout (q1), memory arithmetic (q2), and q3, a transfer:
-the data-parallel group of a GPU in Megatron's rank order. (The book's exercise 5 is checked in chapter 6.)
+"""Checks for chapter 0 (orientation): parallel layout (q1), memory arithmetic (q2), q3, a transfer:
+the data-parallel group of a GPU in Megatron's rank order, and q4, the book's exercise 5 (NeMo or
+Hugging Face for three scenarios, §6.2.8) as structured answers with a free-text "why" graded by hand.
 
-Each recognised wrong answer is a named mistake (:func:`labsupport.check._core.mistake`): its first
-failure shows the symptom on the smallest layout that shows it and asks a question; the fix comes on a
-repeat of the same mistake, the formula after that."""
+Each recognised wrong answer of q1–q3 is a named mistake (:func:`labsupport.check._core.mistake`): its
+first failure shows the symptom on the smallest layout that shows it and asks a question; the fix comes
+on a repeat of the same mistake, the formula after that.  q4 names each failing scenario with a question."""
 from __future__ import annotations
 
 import itertools
@@ -15,7 +16,7 @@ from omegaconf import OmegaConf
 
 from labsupport.config import ConfigError, ParallelLayout, parallel_layout
 from labsupport.workbook.orientation import megatron_coords, training_memory_gb
-from labsupport.check._core import chapter_summary, check, check_seed, expect, mistake, short
+from labsupport.check._core import Sealed, chapter_summary, check, check_seed, expect, mistake, parts, short
 
 CHAPTER = "ch00"
 
@@ -414,3 +415,80 @@ def q3(data_parallel_group) -> str:
         if kind:
             _q3_fail(data_parallel_group, kind, (rank, tp, pp, dp), got)
     return "40 random layouts and ranks"
+
+
+# ---------------------------------------------------------------------------------------------
+# q4: the book's exercise 5, NeMo or Hugging Face for three scenarios (§6.2.8)
+REASONS = {
+    "megatron_parallelism": "TP/PP/DP (and sequence/context parallelism) of Megatron-Core, proven at thousands of GPUs",
+    "data_pipeline_at_scale": "the binary-indexed, blended, packed data path of chapters 2-4",
+    "hf_peft_ecosystem": "the Hugging Face model hub, PEFT (LoRA) and Trainer: little code at small scale",
+    "fits_one_node": "the job fits one node, so large-scale parallelism is not needed",
+    "speech_collections": "NeMo ships ASR/TTS collections beside the LLM collection",
+    "nvidia_stack": "integration with NVIDIA's stack (Transformer Engine, NIM, Triton)",
+}
+
+
+#: q4's accepted [scenario, framework] pairs, sealed (see _core.Sealed).
+_CHOICE = Sealed("labsupport:ch00:q4:choice", [
+    "2f45d3eb63fb1a83d9a8da0c345505db6878351f04b1d4ff109496f8192a65b8",
+    "3af8ead1d5595fc44c6bed82532761b7cce12cf3d8d9149246839a4a1a14f555",
+    "4728dd7c54131a60517ece8fbe21eb58d69a73111d134d934902ab6ee0a689a7",
+    "7ab907709d8514a6ba434fdb045632998239817af32d43aa1fa3acf0f4e533f7",
+])
+#: q4: a scenario's answer must give at least one of its reasons here ...
+_NEEDED = Sealed("labsupport:ch00:q4:needed", [
+    "5017207004aef874ef3200a7298129d12f4dcea98498141e5568aa9d1084ba4f",
+    "ae55c3e3d4576ff3086b1b63c01e6cd1fa1336d733225a74381199ec8c1d3f80",
+    "b248ff79b4d55c345492dfb8a7dd19f8a3d72c210cec2ab91edb241708adfc9d",
+    "b97dc385d02572c269ed5835fa923a16437e8c0d5bffabb85348e62e7d2fd7e9",
+])
+#: ... and none of these.
+_WRONG = Sealed("labsupport:ch00:q4:wrong", [
+    "d6a8d45524f0813ddf944af22a4315b1abac5e505bc42c3f3a484aa24707607a",
+])
+
+
+@check(CHAPTER, "q4", hint=(
+    "reread chapter 0's 'Trade-offs: NeMo/Megatron or Hugging Face' (book §6.2.8): for each scenario, what does "
+    "the job need that only one framework gives?",
+    "scale decides: model and data parallelism across many nodes is what Megatron-Core was built for; a job that "
+    "fits one node gains more from the simpler ecosystem (and NeMo still works); a pipeline beyond text asks "
+    "which framework ships those collections",
+    "Book §6.2.8: very large distributed pre-training favours NeMo/Megatron-Core; a LoRA on "
+    "one node is simpler in the HF ecosystem (NeMo works too); NeMo has speech collections. Give reasons as keys "
+    "of REASONS."))
+def q4(exercise_5: Callable) -> tuple[str, dict[str, str]]:
+    """``exercise_5()`` → ``{"a"|"b"|"c": {"choice": nemo|hf|either, "reasons": [REASONS keys]}, "why": text}``."""
+    answer = exercise_5()
+    expect(isinstance(answer, dict), f"exercise_5() must return a dict, got {type(answer).__name__}")
+    allowed = ("nemo", "hf", "either")
+    for key in ("a", "b", "c"):
+        item = answer.get(key)
+        expect(isinstance(item, dict) and "choice" in item and "reasons" in item,
+               f"answer[{key!r}] must be a dict with 'choice' and 'reasons', got {short(item)}")
+        expect(item["choice"] in allowed, f"answer[{key!r}]['choice'] = {short(item['choice'])}; use one of {allowed}")
+        unknown = [r for r in item["reasons"] if r not in REASONS]
+        expect(not unknown, f"answer[{key!r}]['reasons'] has unknown keys {unknown}; use keys of check.REASONS")
+        expect(item["reasons"], f"answer[{key!r}]['reasons'] is empty; give at least one reason key")
+    a, b, c = answer["a"], answer["b"], answer["c"]
+    why = answer.get("why", "")
+    with parts() as part:  # name every failing part at once
+        part(["a", a["choice"]] in _CHOICE, "(a) continued pre-training on 1024 GPUs: which framework was built for that scale?")
+        part(any(["a", r] in _NEEDED for r in a["reasons"]), "(a) what makes 1024 GPUs work at all? (a reason about parallelism)")
+        part(["b", b["choice"]] in _CHOICE, "(b) LoRA of a 7B model on one 8-GPU node: is a large-scale framework needed?")
+        part(any(["b", r] in _NEEDED for r in b["reasons"]), "(b) name why the simpler stack suffices")
+        part(not any(["b", r] in _WRONG for r in b["reasons"]), "(b) one node does not need Megatron's parallelism to fit a 7B LoRA")
+        part(["c", c["choice"]] in _CHOICE and any(["c", r] in _NEEDED for r in c["reasons"]),
+             "(c) speech recognition + LLM: which framework ships speech collections?")
+        part(isinstance(why, str) and len(why.split()) >= 5, "add a 'why' field: a few sentences giving your reasons")
+    return "scenario choices and reasons correct. Compare your reasons with this model answer: " + MODEL_ANSWER_Q4, \
+        {"why": why}
+
+
+#: Shown once q4 passes, to compare the free-text reasons with.
+MODEL_ANSWER_Q4 = (
+    "(a) NeMo/Megatron-Core: 1024 GPUs need TP/PP/DP (and sequence/context parallelism) that are proven at that "
+    "scale, plus the indexed, blended, packed data path of chapters 2–4. (b) Hugging Face (PEFT/LoRA) or either: a "
+    "7B LoRA fits one node without model parallelism, and the HF ecosystem needs the least code; NeMo also supports "
+    "LoRA. (c) NeMo: it ships speech (ASR/TTS) collections beside the LLM ones, so one framework covers the pipeline.")

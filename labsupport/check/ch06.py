@@ -1,13 +1,13 @@
 """Exercise checks of chapter 6 (end to end): ``from labsupport.check import ch06 as check``.
 
 q1 the data-parallel sampler's slice · q2 the global-batch arithmetic of a config · q3 diagnose
-a symptom from a measured log (which row of §6.2.7's table, which fix) · q4 book exercise 5
-(NeMo or Hugging Face, §6.2.8) as structured answers · q5 which step, rank and micro-batch read a
-domain's k-th sample after a resume (chapter 3's blend + the sampler + ``consumed_samples``) ·
-q6, a transfer exercise: a restart with a changed blend — does the data-plan guard refuse it, and
-what would the first micro-batch be if it were accepted.  Each check calls the learner's function
-on fresh random inputs and compares with ``labsupport.training`` / ``labsupport.config`` /
-``labsupport.datasets.blending``.
+a symptom from a measured log (which row of §6.2.7's table, which fix) · q4 which step, rank and
+micro-batch read a domain's k-th sample after a resume (chapter 3's blend + the sampler +
+``consumed_samples``) · q5, a transfer exercise: a restart with a changed blend — does the data-plan
+guard refuse it, and what would the first micro-batch be if it were accepted.  (The book's exercise
+5, NeMo or Hugging Face, is chapter 0's q4, where that trade-off is taught.)  Each check calls the
+learner's function on fresh random inputs and compares with ``labsupport.training`` /
+``labsupport.config`` / ``labsupport.datasets.blending``.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any, Callable
 import numpy as np
 from omegaconf import OmegaConf
 
-from labsupport.check._core import Sealed, chapter_summary, check, check_seed, expect, mistake, parts, short
+from labsupport.check._core import Sealed, chapter_summary, check, check_seed, expect, mistake, short
 from labsupport.config import ConfigError, parallel_layout
 from labsupport.datasets.blending import build_blending_indices, normalize_weights
 from labsupport.training.data_plan import DataPlanError, check_plan, consumed_digest, plan_of
@@ -32,10 +32,10 @@ REFERENCES = {
     "q1": [f"{_SAMPLER}:rank_slice", f"{_SAMPLER}:MegatronPretrainingSampler",
            f"{_SAMPLER}:MegatronPretrainingSampler.__iter__"],
     "q2": [f"{_SAMPLER}:num_microbatches"],
-    "q5": [f"{_SAMPLER}:rank_slice", f"{_SAMPLER}:MegatronPretrainingSampler",
+    "q4": [f"{_SAMPLER}:rank_slice", f"{_SAMPLER}:MegatronPretrainingSampler",
            f"{_SAMPLER}:MegatronPretrainingSampler.__iter__", f"{_BLENDING}:build_blending_indices",
            f"{_BLENDING}:reference_blending_indices", f"{_BLENDING}:greedy_step"],
-    "q6": [f"{_SAMPLER}:rank_slice", f"{_SAMPLER}:MegatronPretrainingSampler",
+    "q5": [f"{_SAMPLER}:rank_slice", f"{_SAMPLER}:MegatronPretrainingSampler",
            f"{_SAMPLER}:MegatronPretrainingSampler.__iter__", f"{_BLENDING}:build_blending_indices",
            f"{_BLENDING}:reference_blending_indices", f"{_BLENDING}:greedy_step",
            "labsupport.training.data_plan:check_plan", "labsupport.training.data_plan:consumed_digest"],
@@ -258,82 +258,6 @@ def q3(diagnose: Callable) -> str:
 
 
 # ------------------------------------------------------------------------------------- q4
-REASONS = {
-    "megatron_parallelism": "TP/PP/DP (and sequence/context parallelism) of Megatron-Core, proven at thousands of GPUs",
-    "data_pipeline_at_scale": "the binary-indexed, blended, packed data path of chapters 2-4",
-    "hf_peft_ecosystem": "the Hugging Face model hub, PEFT (LoRA) and Trainer: little code at small scale",
-    "fits_one_node": "the job fits one node, so large-scale parallelism is not needed",
-    "speech_collections": "NeMo ships ASR/TTS collections beside the LLM collection",
-    "nvidia_stack": "integration with NVIDIA's stack (Transformer Engine, NIM, Triton)",
-}
-
-
-#: q4's accepted [scenario, framework] pairs, sealed (see _core.Sealed).
-_CHOICE = Sealed("labsupport:ch06:q4:choice", [
-    "64f6ee08e818d49b3ec913cdb24951e263698a39991fafb906067d5b8cc21f52",
-    "7739ec5683dab7bcb740d88137291e6752be739c374cc22b385ea9b7e6e2e518",
-    "eb3d0b2f4762618565f884c0a80b60dbb56e314288fb5845835074e7c7d4a823",
-    "eb683cedcae679289e2ae60924852cf37a812b5e8ee6e6cb88db4cb3044928b1",
-])
-#: q4: a scenario's answer must give at least one of its reasons here ...
-_NEEDED = Sealed("labsupport:ch06:q4:needed", [
-    "20bfa1ef86ea46dc7d098623f0c0fd8696a7623d91969fe9b0832e3df751932a",
-    "4b59e0021afc60c226a8938370057b2b155cfe14d69448b31a2ed57cbce8593e",
-    "6f55e6573edb1afef157a0c703a2f1af04b396a743edaca1f1af122922e4e7b2",
-    "f48336fc3c2c4add076fe6c30abdfdc7f4f0e5b188e67cd8d87813894f27e768",
-])
-#: ... and none of these.
-_WRONG = Sealed("labsupport:ch06:q4:wrong", [
-    "1c8c7457bc65a4b6d0f7de10be28a5dc6653a3f18ff0054488314d64a2d720cb",
-])
-
-
-@check(CHAPTER, "q4", hint=(
-    "reread chapter 0's 'Trade-offs: NeMo/Megatron or Hugging Face' (book §6.2.8): for each scenario, what does "
-    "the job need that only one framework gives?",
-    "scale decides: model and data parallelism across many nodes is what Megatron-Core was built for; a job that "
-    "fits one node gains more from the simpler ecosystem (and NeMo still works); a pipeline beyond text asks "
-    "which framework ships those collections",
-    "Book §6.2.8: very large distributed pre-training favours NeMo/Megatron-Core; a LoRA on "
-    "one node is simpler in the HF ecosystem (NeMo works too); NeMo has speech collections. Give reasons as keys "
-    "of REASONS."))
-def q4(exercise_5: Callable) -> tuple[str, dict[str, str]]:
-    """``exercise_5()`` → ``{"a"|"b"|"c": {"choice": nemo|hf|either, "reasons": [REASONS keys]}, "why": text}``."""
-    answer = exercise_5()
-    expect(isinstance(answer, dict), f"exercise_5() must return a dict, got {type(answer).__name__}")
-    allowed = ("nemo", "hf", "either")
-    for key in ("a", "b", "c"):
-        item = answer.get(key)
-        expect(isinstance(item, dict) and "choice" in item and "reasons" in item,
-               f"answer[{key!r}] must be a dict with 'choice' and 'reasons', got {short(item)}")
-        expect(item["choice"] in allowed, f"answer[{key!r}]['choice'] = {short(item['choice'])}; use one of {allowed}")
-        unknown = [r for r in item["reasons"] if r not in REASONS]
-        expect(not unknown, f"answer[{key!r}]['reasons'] has unknown keys {unknown}; use keys of check.REASONS")
-        expect(item["reasons"], f"answer[{key!r}]['reasons'] is empty; give at least one reason key")
-    a, b, c = answer["a"], answer["b"], answer["c"]
-    why = answer.get("why", "")
-    with parts() as part:  # name every failing part at once
-        part(["a", a["choice"]] in _CHOICE, "(a) continued pre-training on 1024 GPUs: which framework was built for that scale?")
-        part(any(["a", r] in _NEEDED for r in a["reasons"]), "(a) what makes 1024 GPUs work at all? (a reason about parallelism)")
-        part(["b", b["choice"]] in _CHOICE, "(b) LoRA of a 7B model on one 8-GPU node: is a large-scale framework needed?")
-        part(any(["b", r] in _NEEDED for r in b["reasons"]), "(b) name why the simpler stack suffices")
-        part(not any(["b", r] in _WRONG for r in b["reasons"]), "(b) one node does not need Megatron's parallelism to fit a 7B LoRA")
-        part(["c", c["choice"]] in _CHOICE and any(["c", r] in _NEEDED for r in c["reasons"]),
-             "(c) speech recognition + LLM: which framework ships speech collections?")
-        part(isinstance(why, str) and len(why.split()) >= 5, "add a 'why' field: a few sentences giving your reasons")
-    return "scenario choices and reasons correct. Compare your reasons with this model answer: " + MODEL_ANSWER_Q4, \
-        {"why": why}
-
-
-#: Shown once q4 passes, to compare the free-text reasons with.
-MODEL_ANSWER_Q4 = (
-    "(a) NeMo/Megatron-Core: 1024 GPUs need TP/PP/DP (and sequence/context parallelism) that are proven at that "
-    "scale, plus the indexed, blended, packed data path of chapters 2–4. (b) Hugging Face (PEFT/LoRA) or either: a "
-    "7B LoRA fits one node without model parallelism, and the HF ecosystem needs the least code; NeMo also supports "
-    "LoRA. (c) NeMo: it ships speech (ASR/TTS) collections beside the LLM ones, so one framework covers the pipeline.")
-
-
-# ------------------------------------------------------------------------------------- q5
 def _dyadic_weights(rng: np.random.Generator, n: int, scale: int = 1) -> list[int]:
     """``n`` integer data_prefix weights whose normalised values are exact binary fractions (their
     sum is a power of two times ``scale``), so ``w × step`` has no rounding and ties are real."""
@@ -374,7 +298,7 @@ def _locate_reference(weights: list[float], domain: int, k: int, consumed: int, 
     raise AssertionError(f"blend index {index} was handed to no rank")  # the sampler covers every index
 
 
-def _q5_mistake(got: dict, want: dict, case: dict) -> None:
+def _q4_mistake(got: dict, want: dict, case: dict) -> None:
     """Name a wrong field the check recognises (raises a Mistake), or return to fail plainly."""
     i, consumed, micro, dp, global_bs = (want["blend_index"], case["consumed_samples"], case["micro_batch_size"],
                                          case["data_parallel_size"], case["global_batch_size"])
@@ -430,7 +354,7 @@ def _q5_mistake(got: dict, want: dict, case: dict) -> None:
                 formula="rank = (i mod (micro × DP)) // micro; microbatch = (i mod global) // (micro × DP)")
 
 
-@check(CHAPTER, "q5", hint=(
+@check(CHAPTER, "q4", hint=(
     "reread chapter 6's 'Data parallelism for real' and chapter 3's greedy rule: first find where the blend puts "
     "the sample, then which step, micro-batch and rank the sampler hands that position to",
     "the blend position is fixed by chapter 3's rule alone (weights normalised); a resumed sampler starts at "
@@ -439,7 +363,7 @@ def _q5_mistake(got: dict, want: dict, case: dict) -> None:
     "i = the blend position with dataset d and sample k (greedy rule, x = max(i, 1), lowest index on ties); None if "
     "i < consumed_samples; step = i // global + 1; microbatch = (i mod global) // (micro × DP); "
     "rank = (i mod (micro × DP)) // micro"))
-def q5(locate_sample: Callable) -> str:
+def q4(locate_sample: Callable) -> str:
     """``locate_sample(weights, domain, k, consumed_samples, micro_batch_size, data_parallel_size,
     global_batch_size)`` → ``{"blend_index", "step", "rank", "microbatch"}`` or None."""
     rng = np.random.default_rng(check_seed())
@@ -479,14 +403,14 @@ def q5(locate_sample: Callable) -> str:
             case = {"call": call, "consumed_samples": consumed, "micro_batch_size": micro, "data_parallel_size": dp,
                     "global_batch_size": global_bs, "domain": domain, "k": k,
                     "_next": int(occ[k + 1]) if k + 1 < occ.size else -1, "_previous": int(occ[k - 1]) if k else -1}
-            _q5_mistake(got, want, case)
+            _q4_mistake(got, want, case)
             wrong = ", ".join(f"{key} = {short(got[key])} (expected {want[key]})"
                               for key in want if got[key] != want[key])
             expect(False, f"{call}: {wrong}")
     return f"{after} samples read after a resume and {before} read before it, random blends and layouts"
 
 
-# ------------------------------------------------------------------------------------- q6
+# ------------------------------------------------------------------------------------- q5
 class _Samples:
     """One domain's GPT samples as the data-plan guard sees them: sample s is document s (one
     epoch, no shuffle), so a sample's identity is (domain, s)."""
@@ -544,7 +468,7 @@ def _pairs(value: Any) -> list[list[int]] | None:
         return None
 
 
-def _q6_mistake(got: dict, want: dict, case: dict) -> None:
+def _q5_mistake(got: dict, want: dict, case: dict) -> None:
     """Name a wrong field the check recognises (raises a Mistake), or return to fail plainly."""
     old, new, consumed, micro, rank, dp = (case[k] for k in ("old", "new", "consumed", "micro", "rank", "dp"))
     call, size = case["call"], consumed + micro * dp
@@ -589,7 +513,7 @@ def _q6_mistake(got: dict, want: dict, case: dict) -> None:
                         "consumed + (rank + 1) × micro − 1]")
 
 
-@check(CHAPTER, "q6", hint=(
+@check(CHAPTER, "q5", hint=(
     "reread chapter 6's 'Exact resume' (its 'A changed data plan' cell): what does a checkpoint record about the "
     "data, and what does the resuming run recompute and compare?",
     "the guard rebuilds the blend with the new weights and compares the samples at the positions already trained "
@@ -598,7 +522,7 @@ def _q6_mistake(got: dict, want: dict, case: dict) -> None:
     "normalise both weight lists; old, new = chapter 3's blend of each; refused = old[:consumed] ≠ new[:consumed] "
     "as (domain, sample) pairs; first_microbatch = new[consumed + rank × micro … + micro − 1]; already_trained = "
     "how many of those pairs are in old[:consumed]"))
-def q6(restart_with_new_blend: Callable) -> str:
+def q5(restart_with_new_blend: Callable) -> str:
     """``restart_with_new_blend(old_weights, new_weights, consumed_samples, micro_batch_size, rank,
     data_parallel_size)`` → ``{"refused": bool, "first_microbatch": [[domain, sample], …],
     "already_trained": int}``."""
@@ -639,7 +563,7 @@ def q6(restart_with_new_blend: Callable) -> str:
         expect(first is not None, f"{call}: first_microbatch = {short(got['first_microbatch'])}; expected a list "
                                   "of [domain, sample] pairs")
         if bool(got["refused"]) != want["refused"] or first != want["first_microbatch"]:
-            _q6_mistake({**got, "refused": bool(got["refused"])}, want, case)
+            _q5_mistake({**got, "refused": bool(got["refused"])}, want, case)
             expect(bool(got["refused"]) == want["refused"], f"{call}: refused = {short(got['refused'])}, "
                                                            f"expected {want['refused']}")
             expect(False, f"{call}: first_microbatch = {short(first)}, expected {want['first_microbatch']}")
