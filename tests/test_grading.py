@@ -249,7 +249,7 @@ def test_without_namespaces_the_grader_still_survives_its_parent_being_killed(tm
         graded = grade_file(path, discover(), Options(seed="t", rounds=1))
     finally:
         sandbox.sandbox_mode.cache_clear()
-    assert [r.question for r in graded.rows] == ["q1", "q2", "q3"]  # we are still here to read them
+    assert [r.question for r in graded.rows] == ["q1", "q2", "q3", "q4"]  # we are still here to read them
     assert all(r.points == 0 and any(f.startswith("signals") for f in r.flags) for r in graded.rows)
 
 
@@ -308,7 +308,7 @@ def test_honest_habits_are_not_punished(tmp_path):
     path.write_text(json.dumps(nb), encoding="utf-8")
     graded = grade_file(path, discover(), Options(seed="t", rounds=1))
     assert [(r.question, r.status, r.flags) for r in graded.rows] == [
-        ("q1", "passed", []), ("q2", "passed", []), ("q3", "passed", [])]
+        ("q1", "passed", []), ("q2", "passed", []), ("q3", "passed", []), ("q4", "passed", [])]
 
 
 def _with_memory_gb(tmp_path: Path, folder: str, source: str) -> Path:
