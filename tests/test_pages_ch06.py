@@ -139,3 +139,20 @@ def test_finite_check_names_the_parameter_and_ignores_a_sum_that_only_overflows(
         check_finite(1.0, model, 3)
     with pytest.raises(TrainingError, match="the loss is nan"):
         check_finite(float("nan"), model, 4)
+
+
+def test_token_losses_on_flat_rows_equal_the_class_axis_form(traced):
+    from torch.nn import functional as F
+
+    from labsupport.training.data import collate
+    from labsupport.training.trainer import token_losses
+
+    settings, blend, run = traced
+    idx = list(range(settings.micro_batch_size))
+    batch = collate([blend[i] for i in idx], idx, True)
+    with torch.no_grad():
+        flat = token_losses(run.model, batch)
+        logits = run.model(batch.tokens, batch.position_ids, batch.masked)
+        by_class_axis = F.cross_entropy(logits.float().transpose(1, 2), batch.labels, reduction="none")
+    assert flat.shape == batch.labels.shape
+    torch.testing.assert_close(flat, by_class_axis, rtol=1e-6, atol=1e-5)
