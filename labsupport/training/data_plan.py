@@ -17,7 +17,7 @@ a :class:`DataPlanError` naming what changed and how to accept it (``allow_new_d
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -37,18 +37,25 @@ def _gpt_parts(ds: Any) -> bool:
     return all(hasattr(ds, a) for a in ("shuffle_index", "sample_index", "document_index"))
 
 
-def consumed_digest(blend: Any, consumed: int, hasher: Any = None, start: int = 0) -> Any:
+def consumed_digest(blend: Any, consumed: int, hasher: Any = None, start: int = 0,
+                    known: Mapping[int, Any] | None = None) -> Any:
     """sha256 over the identity of blend samples ``start … consumed − 1`` (fed to ``hasher``).
 
     For a blend of GPT datasets a sample is (dataset id, document ids, first and last offset);
-    for any other dataset its ``tokens``.  Returns the hasher (call ``.hexdigest()``).
+    for any other dataset its ``tokens`` (S,): taken from ``known`` (blend index → the tokens a
+    step has already read) where given, else read again — a dataset such as
+    :class:`~labsupport.training.data.NaiveTextDataset` tokenizes on every read, so the trainer
+    passes what it read instead of paying that twice per step.  Returns the hasher (call
+    ``.hexdigest()``).
     """
     h = hashlib.sha256() if hasher is None else hasher
     dsi = getattr(blend, "dataset_index", None)
     datasets = getattr(blend, "datasets", None)
     if dsi is None or datasets is None or not all(_gpt_parts(d) for d in datasets):
+        known = {} if known is None else known
         for i in range(start, consumed):
-            h.update(np.asarray(blend[i]["tokens"]).astype(np.int64).tobytes())
+            tokens = known[i] if i in known else blend[i]["tokens"]
+            h.update(np.asarray(tokens).astype(np.int64).tobytes())
         return h
     sample = blend.dataset_sample_index
     for i in range(start, consumed):
