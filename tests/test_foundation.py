@@ -232,17 +232,18 @@ def test_grade_cli_writes_a_gradebook(tmp_path, capsys):
     student.mkdir()
     sub = student / "00_orientation.ipynb"
     nb = nbformat.read(REPO_ROOT / "solutions" / "00_orientation.ipynb", as_version=4)
-    for cell in nb.cells:  # alice solved q2 and q3: q1 keeps the exercise stub
+    for cell in nb.cells:  # alice solved q2–q4: q1 keeps the exercise stub
         if cell.cell_type == "code" and "def data_parallel_size" in cell.source:
             cell.source = cell.source.split("### BEGIN SOLUTION")[0] + "    raise NotImplementedError\n"
     nbformat.write(nb, sub)
     out = tmp_path / "book" / "grades.csv"
     assert grade.main([str(sub), "--out", str(out), "--seed", "1"]) == 0
     rows = list(csv.DictReader(out.open(encoding="utf-8")))
-    assert {r["question"]: r["status"] for r in rows} == {"q1": "not attempted", "q2": "passed", "q3": "passed"}
+    assert {r["question"]: r["status"] for r in rows} == {"q1": "not attempted", "q2": "passed", "q3": "passed",
+                                                                  "q4": "passed"}
     assert all(r["student"] == "alice" and r["chapter"] == "ch00" for r in rows)
     summary = list(csv.DictReader(out.with_name("summary.csv").open(encoding="utf-8")))
-    assert summary == [{"student": "alice", "chapter": "ch00", "points": "2", "max_points": "3"}]
+    assert summary == [{"student": "alice", "chapter": "ch00", "points": "3", "max_points": "4"}]
     assert "alice" in capsys.readouterr().out
     # a second run skips alice unless --regrade
     assert grade.main([str(sub), "--out", str(out), "--seed", "1"]) == 0
