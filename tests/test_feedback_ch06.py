@@ -332,3 +332,15 @@ def test_the_framework_question_is_chapter_0s():
     assert ch00.REASONS and callable(ch00.q4) and "exercise_5" in ch00.q4.__doc__
     assert not hasattr(check, "REASONS") and "exercise_5" not in (check.q4.__doc__ or "")
     assert all(s.salt.startswith("labsupport:ch00:q4:") for s in (ch00._CHOICE, ch00._NEEDED, ch00._WRONG))
+
+
+def test_q3_a_blame_no_calm_log_shows_and_no_threshold_explains_fails_plainly(capsys):
+    """A suspect named on some random logs only, whose own field has no threshold (a boolean): no named
+    mistake fits, so the check says which field is healthy and asks which is not."""
+    odd = _diagnose_with(before=lambda log: {"suspect": "tokenizer_mismatch", "fix": "same_tokenizer"}
+                         if 0.5 < log["small_domain_gap"] <= 0.8 else None)
+    result = check.q3(odd)
+    assert result.mistake == "" and result.status == FAIL, result.message
+    assert "decode_roundtrip_ok = True is healthy in this log; which field is not?" in result.message
+    assert _plain_text(result.message)
+    capsys.readouterr()

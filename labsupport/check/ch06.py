@@ -595,6 +595,8 @@ def _q3_false_alarm(fn: Callable, log: dict[str, Any], suspect: str, named: str)
                     "the fused path a healthy run may have the flag off.",
                 formula="no_boundary_mask ⇔ cross_document_attention > 0; attention_path and reset_attention_mask "
                         "only choose its fix")
+    expect(field in _BOUNDS, f"diagnose({short(log, 400)}) named suspect {named!r}, but {field} = "
+                              f"{short(log[field])} is healthy in this log; which field is not?")
     lo, hi = _BOUNDS[field]
     for value in (round(log[field], 2), round(log[field], 3), log[field]):   # the same healthy value, in the
         shown = dict(calm, **{field: value})                                  # calm log, as short as it goes
