@@ -1,7 +1,8 @@
-"""Chapter 6's integration questions (q4: where a sample is read after a resume; q5: a restart
-with a changed blend) give tiered feedback for the mistakes they recognise: the first time, the
-symptom (the call and what its result shows) and a question, not the fix; on a repeat, the fix;
-then the formula.  Every message prints plain numbers."""
+"""Chapter 6's checks give tiered feedback for the mistakes they recognise: the first time, the
+symptom (the call, on the smallest input that shows it, and what its result shows) and a question,
+not the fix; on a repeat, the fix; then the formula.  q1 (the sampler's slice), q2 (the batch
+arithmetic) and q3 (a diagnosis from a log) as well as the integration questions q4 (where a sample
+is read after a resume) and q5 (a restart with a changed blend).  Every message prints plain numbers."""
 from __future__ import annotations
 
 import pytest
@@ -9,7 +10,124 @@ import pytest
 from labsupport.check import ch06 as check
 from labsupport.check._core import FAIL
 
-from tests.test_check_ch06 import locate_sample, restart_with_new_blend
+from tests.test_check_ch06 import batch_arithmetic, diagnose, dp_slice, locate_sample, restart_with_new_blend
+
+
+@pytest.fixture(autouse=True)
+def _fixed_inputs(monkeypatch):
+    """The checks' random inputs from a fixed seed: q3's false alarms show only on some random logs."""
+    monkeypatch.setenv("LABSUPPORT_CHECK_SEED", "feedback-ch06")
+
+
+# q1: wrong slices (consumed_samples, micro_batch_size, rank, data_parallel_size) → indices
+Q1 = [("strided", lambda c, m, r, d: [c + r + j * d for j in range(m)],
+       "dp_slice(consumed_samples=0, micro_batch_size=2, rank=0, data_parallel_size=2) returned [0, 2]; for rank 1 "
+       "it returns [1, 3]"),
+      ("ranks_overlap", lambda c, m, r, d: list(range(c + r, c + r + m)), "both ranks read [1]"),
+      ("from_zero", lambda c, m, r, d: list(range(r * m, (r + 1) * m)),
+       "dp_slice(consumed_samples=1, micro_batch_size=1, rank=0, data_parallel_size=1) returned [0]"),
+      ("whole_group", lambda c, m, r, d: list(range(c, c + m * d)), "returned [0, 1]: 2 indices for micro_batch_size = 1"),
+      ("wrong_length", lambda c, m, r, d: list(range(c + r * m, c + r * m + m + 1)),
+       "data_parallel_size=1) returned [0, 1]: 2 indices for micro_batch_size = 1")]
+
+
+def _arith(dp=None, acc=None, tokens=None, consumed=None, layout_check=True, batch_check=True, refuse_if=None):
+    """exercise 2's answer, with one part replaced: each part is f(devices, nodes, tp, pp, micro, global, seq,
+    steps, dp)."""
+    def batch_arithmetic_(cfg, steps):
+        t, m = cfg.trainer, cfg.model
+        v = (t.devices, t.num_nodes, m.tensor_model_parallel_size, m.pipeline_model_parallel_size,
+             m.micro_batch_size, m.global_batch_size, m.encoder_seq_length, steps)
+        world = v[0] * v[1]
+        if layout_check and world % (v[2] * v[3]):
+            raise ValueError("layout")
+        if refuse_if and refuse_if(*v):
+            raise ValueError("refused")
+        d = dp(*v) if dp else max(world // (v[2] * v[3]), 1)
+        if batch_check and v[5] % (v[4] * d):
+            raise ValueError("global batch")
+        right = {"data_parallel_size": d, "accumulation_steps": v[5] // (v[4] * d),
+                 "tokens_per_step": v[5] * v[6], "consumed_samples": v[7] * v[5]}
+        for key, f in (("accumulation_steps", acc), ("tokens_per_step", tokens), ("consumed_samples", consumed)):
+            if f:
+                right[key] = f(*v, d)
+        return right
+    return batch_arithmetic_
+
+
+Q2 = [("dp_ignores_pp", _arith(dp=lambda d, n, t, p, m, g, s, k: d * n // t),
+       "data_parallel_size = 2: 2 replica(s) of TP × PP = 2 GPUs would need 4 GPUs"),
+      ("dp_one_node", _arith(dp=lambda d, n, t, p, m, g, s, k: max(d // (t * p), 1)), "per node × 2 = 2"),
+      ("accumulation_without_dp", _arith(acc=lambda d, n, t, p, m, g, s, k, dp: g // m),
+       "samples per optimizer step, but global_batch_size"),
+      ("tokens_one_microbatch", _arith(tokens=lambda d, n, t, p, m, g, s, k, dp: m * s),
+       "tokens_per_step = 16 = 1 × 16 tokens"),
+      ("tokens_one_rank", _arith(tokens=lambda d, n, t, p, m, g, s, k, dp: g // dp * s),
+       "tokens_per_step = 48 = 3 × 16 tokens"),
+      ("tokens_without_accumulation", _arith(tokens=lambda d, n, t, p, m, g, s, k, dp: m * dp * s),
+       "but one optimizer step trains on global_batch_size"),
+      ("consumed_is_steps", _arith(consumed=lambda d, n, t, p, m, g, s, k, dp: k),
+       "consumed_samples = 2 after 2 steps, 1 per step"),
+      ("consumed_steps_times_micro", _arith(consumed=lambda d, n, t, p, m, g, s, k, dp: k * m),
+       "consumed_samples = 4 after 2 steps, 2 per step"),
+      ("consumed_without_accumulation", _arith(consumed=lambda d, n, t, p, m, g, s, k, dp: k * m * dp),
+       "one step reads global_batch_size"),
+      ("accepts_indivisible_layout", _arith(layout_check=False), "cannot be cut into whole replicas of TP × PP"),
+      ("accepts_indivisible_batch", _arith(batch_check=False), "cannot be cut into whole micro-steps"),
+      ("refuses_tp_across_nodes", _arith(refuse_if=lambda d, n, t, p, m, g, s, k: t > d),
+       "only TP = 2 is wider than one node of 1 GPU"),
+      ("raises_legal_layout", _arith(refuse_if=lambda d, n, t, p, m, g, s, k: t <= d < t * p),
+       "divides the 2 GPUs and micro × DP")]
+
+
+def _diagnose_with(suspect=None, fix=None, before=None):
+    """exercise 3's answer with its suspect or fix changed (``suspect(log, right)``, ``fix(log, right)``), or
+    a rule ``before(log)`` tried first."""
+    def diagnose_(log):
+        first = before(log) if before else None
+        if first:
+            return first
+        right = diagnose(log)
+        return {"suspect": suspect(log, right) if suspect else right["suspect"],
+                "fix": fix(log, right) if fix else right["fix"]}
+    return diagnose_
+
+
+def _misses(s):
+    other = check.SUSPECTS[(check.SUSPECTS.index(s) + 1) % len(check.SUSPECTS)]
+    return _diagnose_with(suspect=lambda log, right: other if right["suspect"] == s else right["suspect"])
+
+
+def _wrong_fix(s, wrong):
+    return _diagnose_with(fix=lambda log, right: wrong if right["suspect"] == s else right["fix"])
+
+
+def _alarm(field, sick, suspect, fix):
+    return _diagnose_with(before=lambda log: {"suspect": suspect, "fix": fix} if sick(log[field]) else None)
+
+
+def _named(s):
+    return f"named suspect {check.SUSPECTS[(check.SUSPECTS.index(s) + 1) % len(check.SUSPECTS)]!r}, whose field"
+
+
+Q3 = ([(f"missed_{s}", _misses(s), _named(s)) for s in check.SUSPECTS]
+      + [(f"wrong_fix_{s}", _wrong_fix(s, "mmap" if s != "load_everything" else "packing"), "rightly (")
+         for s in check.SUSPECTS if s != "no_boundary_mask"]
+      + [("wrong_fix_no_boundary_mask", _wrong_fix("no_boundary_mask", "packing"), "which leaves cross_document_"),
+         ("flag_on_fused", _wrong_fix("no_boundary_mask", "reset_attention_mask"), "this log's attention_path = 'fused'"),
+         ("cu_seqlens_on_unfused", _wrong_fix("no_boundary_mask", "cu_seqlens"), "attention_path = 'unfused'"),
+         ("flag_read_as_symptom",
+          _diagnose_with(before=lambda log: {"suspect": "no_boundary_mask", "fix": "cu_seqlens"}
+                         if log["attention_path"] == "fused" and not log["reset_attention_mask"] else None),
+          "but cross_document_attention = 0.0: no attention pair crosses a document"),
+         ("false_alarm_data_share", _alarm("data_share", lambda v: v > 0.1, "tokenize_every_step", "binary_index"),
+          "lies inside its healthy range 0.01 – 0.15"),
+         ("false_alarm_real_token_share", _alarm("real_token_share", lambda v: v < 0.96, "padding", "packing"),
+          "lies inside its healthy range 0.93 – 1.0"),
+         ("false_alarm_small_domain_gap", _alarm("small_domain_gap", lambda v: v > 0.6, "small_set_oversampled",
+                                                 "cap_epochs"), "lies inside its healthy range 0.0 – 0.8"),
+         ("false_alarm_rss_over_corpus", _alarm("rss_over_corpus", lambda v: v > 0.1, "load_everything", "mmap"),
+          "lies inside its healthy range 0.001 – 0.2")])
 
 Q4 = [("step_from_zero", {"step_base": 0}), ("step_from_resume", {"from_resume": True}),
       ("rank_strided", {"rank_rule": "strided"}), ("rank_beyond_dp", {"rank_rule": "no_wrap"}),
@@ -17,6 +135,10 @@ Q4 = [("step_from_zero", {"step_base": 0}), ("step_from_resume", {"from_resume":
 Q5 = [("refusal_missed", {"refuse": lambda a, b: False}),
       ("refused_weights_not_samples", {"refuse": lambda a, b: a != b}),          # compares weights, not samples
       ("old_blend", {"read_from": "old"}), ("from_zero", {"start": lambda c, m, r: r * m})]
+
+
+NAMED = ([(check.q1, dp_slice, n, w, p) for n, w, p in Q1] + [(check.q2, batch_arithmetic, n, w, p) for n, w, p in Q2]
+         + [(check.q3, diagnose, n, w, p) for n, w, p in Q3])
 
 
 def _plain_text(text: str) -> bool:
@@ -64,6 +186,52 @@ def test_q5_named_mistakes_in_tiers(name, wrong, capsys):
     _check_tiers(runs)
     assert runs[0][0].message.startswith("restart_with_new_blend(old_weights=")
     assert check.q5(restart_with_new_blend).passed
+
+
+@pytest.mark.parametrize("question, right, name, wrong, symptom", NAMED,
+                         ids=[f"{q.question}-{n}" for q, _, n, _, _ in NAMED])
+def test_q1_q3_named_mistakes_in_tiers(question, right, name, wrong, symptom, capsys):
+    runs = _tiers(question, wrong, name, capsys)
+    _check_tiers(runs)
+    first, second, third = (result for result, _ in runs)
+    assert symptom in first.message, first.message                      # on the smallest input that shows it
+    assert second.hint not in first.hint and third.hint not in second.hint   # the fix, then the formula, new
+    assert not second.hint.rstrip().endswith("?")
+    passed = question(right)                                            # the right answer after the mistakes
+    assert passed.passed and passed.mistake == "" and passed.tier == 0, passed.message
+    capsys.readouterr()
+
+
+def test_the_same_wrong_answer_is_named_alike_whatever_the_random_inputs(monkeypatch, capsys):
+    """A failure is shown on hand-picked small inputs, so the mistake (and its tier count) does not depend on
+    which random case failed first."""
+    for seed in ("a", "b", "c"):
+        monkeypatch.setenv("LABSUPPORT_CHECK_SEED", seed)
+        for question, _, name, wrong, _ in NAMED:
+            if name.startswith(("false_alarm", "flag_read")):         # those show only on some random logs
+                continue
+            result = question(wrong)
+            # a fix wrong on one attention path only: all of a run's logs may take the other path
+            assert result.mistake == name or (result.passed and name in ("flag_on_fused", "cu_seqlens_on_unfused")), \
+                (seed, name, result.message)
+    capsys.readouterr()
+
+
+def test_every_mistake_name_of_ch06_is_tested():
+    """Each name the check module gives a mistake (mistake("…"), its kinds and tables) has a case above."""
+    import inspect
+    import re
+
+    source = inspect.getsource(check)
+    names = set(re.findall(r'mistake\("([a-z_0-9]+)"', source))
+    names |= set(re.findall(r'kinds\.append\("([a-z_0-9]+)"\)', source))
+    names |= set(re.findall(r'"((?:accepts|refuses|raises)_[a-z_]+)"', source))
+    names |= {"flag_on_fused", "cu_seqlens_on_unfused"}
+    names |= {name for wrong in check._Q2_WRONG.values() for name, _ in wrong}
+    names |= {f"missed_{s}" for s in check.SUSPECTS} | {f"wrong_fix_{s}" for s in check.SUSPECTS}
+    names |= {f"false_alarm_{f}" for f in check._BOUNDS}
+    tested = {n for _, _, n, _, _ in NAMED} | {n for n, _ in Q4} | {n for n, _ in Q5}
+    assert len(names) >= 45 and names <= tested, sorted(names - tested)
 
 
 def test_unrecognised_wrong_answers_fall_back_to_the_question_tiers(capsys):
@@ -164,3 +332,15 @@ def test_the_framework_question_is_chapter_0s():
     assert ch00.REASONS and callable(ch00.q4) and "exercise_5" in ch00.q4.__doc__
     assert not hasattr(check, "REASONS") and "exercise_5" not in (check.q4.__doc__ or "")
     assert all(s.salt.startswith("labsupport:ch00:q4:") for s in (ch00._CHOICE, ch00._NEEDED, ch00._WRONG))
+
+
+def test_q3_a_blame_no_calm_log_shows_and_no_threshold_explains_fails_plainly(capsys):
+    """A suspect named on some random logs only, whose own field has no threshold (a boolean): no named
+    mistake fits, so the check says which field is healthy and asks which is not."""
+    odd = _diagnose_with(before=lambda log: {"suspect": "tokenizer_mismatch", "fix": "same_tokenizer"}
+                         if 0.5 < log["small_domain_gap"] <= 0.8 else None)
+    result = check.q3(odd)
+    assert result.mistake == "" and result.status == FAIL, result.message
+    assert "decode_roundtrip_ok = True is healthy in this log; which field is not?" in result.message
+    assert _plain_text(result.message)
+    capsys.readouterr()

@@ -8,9 +8,15 @@ guard refuse it, and what would the first micro-batch be if it were accepted.  (
 5, NeMo or Hugging Face, is chapter 0's q4, where that trade-off is taught.)  Each check calls the
 learner's function on fresh random inputs and compares with ``labsupport.training`` /
 ``labsupport.config`` / ``labsupport.datasets.blending``.
+
+Each recognised wrong answer is a named mistake (:func:`labsupport.check._core.mistake`): its first
+failure shows the symptom — q1 and q2 rerun the learner's function on small hand-picked inputs and show
+the smallest that shows it, q3 on a calm log with one field sick — and asks a question; the fix comes on
+a repeat of the same mistake, the formula after that.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import numpy as np
@@ -46,13 +52,100 @@ summary = chapter_summary(CHAPTER)
 
 
 # ------------------------------------------------------------------------------------- q1
-def _q1_mistake(got: list[int], consumed: int, micro: int, rank: int, dp: int) -> str:
-    """A known wrong slice, named: strided over the ranks, or counted from 0 instead of consumed_samples."""
+_RAISED = object()
+
+
+def _try(fn: Callable, *args: Any) -> Any:
+    """The learner's result on a small input a failure is shrunk to, or ``_RAISED`` (that input is skipped)."""
+    try:
+        return fn(*args)
+    except Exception:  # noqa: BLE001 - the learner's code
+        return _RAISED
+
+
+def _ints(value: Any) -> list[int] | None:
+    try:
+        return [int(x) for x in value] if isinstance(value, (list, tuple, range, np.ndarray)) else None
+    except (TypeError, ValueError):
+        return None
+
+
+_Q1_FORMULA = ("rank r reads range(consumed + r × micro, consumed + (r + 1) × micro): the group consumed … consumed "
+               "+ micro × DP − 1 cut into DP contiguous blocks of micro, in rank order")
+
+
+def _q1_kinds(got: list[int], consumed: int, micro: int, rank: int, dp: int) -> list[str]:
+    """The named mistakes a wrong slice shows, most telling first (empty: right, or not recognised)."""
+    start = consumed + rank * micro
+    if got == list(range(start, start + micro)):
+        return []
+    kinds = []
     if micro > 1 and dp > 1 and got == [consumed + rank + j * dp for j in range(micro)]:
-        return " — that is a strided slice (every DP-th index); Megatron gives each rank a contiguous block"
-    if consumed and got == [rank * micro + j for j in range(micro)]:
-        return f" — that starts from 0; the sampler continues from consumed_samples = {consumed}"
-    return ""
+        kinds.append("strided")
+    if micro > 1 and rank > 0 and got == list(range(consumed + rank, consumed + rank + micro)):
+        kinds.append("ranks_overlap")
+    if consumed and got == list(range(rank * micro, (rank + 1) * micro)):
+        kinds.append("from_zero")
+    if dp > 1 and got == list(range(consumed, consumed + micro * dp)):
+        kinds.append("whole_group")
+    if len(got) != micro:
+        kinds.append("wrong_length")
+    return kinds
+
+
+#: the small cases a q1 failure is shrunk to: the smallest group first
+_Q1_SMALL = sorted(((g * m * dp, m, r, dp) for dp in (1, 2, 3, 4) for m in (1, 2, 3) for g in (0, 1, 2)
+                    for r in range(dp)), key=lambda c: (c[1] * c[3], c[0], c[1], c[2]))
+
+
+def _q1_fail(fn: Callable, kind: str, case: tuple[int, int, int, int], got: list[int]) -> None:
+    """Fail with the named mistake the smallest (consumed, micro, rank, DP) shows (the same one whatever the
+    random case was), or with ``kind`` on the random case when no small case shows one."""
+    for small in _Q1_SMALL:
+        g = _ints(_try(fn, *small))
+        found = _q1_kinds(g, *small) if g is not None else []
+        if found:
+            case, got, kind = small, g, found[0]
+            break
+    consumed, micro, rank, dp = case
+    call = f"dp_slice(consumed_samples={consumed}, micro_batch_size={micro}, rank={rank}, data_parallel_size={dp})"
+    other = (rank + 1) % dp
+    theirs = _ints(_try(fn, consumed, micro, other, dp))
+    also = f"; for rank {other} it returns {short(theirs)}" if theirs is not None and other != rank else ""
+    if kind == "strided":
+        mistake(kind, symptom=f"{call} returned {short(got)}{also}: the ranks' indices interleave",
+                ask="Look at the chapter's sampler table: are the indices rank 0 reads in one micro-batch next to "
+                    "each other?",
+                fix="Give each rank one contiguous block of micro_batch_size indices of the group, in rank order.",
+                formula=_Q1_FORMULA)
+    if kind == "ranks_overlap":
+        shared = sorted(set(got) & set(theirs or []))
+        mistake(kind, symptom=f"{call} returned {short(got)}{also}"
+                              + (f": both ranks read {short(shared)}" if shared else ""),
+                ask="If each rank reads micro_batch_size samples, how far apart are the first indices of two "
+                    "neighbouring ranks?",
+                fix="Rank r's block starts r × micro_batch_size after consumed_samples, not r after it.",
+                formula=_Q1_FORMULA)
+    if kind == "from_zero":
+        before = "index 0 was" if consumed == 1 else f"indices 0 … {consumed - 1} were"
+        mistake(kind, symptom=f"{call} returned {short(got)}; consumed_samples = {consumed} says {before} read "
+                              "before this micro-batch",
+                ask="After a run has consumed consumed_samples samples, at which index does the sampler go on?",
+                fix="Start the group at consumed_samples: add consumed_samples to every index of your block.",
+                formula=_Q1_FORMULA)
+    if kind == "whole_group":
+        mistake(kind, symptom=f"{call} returned {short(got)}: {len(got)} indices for micro_batch_size = {micro}"
+                              f"{also}",
+                ask="Is the group of micro × DP indices one rank's micro-batch, or shared by all the DP ranks?",
+                fix="Return only rank's part: cut the group into DP blocks of micro_batch_size indices and take "
+                    "block number rank.",
+                formula=_Q1_FORMULA)
+    if kind == "wrong_length":
+        mistake(kind, symptom=f"{call} returned {short(got)}: {len(got)} indices for micro_batch_size = {micro}",
+                ask="How many samples does one micro-batch hold — and does your range include its end?",
+                fix="Return exactly micro_batch_size indices: range(start, start + micro_batch_size) stops before "
+                    "its end.",
+                formula=_Q1_FORMULA)
 
 
 @check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the formula
@@ -76,9 +169,11 @@ def q1(dp_slice: Callable) -> str:
         expect(isinstance(got, (list, tuple, range, np.ndarray)), f"{call} returned {short(got)}; expected a list of ints")
         got = [int(x) for x in got]
         if got != want:
-            expect(False, f"{call} returned {short(got)}, expected {want}" + _q1_mistake(got, consumed, micro, rank, dp))
+            kinds = _q1_kinds(got, consumed, micro, rank, dp)
+            if kinds:
+                _q1_fail(dp_slice, kinds[0], (consumed, micro, rank, dp), got)
+            expect(False, f"{call} returned {short(got)}, expected {want}")
     return "60 random (consumed, micro, rank, DP) cases"
-
 
 # ------------------------------------------------------------------------------------- q2
 def _arith_cfg(devices: int, nodes: int, tp: int, pp: int, micro: int, global_bs: int, seq: int):
@@ -99,23 +194,178 @@ def _arith_reference(cfg, steps: int) -> dict[str, int] | None:
             "consumed_samples": steps * cfg.model.global_batch_size}
 
 
-def _q2_mistake(key: str, got: Any, cfg: Any, steps: int, want: dict[str, int]) -> str:
-    """A known wrong field, named: accumulation without DP, tokens of one micro-batch or one rank, steps for samples."""
-    m = cfg.model
-    dp = want["data_parallel_size"]
-    wrong = {"accumulation_steps": [(m.global_batch_size // m.micro_batch_size,
-                                     " — that forgets DP: each micro-batch step feeds DP ranks at once")],
-             "tokens_per_step": [(m.micro_batch_size * m.encoder_seq_length,
-                                  " — that is one micro-batch; a step takes the whole global batch"),
-                                 (m.global_batch_size // dp * m.encoder_seq_length,
-                                  " — that is one DP rank's share; count all ranks together")],
-             "consumed_samples": [(steps, " — that counts steps; consumed_samples counts samples"),
-                                  (steps * m.micro_batch_size * dp,
-                                   " — that forgets gradient accumulation: a step consumes the whole global batch")]}
-    for value, text in wrong.get(key, []):
-        if value != want[key] and got == value:
-            return text
-    return ""
+#: q2's recognised wrong values, per field: (name, value from (devices, nodes, tp, pp, micro, global, seq, steps, dp))
+_Q2_WRONG: dict[str, list[tuple[str, Callable[..., int]]]] = {
+    "data_parallel_size": [("dp_ignores_pp", lambda d, n, t, p, m, g, s, k, dp: d * n // t),
+                           ("dp_one_node", lambda d, n, t, p, m, g, s, k, dp: d // (t * p))],
+    "accumulation_steps": [("accumulation_without_dp", lambda d, n, t, p, m, g, s, k, dp: g // m)],
+    "tokens_per_step": [("tokens_one_microbatch", lambda d, n, t, p, m, g, s, k, dp: m * s),
+                        ("tokens_one_rank", lambda d, n, t, p, m, g, s, k, dp: g // dp * s),
+                        ("tokens_without_accumulation", lambda d, n, t, p, m, g, s, k, dp: m * dp * s)],
+    "consumed_samples": [("consumed_is_steps", lambda d, n, t, p, m, g, s, k, dp: k),
+                         ("consumed_steps_times_micro", lambda d, n, t, p, m, g, s, k, dp: k * m),
+                         ("consumed_without_accumulation", lambda d, n, t, p, m, g, s, k, dp: k * m * dp)],
+}
+_Q2_VALUE_MISTAKES = {name for wrong in _Q2_WRONG.values() for name, _ in wrong}
+_Q2_RAISE = ("raise ValueError when (devices × num_nodes) % (TP × PP) != 0 or global_batch_size % "
+             "(micro_batch_size × DP) != 0, and only then (TP wider than a node is legal, only slow)")
+_Q2_FORMULA = {"data_parallel_size": "DP = devices × num_nodes // (TP × PP)",
+               "accumulation_steps": "accumulation_steps = global_batch_size // (micro_batch_size × DP)",
+               "tokens_per_step": "tokens_per_step = global_batch_size × encoder_seq_length "
+                                  "(= micro × DP × accumulation × seq)",
+               "consumed_samples": "consumed_samples = steps × global_batch_size"}
+
+
+@functools.lru_cache(maxsize=None)
+def _small_cfg(case: tuple[int, ...]) -> tuple[Any, dict[str, int] | None]:
+    """A (read-only) config for ``case`` and its reference answer, built once: failures are shrunk often."""
+    cfg = _arith_cfg(*case[:7])
+    OmegaConf.set_readonly(cfg, True)
+    return cfg, _arith_reference(cfg, case[7])
+
+
+def _q2_run(fn: Callable, case: tuple[int, ...]) -> Any:
+    """The learner's result for one case, the ValueError it raised, or ``_RAISED`` (another exception)."""
+    try:
+        return fn(_small_cfg(case)[0], case[7])
+    except ValueError as exc:
+        return exc
+    except Exception:  # noqa: BLE001 - the learner's code fails on this small case: it is skipped
+        return _RAISED
+
+
+def _q2_kinds(case: tuple[int, ...], got: Any, unambiguous: bool = False) -> list[str]:
+    """The named mistakes ``got`` shows for ``case`` (``unambiguous``: only values no other named mistake of
+    the same field gives)."""
+    devices, nodes, tp, pp, micro, global_bs, seq, steps = case
+    want = _small_cfg(case)[1]
+    if want is None:
+        if not isinstance(got, dict):              # a ValueError (right), or no answer at all
+            return []
+        return ["accepts_indivisible_layout" if (devices * nodes) % (tp * pp) else "accepts_indivisible_batch"]
+    if isinstance(got, ValueError):
+        return ["refuses_tp_across_nodes" if tp > devices else "raises_legal_layout"]
+    if not isinstance(got, dict):
+        return []
+    kinds = []
+    for key, wrong in _Q2_WRONG.items():
+        if key not in got or got[key] == want[key]:
+            continue
+        values = {name: f(*case, want["data_parallel_size"]) for name, f in wrong}
+        for name, value in values.items():
+            others = [v for n, v in values.items() if n != name]
+            if value != want[key] and got[key] == value and not (unambiguous and value in others):
+                kinds.append(name)
+    return kinds
+
+
+#: the small configs a q2 failure is shrunk to: up to 4 GPUs, fewest first (sequence length 16, 2 steps)
+_Q2_SMALL = sorted(((d, n, t, p, m, m * k, 16, 2) for d in (1, 2, 4) for n in (1, 2) for t in (1, 2, 4)
+                    for p in (1, 2, 3) for m in (1, 2) for k in (1, 2, 3, 4, 6, 8) if d * n <= 4 and t * p <= 2 * d * n),
+                   key=lambda c: (c[0] * c[1], c[2] * c[3], c[5], c[4], c[2], c[3], c[0]))
+
+
+def _gpus(n: Any) -> str:
+    return f"{short(n)} GPU" + ("" if n == 1 else "s")
+
+
+def _q2_call(case: tuple[int, ...]) -> str:
+    devices, nodes, tp, pp, micro, global_bs, seq, steps = case
+    return (f"batch_arithmetic(devices={devices}, num_nodes={nodes}, TP={tp}, PP={pp}, micro={micro}, "
+            f"global={global_bs}, seq={seq}; steps={steps})")
+
+
+def _q2_fail(fn: Callable, kinds: list[str], case: tuple[int, ...], got: Any) -> None:
+    """Fail with the named mistake the smallest config shows unambiguously (the same one whatever the random
+    case was; a wrong value before a wrong ValueError, which a wrong value may cause), or with the first of
+    ``kinds`` on the random case when no small config shows one."""
+    kind, first = kinds[0], None
+    for small in _Q2_SMALL:
+        g = _q2_run(fn, small)
+        found = _q2_kinds(small, g, unambiguous=True) if g is not _RAISED else []
+        if found and found[0] in _Q2_VALUE_MISTAKES:
+            first = (small, g, found[0])
+            break
+        if found and first is None:
+            first = (small, g, found[0])
+    if first is not None:
+        case, got, kind = first
+    devices, nodes, tp, pp, micro, global_bs, seq, steps = case
+    call, world = _q2_call(case), devices * nodes
+    want = _small_cfg(case)[1]
+    dp = want["data_parallel_size"] if want else world // (tp * pp) if world % (tp * pp) == 0 else None
+    said = (lambda key: f"{call}: {key} = {short(got[key])}") if isinstance(got, dict) else None
+    if kind in ("dp_ignores_pp", "dp_one_node"):
+        g = got["data_parallel_size"]
+        mistake(kind, symptom=f"{said('data_parallel_size')}: {short(g)} replica(s) of TP × PP = {_gpus(tp * pp)} would "
+                              f"need {_gpus(g * tp * pp)}; the run has {devices} per node × {nodes} = {world}",
+                ask=("How many GPUs does one model replica take when it is cut by TP and also by PP?"
+                     if kind == "dp_ignores_pp" else "How many GPUs does the run have in all, counting every node?"),
+                fix=("Divide by TP × PP, not by TP alone." if kind == "dp_ignores_pp"
+                     else "Count the GPUs of every node: multiply devices by num_nodes before dividing."),
+                formula=_Q2_FORMULA["data_parallel_size"])
+    if kind == "accumulation_without_dp":
+        g = got["accumulation_steps"]
+        mistake(kind, symptom=f"{said('accumulation_steps')}: {short(g)} micro-steps × micro {micro} × DP {dp} = "
+                              f"{short(g * micro * dp)} samples per optimizer step, but global_batch_size = {global_bs}",
+                ask="In one micro-step, how many samples do all the DP ranks process together?",
+                fix="Each micro-step feeds DP ranks at once: divide global_batch_size by micro × DP, not by micro.",
+                formula=_Q2_FORMULA["accumulation_steps"])
+    if kind in ("tokens_one_microbatch", "tokens_one_rank", "tokens_without_accumulation"):
+        g = got["tokens_per_step"]
+        asks = {"tokens_one_microbatch": "How many micro-batches, on how many DP ranks, make one optimizer step?",
+                "tokens_one_rank": "Does an optimizer step's token count cover one DP rank or all of them?",
+                "tokens_without_accumulation": "How many micro-batches does each rank run before the optimizer steps?"}
+        fixes = {"tokens_one_microbatch": "Count the whole global batch, every micro-batch on every rank, not one "
+                                          "micro-batch.",
+                 "tokens_one_rank": "Count all DP ranks together: multiply one rank's tokens by DP.",
+                 "tokens_without_accumulation": "Count every accumulation micro-step too, not one micro-step of all "
+                                                "ranks."}
+        mistake(kind, symptom=f"{said('tokens_per_step')} = {short(g // seq)} × {seq} tokens, but one optimizer step "
+                              f"trains on global_batch_size = {global_bs} sequences of {seq} (DP {dp}, "
+                              f"accumulation {want['accumulation_steps']})",
+                ask=asks[kind], fix=fixes[kind], formula=_Q2_FORMULA["tokens_per_step"])
+    if kind in ("consumed_is_steps", "consumed_steps_times_micro", "consumed_without_accumulation"):
+        g = got["consumed_samples"]
+        asks = {"consumed_is_steps": "Does consumed_samples count optimizer steps, or the samples they read?",
+                "consumed_steps_times_micro": "One step reads more than one micro-batch: how many micro-batches, on "
+                                              "how many ranks?",
+                "consumed_without_accumulation": "How many micro-batches does each rank read before one optimizer "
+                                                 "step?"}
+        fixes = {"consumed_is_steps": "Multiply the steps by the samples one step reads (the whole global batch).",
+                 "consumed_steps_times_micro": "A step reads micro × DP × accumulation samples, the global batch, not "
+                                               "one micro-batch.",
+                 "consumed_without_accumulation": "Include gradient accumulation: a step reads accumulation groups of "
+                                                  "micro × DP samples."}
+        per = f", {short(g // steps)} per step" if steps and g % steps == 0 else ""
+        mistake(kind, symptom=f"{said('consumed_samples')} after {steps} steps{per}; one step reads "
+                              f"global_batch_size = {global_bs} samples",
+                ask=asks[kind], fix=fixes[kind], formula=_Q2_FORMULA["consumed_samples"])
+    if kind == "accepts_indivisible_layout":
+        mistake(kind, symptom=f"{call} returned {short(got)}; {_gpus(world)} cannot be cut into whole replicas of "
+                              f"TP × PP = {tp * pp} GPUs",
+                ask="What should your function do with a layout whose GPUs do not split into whole model replicas?",
+                fix="Test (devices × num_nodes) % (TP × PP) and raise ValueError when it is not 0.",
+                formula=_Q2_RAISE)
+    if kind == "accepts_indivisible_batch":
+        mistake(kind, symptom=f"{call} returned {short(got)}; with DP = {dp}, global_batch_size = {global_bs} samples "
+                              f"cannot be cut into whole micro-steps of micro × DP = {micro * dp}",
+                ask=f"Can {global_bs} samples be split into whole micro-steps of {micro * dp}? What does the exercise "
+                    "ask for when they cannot?",
+                fix="After computing DP, raise ValueError when global_batch_size % (micro_batch_size × DP) != 0.",
+                formula=_Q2_RAISE)
+    if kind == "refuses_tp_across_nodes":
+        mistake(kind, symptom=f"{call} raised ValueError({short(str(got))}); TP × PP = {tp * pp} divides the {world} "
+                              f"GPUs — only TP = {tp} is wider than one node of {_gpus(devices)}",
+                ask="Is a TP group that spans nodes impossible, or only slow? What does the exercise say about it?",
+                fix="Do not raise when TP > devices: only the two divisibility tests make a layout impossible.",
+                formula=_Q2_RAISE)
+    if kind == "raises_legal_layout":
+        mistake(kind, symptom=f"{call} raised ValueError({short(str(got))}), but TP × PP = {tp * pp} divides the "
+                              f"{world} GPUs and micro × DP = {micro * dp} divides global_batch_size = {global_bs}",
+                ask="Work out each of your raise conditions by hand for this config: which one fires, and should it?",
+                fix="Raise only when (devices × num_nodes) % (TP × PP) != 0 or global_batch_size % (micro × DP) != 0.",
+                formula=_Q2_RAISE)
 
 
 @check(CHAPTER, "q2", hint=(
@@ -144,25 +394,33 @@ def q2(batch_arithmetic: Callable) -> str:
         want = _arith_reference(cfg, steps)
         if (want is None and bad >= 15) or (want is not None and good >= 30):
             continue
-        call = (f"batch_arithmetic(devices={devices}, num_nodes={nodes}, TP={tp}, PP={pp}, micro={micro}, "
-                f"global={global_bs}, seq={seq}; steps={steps})")
+        case = (devices, nodes, tp, pp, micro, global_bs, seq, steps)
+        call = _q2_call(case)
         if want is None:
             try:
                 got = batch_arithmetic(cfg, steps)
             except ValueError:
                 bad += 1
                 continue
+            kinds = _q2_kinds(case, got)
+            if kinds:
+                _q2_fail(batch_arithmetic, kinds, case, got)
             expect(False, f"{call} returned {short(got)}; that layout cannot run, expected ValueError")
-        got = batch_arithmetic(cfg, steps)
+        try:
+            got = batch_arithmetic(cfg, steps)
+        except ValueError as exc:
+            _q2_fail(batch_arithmetic, _q2_kinds(case, exc), case, exc)
         expect(isinstance(got, dict), f"{call} returned {type(got).__name__}; expected a dict")
         for key, value in want.items():
             expect(key in got, f"{call}: the dict lacks {key!r}")
+        for key, value in want.items():
             if not got[key] == value:
-                expect(False, f"{call}: {key} = {short(got[key])}, expected {value}"
-                       + _q2_mistake(key, got[key], cfg, steps, want))
+                kinds = _q2_kinds(case, got)
+                if kinds:
+                    _q2_fail(batch_arithmetic, kinds, case, got)
+                expect(False, f"{call}: {key} = {short(got[key])}, expected {value}")
         good += 1
     return f"{good} valid and {bad} impossible random configs"
-
 
 # ------------------------------------------------------------------------------------- q3
 #: The suspects of book §6.2.7's table and the fixes to choose from (options; the pairing is the exercise).
@@ -222,6 +480,164 @@ def make_symptom_log(suspect: str, rng: np.random.Generator | None = None) -> di
     return log
 
 
+#: healthy ranges of the measured fields (as the question's table states them), a calm log and a sick value each
+_HEALTHY = {"data_share": "0.01 – 0.15", "real_token_share": "0.93 – 1.0", "cross_document_attention": "0.0",
+            "decode_roundtrip_ok": "True", "small_domain_gap": "0.0 – 0.8", "rss_over_corpus": "0.001 – 0.2"}
+_BOUNDS = {"data_share": (0.01, 0.15), "real_token_share": (0.93, 1.0), "small_domain_gap": (0.0, 0.8),
+           "rss_over_corpus": (0.001, 0.2)}
+_CALM = {"data_share": 0.08, "real_token_share": 0.97, "cross_document_attention": 0.0, "decode_roundtrip_ok": True,
+         "small_domain_gap": 0.4, "rss_over_corpus": 0.05, "attention_path": "unfused", "reset_attention_mask": True}
+_SICK = {"data_share": 0.7, "real_token_share": 0.35, "cross_document_attention": 0.12, "decode_roundtrip_ok": False,
+         "small_domain_gap": 4.0, "rss_over_corpus": 1.2}
+_Q3_TABLE = ("one field, one row: data_share high → tokenize_every_step, real_token_share low → padding, "
+             "cross_document_attention > 0 → no_boundary_mask, decode_roundtrip_ok false → tokenizer_mismatch, "
+             "small_domain_gap high → small_set_oversampled, rss_over_corpus ≥ 1 → load_everything")
+#: for each suspect: what its fix must do (tier 2 of a wrong fix) and the rule behind it (tier 3)
+_Q3_REMEDY = {
+    "tokenize_every_step": ("Tokenize once, offline, into chapter 2's binary .bin/.idx and read ids from it each step: "
+                            "'binary_index'.",
+                            "data_share falls when a step only reads ids: tokenizing is done once, before training "
+                            "(chapter 2)"),
+    "padding": ("Fill each row with whole documents back to back (chapter 4) instead of padding one: 'packing'.",
+                "real_token_share = tokens with a loss / tokens computed; packing leaves almost no pad tokens "
+                "(chapter 4)"),
+    "tokenizer_mismatch": ("Serve with the tokenizer the model was trained with (chapter 1): 'same_tokenizer'.",
+                           "ids mean something only under the tokenizer that made them: train and serve with one "
+                           "(chapter 1)"),
+    "small_set_oversampled": ("Cap how many epochs of the small domain the blend may draw (chapter 3): 'cap_epochs'.",
+                              "a domain drawn for many epochs is memorised: cap its epochs and give its weight to the "
+                              "others (chapter 3)"),
+    "load_everything": ("Memory-map the .bin (chapter 2), so only the pages that samples touch are resident: "
+                        "'mmap'.",
+                        "rss_over_corpus stays far below 1 when the corpus is mapped, not read into memory "
+                        "(chapter 2)"),
+    "no_boundary_mask": ("On the unfused path turn on 'reset_attention_mask' (the dataloader's mask becomes "
+                         "block-diagonal); on the fused path pass the boundaries as 'cu_seqlens'.",
+                         "unfused attention applies the dataloader's mask (reset_attention_mask); fused attention "
+                         "takes no mask and needs THD cu_seqlens (chapter 4)"),
+}
+
+
+def _q3_calm(suspect: str, like: dict[str, Any]) -> dict[str, Any]:
+    """The hand-picked log for ``suspect``: calm values, its one field sick; for no_boundary_mask the
+    attention path and flag of ``like`` (the fix depends on them)."""
+    log = dict(_CALM)
+    log[_FIELD[suspect]] = _SICK[_FIELD[suspect]]
+    if suspect == "no_boundary_mask":
+        log["attention_path"] = like["attention_path"]
+        log["reset_attention_mask"] = False if like["attention_path"] == "unfused" else like["reset_attention_mask"]
+    return log
+
+
+def _q3_answer(fn: Callable, log: dict[str, Any]) -> dict | None:
+    got = _try(fn, dict(log))
+    return got if isinstance(got, dict) and {"suspect", "fix"} <= set(got) else None
+
+
+def _q3_calm_logs() -> list[tuple[str, dict[str, Any]]]:
+    """The hand-picked logs a q3 failure is first shown on: each suspect's calm log, in SUSPECTS order
+    (no_boundary_mask on the unfused path, and on the fused path with the flag on and off)."""
+    out = []
+    for suspect in SUSPECTS:
+        likes = ([{"attention_path": "unfused"}, {"attention_path": "fused", "reset_attention_mask": True},
+                  {"attention_path": "fused", "reset_attention_mask": False}] if suspect == "no_boundary_mask"
+                 else [_CALM])
+        out += [(suspect, _q3_calm(suspect, like)) for like in likes]
+    return out
+
+
+def _q3_fail(fn: Callable, log: dict[str, Any], suspect: str, got: dict) -> None:
+    """Name what is wrong (raises a Mistake): first on the hand-picked logs (the same mistake whatever the
+    random log was), else on this random log, whose answer ``got`` was wrong."""
+    for truth, calm in _q3_calm_logs():
+        again = _q3_answer(fn, calm)
+        if again is None or not isinstance(again["suspect"], str) or not isinstance(again["fix"], str):
+            continue
+        if again["suspect"] != truth and again["suspect"] in SUSPECTS:
+            _q3_missed(calm, truth, again["suspect"])
+        key = [truth, calm["attention_path"], again["fix"]] if truth == "no_boundary_mask" else [truth, again["fix"]]
+        if again["suspect"] == truth and key not in _FIX and again["fix"] in FIXES:
+            _q3_fix_mistake(calm, truth, again["fix"])
+    if got["suspect"] == suspect:
+        _q3_fix_mistake(log, suspect, got["fix"])
+    _q3_false_alarm(fn, log, suspect, got["suspect"])
+
+
+def _q3_missed(calm: dict[str, Any], suspect: str, shown: str) -> None:
+    field = _FIELD[shown]
+    mistake(f"missed_{suspect}",
+            symptom=f"diagnose({short(calm, 400)}) named suspect {shown!r}, whose field {field} = "
+                    f"{short(calm[field])} is in its healthy range {_HEALTHY[field]}",
+            ask="Compare each field of this log with its healthy range in the question's table: which one "
+                "lies outside it?",
+            fix=f"{_FIELD[suspect]} = {short(calm[_FIELD[suspect]])} is outside its healthy range "
+                f"{_HEALTHY[_FIELD[suspect]]}: that is the row of suspect {suspect!r}.",
+            formula=_Q3_TABLE)
+
+
+def _q3_false_alarm(fn: Callable, log: dict[str, Any], suspect: str, named: str) -> None:
+    """``named`` (not ``suspect``) was blamed on a value a calm log does not have: a healthy value near the
+    edge of its range, or the flag read as the measurement."""
+    calm = _q3_calm(suspect, log)
+    field = _FIELD[named]
+    if named == "no_boundary_mask":
+        shown = dict(calm, attention_path=log["attention_path"], reset_attention_mask=log["reset_attention_mask"])
+        if (_q3_answer(fn, shown) or {}).get("suspect") == named:
+            log = shown
+        mistake("flag_read_as_symptom",
+                symptom=f"diagnose({short(log, 400)}) named suspect 'no_boundary_mask', but "
+                        f"cross_document_attention = {short(log['cross_document_attention'])}: no attention pair "
+                        f"crosses a document (attention_path = {log['attention_path']!r}, reset_attention_mask = "
+                        f"{log['reset_attention_mask']})",
+                ask="Which field measures whether attention crosses documents — and does the flag say anything on "
+                    "the fused path?",
+                fix="Decide no_boundary_mask from cross_document_attention > 0, not from reset_attention_mask: on "
+                    "the fused path a healthy run may have the flag off.",
+                formula="no_boundary_mask ⇔ cross_document_attention > 0; attention_path and reset_attention_mask "
+                        "only choose its fix")
+    expect(field in _BOUNDS, f"diagnose({short(log, 400)}) named suspect {named!r}, but {field} = "
+                              f"{short(log[field])} is healthy in this log; which field is not?")
+    lo, hi = _BOUNDS[field]
+    for value in (round(log[field], 2), round(log[field], 3), log[field]):   # the same healthy value, in the
+        shown = dict(calm, **{field: value})                                  # calm log, as short as it goes
+        if lo <= value <= hi and (_q3_answer(fn, shown) or {}).get("suspect") == named:
+            log = shown
+            break
+    mistake(f"false_alarm_{field}",
+            symptom=f"diagnose({short(log, 400)}) named suspect {named!r}, but {field} = {short(log[field])} lies "
+                    f"inside its healthy range {_HEALTHY[field]}",
+            ask=f"Where does your function's threshold for {field} sit, compared with the healthy range the "
+                "question's table gives?",
+            fix=f"Flag {field} only well outside {_HEALTHY[field]} (a sick run shows about "
+                f"{short(_SICK[field])}): put the threshold between the two.",
+            formula="a field is sick only outside its healthy range, and then far from its edge: data_share > 0.15, "
+                    "real_token_share < 0.93, cross_document_attention > 0, decode_roundtrip_ok false, "
+                    "small_domain_gap > 0.8, rss_over_corpus > 0.2")
+
+
+def _q3_fix_mistake(log: dict[str, Any], suspect: str, fix: str) -> None:
+    """``suspect`` is right and ``fix`` (one of FIXES) does not remove it (raises a Mistake)."""
+    field = _FIELD[suspect]
+    seen = f"diagnose({short(log, 400)}) named suspect {suspect!r}, rightly ({field} = {short(log[field])}), with fix"
+    path = log["attention_path"]
+    if suspect == "no_boundary_mask" and fix in ("reset_attention_mask", "cu_seqlens"):
+        name = "flag_on_fused" if fix == "reset_attention_mask" else "cu_seqlens_on_unfused"
+        mistake(name, symptom=f"{seen} {fix!r}; this log's attention_path = {path!r}",
+                ask=("Does a fused (flash) attention kernel read the dataloader's attention mask at all?"
+                     if path == "fused" else "Which input does the unfused attention path take: the dataloader's "
+                                              "dense mask, or cu_seqlens?"),
+                fix=("The fused path takes no mask: give it the document boundaries as THD cu_seqlens."
+                     if path == "fused" else "The unfused path applies the dataloader's mask: make it block-diagonal "
+                                              "with reset_attention_mask."),
+                formula=_Q3_REMEDY[suspect][1])
+    mistake(f"wrong_fix_{suspect}",
+            symptom=f"{seen} {fix!r}, which leaves {field} where it is (healthy: {_HEALTHY[field]})"
+                    + (f"; attention_path = {path!r}" if suspect == "no_boundary_mask" else ""),
+            ask=f"What does {fix!r} change in the pipeline — and which of chapters 1–4's mechanisms removes the "
+                f"cause that {field} shows?",
+            fix=_Q3_REMEDY[suspect][0], formula=_Q3_REMEDY[suspect][1])
+
+
 @check(CHAPTER, "q3", hint=(
     "reread chapter 6's 'The symptom → suspect table, live' (§6.2.7): exactly one field of each log is far from "
     "a healthy run — find it, then the row of the table it belongs to",
@@ -244,16 +660,14 @@ def q3(diagnose: Callable) -> str:
         expect(isinstance(got, dict) and {"suspect", "fix"} <= set(got),
                f"diagnose(...) returned {short(got)}; expected {{'suspect': ..., 'fix': ...}}")
         if got["suspect"] != suspect:
-            named = ""
-            if isinstance(got["suspect"], str) and got["suspect"] in _FIELD:
-                field = _FIELD[got["suspect"]]
-                named = f" — {field} = {short(log[field])} is healthy in this log; which field is not?"
-            expect(False, f"diagnose({short(log, 200)}) named suspect {short(got['suspect'])}, expected {suspect!r}"
-                   + named)
+            expect(isinstance(got["suspect"], str) and got["suspect"] in SUSPECTS,
+                   f"diagnose({short(log, 200)}) named suspect {short(got['suspect'])}; choose one of {SUSPECTS}")
+            _q3_fail(diagnose, log, suspect, got)
         key = [suspect, log["attention_path"], got["fix"]] if suspect == "no_boundary_mask" else [suspect, got["fix"]]
-        where = f" on the {log['attention_path']} attention path" if suspect == "no_boundary_mask" else ""
-        expect(key in _FIX, f"suspect {suspect!r} is right, but fix {short(got['fix'])} does not remove it{where}; "
-                            f"choose from {FIXES}")
+        if key not in _FIX:
+            expect(isinstance(got["fix"], str) and got["fix"] in FIXES,
+                   f"suspect {suspect!r} is right, but fix {short(got['fix'])} is not an option; choose from {FIXES}")
+            _q3_fail(diagnose, log, suspect, got)
     return f"{len(cases)} random logs, each with one symptom"
 
 
