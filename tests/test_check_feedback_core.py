@@ -135,3 +135,9 @@ def test_in_a_kernel_a_cell_that_did_not_compile_is_named_at_its_check(tmp_path)
     assert "✅ q1 passed" in out[9]
     assert "`batch_arithmetic` is not defined — run the answer cell above" in out[10]
     assert out[11].startswith("NameError: name 'something_else' is not defined")
+
+
+def test_try_call_returns_the_result_or_the_raised_marker():
+    assert _core.try_call(lambda a, b: a + b, 1, 2) == 3
+    assert _core.try_call(lambda: 1 / 0) is _core.RAISED
+    assert _core.try_call(lambda: None) is None                              # None is a result, not a raise

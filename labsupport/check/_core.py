@@ -87,6 +87,19 @@ class Mistake(CheckFailed):
         return tiers[min(max(times, 1), len(tiers)) - 1]
 
 
+#: what :func:`try_call` returns when the learner's code raised on the input
+RAISED = object()
+
+
+def try_call(fn: Callable, *args: Any) -> Any:
+    """The learner's result on a small input a failure is shrunk to, or :data:`RAISED` (the check
+    then skips that input: an exception there says nothing about the mistake being named)."""
+    try:
+        return fn(*args)
+    except Exception:  # noqa: BLE001 - the learner's code
+        return RAISED
+
+
 def mistake(name: str, *, symptom: str, ask: str, fix: str, formula: str = "") -> "NoReturn":
     """Fail the running check with the named mistake ``name`` (see :class:`Mistake`)::
 

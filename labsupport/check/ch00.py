@@ -16,23 +16,13 @@ from omegaconf import OmegaConf
 
 from labsupport.config import ConfigError, ParallelLayout, parallel_layout
 from labsupport.workbook.orientation import megatron_coords, training_memory_gb
-from labsupport.check._core import Sealed, chapter_summary, check, check_seed, expect, mistake, parts, short
+from labsupport.check._core import (chapter_summary, check, check_seed, expect, mistake,
+                                    parts, RAISED, Sealed, short, try_call)
 
 CHAPTER = "ch00"
 
 
 summary = chapter_summary(CHAPTER)
-
-_RAISED = object()
-
-
-def _try(fn: Callable, *args: Any) -> Any:
-    """The learner's result on a small input a failure is shrunk to, or ``_RAISED`` (that input is skipped)."""
-    try:
-        return fn(*args)
-    except Exception:  # noqa: BLE001 - the learner's code
-        return _RAISED
-
 
 # ---------------------------------------------------------------------------------------------
 # q1: the data-parallel size
@@ -247,8 +237,8 @@ def _q2_kind(got: Any, n: float, method: str, dp: int) -> str | None:
 def _q2_fail(fn: Callable, kind: str, n: float, method: str, dp: int, got: Any) -> None:
     for small in _Q2_SMALL:     # one billion parameters: the result reads as bytes per parameter
         if small[1] == method:
-            g = _try(fn, *small)
-            if g is not _RAISED and _q2_kind(g, *small) == kind:
+            g = try_call(fn, *small)
+            if g is not RAISED and _q2_kind(g, *small) == kind:
                 n, method, dp, got = *small, g
             break
     call = f"memory_gb({_num(n)}, {method!r}, dp={dp})"
@@ -365,8 +355,8 @@ def _q3_fail(fn: Callable, kind: str, case: tuple[int, int, int, int], got: Any)
             continue
         found = False
         for rank in range(tp * pp * dp):
-            g = _try(fn, rank, tp, pp, dp)
-            if g is not _RAISED and _q3_kind(g, rank, tp, pp, dp) == kind:
+            g = try_call(fn, rank, tp, pp, dp)
+            if g is not RAISED and _q3_kind(g, rank, tp, pp, dp) == kind:
                 case, got, found = (rank, tp, pp, dp), g, True
                 break
         if found:

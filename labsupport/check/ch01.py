@@ -21,7 +21,8 @@ from labsupport.datasets.bpe import ByteBPE, merge_step as _merge_step
 from labsupport.paths import DOMAINS, data_file
 from labsupport.datasets.tokenizer import (Tokenizer, compare_tokenizers, read_documents, train_sentencepiece_bytes,
                          tokens_per_character as _tokens_per_character, workbook_tokenizer)
-from labsupport.check._core import chapter_summary, check, check_seed, expect, mistake, parts, Sealed, short
+from labsupport.check._core import (chapter_summary, check, check_seed, expect, mistake,
+                                    parts, RAISED, Sealed, short, try_call)
 
 CHAPTER = "ch01"
 
@@ -92,17 +93,6 @@ def _random_text(rng: random.Random) -> str:
     return "".join(rng.choice(pools)() for _ in range(rng.randint(1, 80)))
 
 
-_RAISED = object()
-
-
-def _try(fn: Callable, *args: Any) -> Any:
-    """The learner's result on a small input a failure is shrunk to, or ``_RAISED`` (that input is skipped)."""
-    try:
-        return fn(*args)
-    except Exception:  # noqa: BLE001 - the learner's code
-        return _RAISED
-
-
 # ---------------------------------------------------------------------------------------------
 # q1: one BPE merge step
 _Q1_FORMULA = ("counts = {}; for pair in zip(ids, ids[1:]): counts[pair] = counts.get(pair, 0) + 1; "
@@ -170,14 +160,14 @@ def _q1_fail(fn: Callable, kind: str, before: list[int], got: Any, new_id: int) 
     """Fail with ``kind`` shown on the smallest hand-picked input that shows it (else the random one)."""
     for small in _Q1_SMALL:
         ids = list(small)
-        g = _try(fn, ids, 256)
-        if g is not _RAISED and _q1_kind(small, ids, g, 256) == kind:
+        g = try_call(fn, ids, 256)
+        if g is not RAISED and _q1_kind(small, ids, g, 256) == kind:
             before, got, new_id = list(small), g, 256
             break
     call = f"merge_step({short(before, 80)}, {new_id})"
     if kind == "modifies_input":
         after = list(before)
-        _try(fn, after, new_id)
+        try_call(fn, after, new_id)
         mistake(kind, symptom=f"after {call} the caller's list is {short(after, 80)}",
                 ask="Is the list the caller passed in still the same after your call? Which line writes into it?",
                 fix="build a new list (out = [] … out.append(…)); never assign into ids, pop or insert", formula=_Q1_FORMULA)
@@ -286,8 +276,8 @@ def _q2_kind(got: Any, tok: Tokenizer, texts: list[str]) -> str | None:
 def _q2_fail(fn: Callable, kind: str, tok: Tokenizer, texts: list[str], got: Any, where: str) -> None:
     tok0 = Tokenizer(workbook_tokenizer())
     for small in _Q2_SMALL:
-        g = _try(fn, tok0, list(small))
-        if g is not _RAISED and _q2_kind(g, tok0, small) == kind:
+        g = try_call(fn, tok0, list(small))
+        if g is not RAISED and _q2_kind(g, tok0, small) == kind:
             tok, texts, got, where = tok0, list(small), g, f"tokens_per_character(tok, {short(small, 80)})"
             break
     expect(kind != "not_a_float", f"{where} returned {short(got)}; expected a float")
@@ -569,8 +559,8 @@ def _leftover(got: list[int], merges: list[tuple[int, int]]) -> str:
 
 def _q5_fail(fn: Callable, kind: str, text: str, merges: list[tuple[int, int]], got: Any) -> None:
     for t, m in _Q5_SMALL:
-        g = _try(fn, t, list(m))
-        if g is not _RAISED and _q5_kind(g, t, m) == kind:
+        g = try_call(fn, t, list(m))
+        if g is not RAISED and _q5_kind(g, t, m) == kind:
             text, merges, got = t, m, g
             break
     shown = short(merges, 60) if len(merges) <= 4 else f"<{len(merges)} merges>"

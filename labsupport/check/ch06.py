@@ -22,7 +22,8 @@ from typing import Any, Callable
 import numpy as np
 from omegaconf import OmegaConf
 
-from labsupport.check._core import Sealed, chapter_summary, check, check_seed, expect, mistake, short
+from labsupport.check._core import (chapter_summary, check, check_seed, expect,
+                                    mistake, RAISED, Sealed, short, try_call)
 from labsupport.config import ConfigError, parallel_layout
 from labsupport.datasets.blending import build_blending_indices, normalize_weights
 from labsupport.training.data_plan import DataPlanError, check_plan, consumed_digest, plan_of
@@ -52,17 +53,6 @@ summary = chapter_summary(CHAPTER)
 
 
 # ------------------------------------------------------------------------------------- q1
-_RAISED = object()
-
-
-def _try(fn: Callable, *args: Any) -> Any:
-    """The learner's result on a small input a failure is shrunk to, or ``_RAISED`` (that input is skipped)."""
-    try:
-        return fn(*args)
-    except Exception:  # noqa: BLE001 - the learner's code
-        return _RAISED
-
-
 def _ints(value: Any) -> list[int] | None:
     try:
         return [int(x) for x in value] if isinstance(value, (list, tuple, range, np.ndarray)) else None
@@ -102,7 +92,7 @@ def _q1_fail(fn: Callable, kind: str, case: tuple[int, int, int, int], got: list
     """Fail with the named mistake the smallest (consumed, micro, rank, DP) shows (the same one whatever the
     random case was), or with ``kind`` on the random case when no small case shows one."""
     for small in _Q1_SMALL:
-        g = _ints(_try(fn, *small))
+        g = _ints(try_call(fn, *small))
         found = _q1_kinds(g, *small) if g is not None else []
         if found:
             case, got, kind = small, g, found[0]
@@ -110,7 +100,7 @@ def _q1_fail(fn: Callable, kind: str, case: tuple[int, int, int, int], got: list
     consumed, micro, rank, dp = case
     call = f"dp_slice(consumed_samples={consumed}, micro_batch_size={micro}, rank={rank}, data_parallel_size={dp})"
     other = (rank + 1) % dp
-    theirs = _ints(_try(fn, consumed, micro, other, dp))
+    theirs = _ints(try_call(fn, consumed, micro, other, dp))
     also = f"; for rank {other} it returns {short(theirs)}" if theirs is not None and other != rank else ""
     if kind == "strided":
         mistake(kind, symptom=f"{call} returned {short(got)}{also}: the ranks' indices interleave",
@@ -225,13 +215,13 @@ def _small_cfg(case: tuple[int, ...]) -> tuple[Any, dict[str, int] | None]:
 
 
 def _q2_run(fn: Callable, case: tuple[int, ...]) -> Any:
-    """The learner's result for one case, the ValueError it raised, or ``_RAISED`` (another exception)."""
+    """The learner's result for one case, the ValueError it raised, or ``RAISED`` (another exception)."""
     try:
         return fn(_small_cfg(case)[0], case[7])
     except ValueError as exc:
         return exc
     except Exception:  # noqa: BLE001 - the learner's code fails on this small case: it is skipped
-        return _RAISED
+        return RAISED
 
 
 def _q2_kinds(case: tuple[int, ...], got: Any, unambiguous: bool = False) -> list[str]:
@@ -282,7 +272,7 @@ def _q2_fail(fn: Callable, kinds: list[str], case: tuple[int, ...], got: Any) ->
     kind, first = kinds[0], None
     for small in _Q2_SMALL:
         g = _q2_run(fn, small)
-        found = _q2_kinds(small, g, unambiguous=True) if g is not _RAISED else []
+        found = _q2_kinds(small, g, unambiguous=True) if g is not RAISED else []
         if found and found[0] in _Q2_VALUE_MISTAKES:
             first = (small, g, found[0])
             break
@@ -530,7 +520,7 @@ def _q3_calm(suspect: str, like: dict[str, Any]) -> dict[str, Any]:
 
 
 def _q3_answer(fn: Callable, log: dict[str, Any]) -> dict | None:
-    got = _try(fn, dict(log))
+    got = try_call(fn, dict(log))
     return got if isinstance(got, dict) and {"suspect", "fix"} <= set(got) else None
 
 
