@@ -1,0 +1,163 @@
+"""Named mistakes as data: the rule engine every chapter's check module uses (chapters 0–6).
+
+A :class:`Rule` is one wrong answer a check recognises by name: the wrong implementation a learner
+may have written (``wrong``, same signature as the reference; optional), and the feedback in tiers —
+the ``symptom`` (always shown: what the learner's result shows, on the smallest input that shows
+it), the ``ask`` (a question, on the first time), the ``fix`` (on a repeat), the ``formula`` (from
+the third time on).  Texts are ``str.format`` templates over the *facts* of the failing case (the
+call, the numbers that explain it), or callables ``facts -> str`` where a text needs logic; the
+tiers are counted per mistake by :mod:`labsupport.check._core`.
+
+A chapter module then holds three things per question: input generators, the reference, and a
+table of rules (:class:`Rules`).  Two helpers find the input a mistake is shown on:
+
+* :func:`smallest` — the first of the hand-picked cases (smallest first) where the rule's wrong
+  implementation differs from the reference and the learner's function gives the wrong answer;
+* :func:`first_showing` — the first case a classifier names the same mistake on (for mistakes
+  recognised by what the result *is*, e.g. a float where an int belongs, rather than by a wrong
+  implementation).
+
+:func:`diagnose` ties them together for a question whose rules all have wrong implementations: it
+raises the first rule's :class:`~labsupport.check._core.Mistake` that the learner's function
+follows, rendered with the facts of that smallest case.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Mapping, NoReturn, Sequence
+
+from labsupport.check._core import Mistake
+
+Case = tuple
+Same = Callable[[Any, Any], bool]
+
+
+def _render(text: Any, facts: Mapping[str, Any]) -> str:
+    if callable(text):
+        return str(text(facts))
+    return str(text).format_map(facts) if facts else str(text)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One named mistake: its wrong implementation (optional) and its feedback tiers.
+
+    ``symptom``, ``ask``, ``fix`` and ``formula`` are templates (``"{call} returned {got}"``) filled
+    from the facts of the failing case, or callables taking those facts.  Literal braces in a
+    template are doubled (``{{``), as in ``str.format``.  ``confirm`` asks :func:`smallest` for
+    that many further cases that follow the rule before it is named (for rules a right answer
+    could match by chance on one input).
+    """
+
+    name: str
+    symptom: Any
+    ask: Any
+    fix: Any
+    formula: Any = ""
+    wrong: Callable[..., Any] | None = None
+    confirm: int = 0
+
+    def mistake(self, **facts: Any) -> Mistake:
+        """The :class:`Mistake` this rule names, its texts filled from ``facts``."""
+        return Mistake(self.name, _render(self.symptom, facts), _render(self.ask, facts),
+                       _render(self.fix, facts), _render(self.formula, facts))
+
+    def fail(self, **facts: Any) -> NoReturn:
+        """Fail the running check with this mistake."""
+        raise self.mistake(**facts)
+
+    def but(self, **changes: Any) -> "Rule":
+        """This rule with some fields replaced (a chapter's variant of a shared mistake)."""
+        return Rule(**{**self.__dict__, **changes})
+
+
+class Rules(Mapping[str, Rule]):
+    """A question's table of rules, by name, in the order they are tried."""
+
+    def __init__(self, *rules: Rule, formula: Any = None):
+        if formula is not None:   # one formula for every rule that has none of its own
+            rules = tuple(r if r.formula else r.but(formula=formula) for r in rules)
+        self._rules = {r.name: r for r in rules}
+        if len(self._rules) != len(rules):
+            raise ValueError("two rules of one table share a name")
+
+    def __getitem__(self, name: str) -> Rule:
+        return self._rules[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rules)
+
+    def __len__(self) -> int:
+        return len(self._rules)
+
+    def fail(self, name: str, **facts: Any) -> NoReturn:
+        """Fail with the rule called ``name``, filled from ``facts``."""
+        self._rules[name].fail(**facts)
+
+
+def smallest(learner: Callable, cases: Iterable[Case], right: Callable, wrong: Callable, same: Same,
+             tries: int = 6, confirm: int = 0) -> tuple[Case, Any] | None:
+    """The first of ``cases`` (smallest first) where ``wrong`` and ``right`` differ and the learner's
+    function gives ``wrong``'s answer: ``(case, learner's result)``, the smallest input that shows
+    the mistake — after at most ``tries`` calls of the learner's function.  With ``confirm``, the
+    learner must give ``wrong``'s answer on that many further such cases, and on none of them
+    another answer (else ``None``: the learner follows another rule); running out of cases after the
+    first match counts as confirmed.  A case on which the
+    learner's code raises is skipped; each call gets a deep copy of the case."""
+    found = None
+    for args in cases:
+        if tries <= 0:
+            break
+        bad = wrong(*args)
+        if same(bad, right(*args)):
+            continue
+        tries -= 1
+        try:
+            got = learner(*copy.deepcopy(args))
+        except Exception:  # noqa: BLE001 - the learner's code on an input the check chose
+            continue
+        if not same(got, bad):
+            if found is not None:
+                return None                   # it does not follow that rule after all
+            continue
+        if found is None:
+            found = args, got
+        if confirm <= 0:
+            return found
+        confirm -= 1
+    return None if confirm > 0 else found
+
+
+def first_showing(run: Callable[[Case], Any], cases: Iterable[Case], kind_of: Callable[[Case, Any], Any],
+                  kind: Any) -> tuple[Case, Any] | None:
+    """The first of ``cases`` on which ``kind_of(case, run(case))`` names ``kind``:
+    ``(case, run(case))``, or ``None``.  A case on which ``run`` raises is skipped."""
+    for case in cases:
+        try:
+            got = run(case)
+        except Exception:  # noqa: BLE001 - the learner's code fails on this small case: try the next
+            continue
+        if kind_of(case, got) == kind:
+            return case, got
+    return None
+
+
+def diagnose(learner: Callable, rules: Rules, cases: Sequence[Case] | Callable[[Rule], Iterable[Case]],
+             right: Callable, same: Same, facts: Callable[[Case, Any], Mapping[str, Any]],
+             tries: int = 6) -> None:
+    """Raise the first rule's mistake (in table order) that the learner's function follows on a small
+    case, rendered with ``facts(case, got)``; return ``None`` when it follows none of them.
+
+    ``cases`` is one list for every rule, or a function giving each rule its own (smallest first).
+    Rules without a wrong implementation are passed over: they are named by the check's own logic.
+    """
+    for rule in rules.values():
+        if rule.wrong is None:
+            continue
+        candidates = cases(rule) if callable(cases) else cases
+        found = smallest(learner, candidates, right, rule.wrong, same, tries=tries, confirm=rule.confirm)
+        if found is not None:
+            case, got = found
+            rule.fail(**facts(case, got))
+    return None
