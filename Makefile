@@ -119,8 +119,8 @@ data: setup
 bench: setup-crosscheck
 	$(PY) -m benchmarks
 
-nbcheck:
-	python3 ../shared/tools/nbcheck.py .
+nbcheck: setup
+	$(PY) -m labsupport.workbook.nbcheck
 
 clean:
 	rm -rf runs .pytest_cache
