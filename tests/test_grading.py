@@ -21,6 +21,7 @@ from labsupport.workbook.grading.exercise import discover
 from labsupport.workbook.grading.flags import static_flags
 from labsupport.workbook.grading.grader import Options, grade_file, identify
 from labsupport.workbook.grading.similarity import normalise, similar_pairs
+from labsupport.workbook.grading.submissions import collect
 
 
 def roundtrip(value):
@@ -288,7 +289,7 @@ def test_regrade_and_interrupt(tmp_path):
     rows = list(csv.DictReader(out.open(encoding="utf-8")))
     assert {r["student"] for r in rows} >= {"s0"} and all(r["question"] for r in rows)
     assert {r["student"] for r in rows} <= {"s0", "s1", "s2"}  # never the gradebook's executed/ copies
-    assert grade._submissions([str(tmp_path)], out.parent) == sorted(subs)
+    assert [s.path for s in collect([str(tmp_path)], out.parent, None)] == sorted(subs)
 
 
 def test_honest_habits_are_not_punished(tmp_path):

@@ -24,6 +24,7 @@ grader, 2 bad command line, 130 interrupted (what was graded is written).
 from __future__ import annotations
 
 import argparse
+import atexit
 import csv
 import fcntl
 import hashlib
@@ -33,6 +34,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -42,12 +44,14 @@ from pathlib import Path
 
 from labsupport.fileio import atomic_write
 from labsupport.paths import REPO_ROOT
+from labsupport.progress import progress
 from labsupport.workbook.grading.exercise import Chapter, Unreadable, discover, read_submission
 from labsupport.workbook.grading.grader import (SOLUTIONS, Graded, Options, _unreadable_rows, close_warm, grade_file,
-                                                identify, solution_answers)
+                                                solution_answers)
 from labsupport.workbook.grading.sandbox import Limits, enforcement, sandbox_mode
 from labsupport.workbook.grading.similarity import similar_pairs
 from labsupport.workbook.grading.stubs import hidden_references
+from labsupport.workbook.grading.submissions import Submission, collect, printable
 
 FIELDS = ["student", "chapter", "question", "status", "points", "max_points", "reason", "flags", "manual_grading"]
 SUMMARY_FIELDS = ["student", "chapter", "points", "max_points"]
@@ -73,7 +77,7 @@ def restore(value: str) -> str:
 
 def plain(text: object) -> str:
     """``text`` without terminal escape sequences and control characters (what the grader prints)."""
-    return _CONTROL.sub("", str(text))
+    return _CONTROL.sub("", printable(text))
 
 
 def _csv_text(fields: list[str], rows: list[dict]) -> str:
@@ -81,8 +85,13 @@ def _csv_text(fields: list[str], rows: list[dict]) -> str:
     writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: neutralise(row.get(k, "")) for k in fields})
+        writer.writerow({k: neutralise(_text(row.get(k, ""))) for k in fields})
     return buf.getvalue()
+
+
+def _text(value: object) -> object:
+    """A CSV cell's value, strings made writable as UTF-8 (a lone surrogate in a free-text answer)."""
+    return printable(value) if isinstance(value, str) else value
 
 
 def _safe(name: str) -> str:
@@ -149,32 +158,29 @@ class RepoGuard:
         return changed
 
 
-def _submissions(paths: list[str], book: Path | None = None) -> list[Path]:
-    """The files to grade; folders are searched for notebooks (not the gradebook's own ``executed/``)."""
-    out: list[Path] = []
-    ours = (book.resolve() / "executed") if book is not None else None
-    for raw in paths:
-        p = Path(raw)
-        if p.is_dir():
-            out += sorted(q for q in p.rglob("*.ipynb") if ".ipynb_checkpoints" not in q.parts
-                          and not (ours is not None and q.resolve().is_relative_to(ours)))
-        else:
-            out.append(p)
-    return out
-
-
 _CHAPTERS: dict[str, Chapter] | None = None
 
 
-def _job(path: str, exercises: str | None, options: Options, chapter: str | None) -> Graded:
+def _pool_start() -> None:
+    """A pool process leaves Ctrl-C to the grader, which reports it once (no traceback per process)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    atexit.register(close_warm)
+
+
+def _job(path: str, student: str, exercises: str | None, options: Options, chapter: str | None) -> Graded:
     """One submission in a pool process (``--jobs N``)."""
     global _CHAPTERS
     if _CHAPTERS is None:
         _CHAPTERS = discover(Path(exercises) if exercises else None)
-        import atexit
+    return grade_file(Path(path), _CHAPTERS, options, chapter, student=student)
 
-        atexit.register(close_warm)
-    return grade_file(Path(path), _CHAPTERS, options, chapter)
+
+def _refused(sub: Submission, chapters: dict[str, Chapter]) -> Graded:
+    """The rows of a submission that is not graded (``sub.problem`` says why)."""
+    chapter = chapters.get(sub.number or "")
+    return Graded(sub.student, chapter.key if chapter else "", str(sub.path),
+                  _unreadable_rows(sub.student, chapter, sub.problem, "error"),
+                  feedback=[f"your file was not graded: {sub.problem}"])
 
 
 class Gradebook:
@@ -204,9 +210,10 @@ class Gradebook:
         flagged = [r.question for r in graded.rows if r.flags]
         if flagged:  # which detector fired stays in grades.csv, for the instructor
             lines += ["", "held for your instructor's review (0 points until then): " + ", ".join(flagged)]
-        atomic_write(base / "feedback" / f"{name}.txt", "\n".join(lines) + "\n")
+        atomic_write(base / "feedback" / f"{name}.txt", printable("\n".join(lines) + "\n"))
         if graded.executed is not None:
-            atomic_write(base / "executed" / f"{name}.ipynb", json.dumps(graded.executed, ensure_ascii=False, indent=1))
+            atomic_write(base / "executed" / f"{name}.ipynb",
+                         printable(json.dumps(graded.executed, ensure_ascii=False, indent=1)))
         self.write()
 
     def write(self) -> None:
@@ -273,25 +280,18 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     chapters = discover(Path(args.exercises) if args.exercises else None)
-    files = _submissions(args.submissions, Path(args.out).parent)
-    if not files:
-        print("grade: no submissions found (give notebooks or folders holding .ipynb files)", file=sys.stderr)
-        return 2
+    out = Path(args.out)
     forced = args.chapter.zfill(2) if args.chapter else None
     if forced and forced not in chapters:
         print(f"grade: --chapter {args.chapter}: no exercises/{forced}_*.ipynb (have {sorted(chapters)})",
               file=sys.stderr)
         return 2
-    out = Path(args.out)
+    subs = collect(args.submissions, out.parent, forced)
+    if not subs:
+        print("grade: no submissions found (give notebooks or folders holding .ipynb files)", file=sys.stderr)
+        return 2
     seed = args.seed or secrets.token_hex(8)
-    options = Options(seed=seed, rounds=args.rounds,
-                      limits=Limits(cell_timeout=args.cell_timeout, question_timeout=args.timeout,
-                                    submission_timeout=args.submission_timeout, memory_mb=args.memory_mb,
-                                    max_procs=args.max_procs, disk_mb=args.disk_mb),
-                      overrides=frozenset(tuple(o.split(":")) for o in args.override),
-                      protect=tuple(dict.fromkeys([Path(args.out).resolve().parent] +
-                                                  [Path(s).resolve() if Path(s).is_dir() else Path(s).resolve().parent
-                                                   for s in args.submissions])))
+    options = _options(args, seed)
     if sandbox_mode() == "none" and not args.no_sandbox:
         print("error: no sandbox on this machine (bubblewrap missing, or user namespaces disabled): install "
               "bubblewrap (apt-get install bubblewrap) or pass --no-sandbox to let students' code run as your user",
@@ -300,35 +300,73 @@ def _main(argv: list[str] | None = None) -> int:
     try:
         lock = lock_gradebook(out)  # noqa: F841 - held until this process ends
     except GradebookLocked as exc:
-        print(f"error: {exc}: wait for it to finish, or grade into another --out", file=sys.stderr)
+        print(f"error: {exc}: wait for it to finish, or grade into another folder", file=sys.stderr)
         return 1
     except OSError as exc:
         print(f"error: cannot create the lock beside {out}: {exc.strerror}: choose a writable --out", file=sys.stderr)
         return 1
+    other = _other_gradebook(out)
+    if other:
+        print(f"error: {out.parent} already holds the gradebook {other} (its summary.csv, feedback/ and "
+              f"grading-run.json): grade into another folder, or pass --out {out.parent / other}", file=sys.stderr)
+        return 1
     book = Gradebook(out, chapters, args.regrade)
-    todo, skipped = [], 0
-    for f in files:
-        student, number = identify(f, forced)
-        key = (student, chapters[number].key if number in chapters else "")
-        if key in book.done and not args.regrade:
-            skipped += 1
-        else:
-            todo.append(f)
-    seen: dict[tuple[str, str | None], Path] = {}
-    for f in todo:
-        key = identify(f, forced)
-        if key in seen:
-            print(plain(f"grade: {f} and {seen[key]} are both student {key[0]!r}, chapter {key[1]}; the later one counts"),
-                  file=sys.stderr)
-        seen[key] = f
-    print(f"grading {len(todo)} submission(s) of chapter(s) {', '.join(sorted({plain(identify(f, forced)[1] or '?') for f in todo}))}"
+    todo = [s for s in subs if args.regrade or (s.student, _key(s, chapters)) not in book.done]
+    _header(args, todo, len(subs) - len(todo), chapters, options, out, seed)
+    book.write()
+    try:
+        answers, done, elapsed = _grade_all(todo, chapters, options, args, book, forced)
+    except KeyboardInterrupt as stop:
+        print(f"\ninterrupted: {stop.args[0] if stop.args else 0} of {len(todo)} graded; {out} holds them",
+              file=sys.stderr)
+        return 130
+    pairs = _write_similarity(out, answers, chapters, args.similarity)
+    print(f"graded {done} submission(s) in {elapsed:.1f} s; wrote {out}, {book.summary.name}, feedback/, executed/, "
+          f"similarity.csv ({pairs} similar pair(s))")
+    _print_totals(book)
+    return 0
+
+
+def _options(args: argparse.Namespace, seed: str) -> Options:
+    return Options(seed=seed, rounds=args.rounds,
+                   limits=Limits(cell_timeout=args.cell_timeout, question_timeout=args.timeout,
+                                 submission_timeout=args.submission_timeout, memory_mb=args.memory_mb,
+                                 max_procs=args.max_procs, disk_mb=args.disk_mb),
+                   overrides=frozenset(tuple(o.split(":")) for o in args.override),
+                   protect=tuple(dict.fromkeys([Path(args.out).resolve().parent] +
+                                               [Path(s).resolve() if Path(s).is_dir() else Path(s).resolve().parent
+                                                for s in args.submissions])))
+
+
+def _key(sub: Submission, chapters: dict[str, Chapter]) -> str:
+    return chapters[sub.number].key if sub.number in chapters else ""
+
+
+def _other_gradebook(out: Path) -> str:
+    """The name of another gradebook whose run wrote ``out``'s folder (one gradebook per folder:
+    summary.csv, similarity.csv, feedback/ and grading-run.json are shared), or ''."""
+    run = out.with_name("grading-run.json")
+    try:
+        book = json.loads(run.read_text(encoding="utf-8")).get("gradebook")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return book if isinstance(book, str) and book != out.name else ""
+
+
+def _header(args: argparse.Namespace, todo: list[Submission], skipped: int, chapters: dict[str, Chapter],
+            options: Options, out: Path, seed: str) -> None:
+    """What the run will grade and enforce; writes grading-run.json."""
+    for problem in sorted({s.problem for s in todo if s.problem}):
+        print(plain(f"grade: {problem}"), file=sys.stderr)
+    numbers = sorted({plain(s.number or "?") for s in todo})
+    print(f"grading {len(todo)} submission(s) of chapter(s) {', '.join(numbers)}"
           f"{f' ({skipped} already in {out.name}: --regrade to grade them again)' if skipped else ''}")
     unreadable = []
-    for f in todo:  # every file is read and validated before the first one is graded
+    for sub in todo:  # every file is read and validated before the first one is graded
         try:
-            read_submission(f)
+            read_submission(sub.path)
         except Unreadable as exc:
-            unreadable.append(f"{f}: {exc}")
+            unreadable.append(f"{sub.path}: {exc}")
     if unreadable:
         print(f"{len(unreadable)} file(s) are not readable notebooks (each gets rows saying why):")
         for line in unreadable[:10]:
@@ -336,29 +374,30 @@ def _main(argv: list[str] | None = None) -> int:
     enforced = enforcement(options.limits)
     for line in enforced:
         print(line)
-    for number in sorted({identify(f, forced)[1] for f in todo if identify(f, forced)[1] in chapters}):
+    for number in sorted({s.number for s in todo if s.number in chapters}):
         kept = hidden_references(chapters[number])[1]
         if kept:  # the student's copy keeps these: the exercise itself (or the grader's codec) calls them
             print(f"{chapters[number].key}: kept importable for the exercise: "
                   + ", ".join(k.replace(":", ".") for k in kept))
     print(f"seed: {'given' if args.seed else 'fresh'} (saved in {out.with_name('grading-run.json').name}) · "
           f"{args.rounds} round(s) per check")
-    out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out.with_name("grading-run.json"), json.dumps(
         {"seed": seed, "rounds": args.rounds, "sandbox": sandbox_mode(), "enforced": enforced,
-         "chapters": sorted(chapters),
+         "gradebook": out.name, "chapters": sorted(chapters),
          "exercises": {n: hashlib.sha256(c.notebook.read_bytes()).hexdigest()[:16] for n, c in chapters.items()}},
         indent=1) + "\n")
-    book.write()
+
+
+def _grade_all(todo: list[Submission], chapters: dict[str, Chapter], options: Options, args: argparse.Namespace,
+               book: Gradebook, forced: str | None) -> tuple[dict, int, float]:
+    """Grade ``todo`` into ``book``: ``(answers by (student, chapter), number graded, seconds)``.
+    Ctrl-C raises KeyboardInterrupt(number graded) after the pool is stopped."""
     # with a sandbox the repository is read-only to the students' code; without one, put back
     # whatever a submission changed there and flag it
     guard = RepoGuard() if sandbox_mode() == "none" else None
-    from labsupport.progress import progress
-
     bar = progress(total=len(todo), desc="grading", unit="notebook")
     answers: dict[tuple[str, str], dict[str, str]] = {}
-    started = time.monotonic()
-    done = 0
+    started, done = time.monotonic(), 0
 
     def finish(graded: Graded) -> None:
         nonlocal done
@@ -374,66 +413,78 @@ def _main(argv: list[str] | None = None) -> int:
         done += 1
         bar.update(1)
 
+    refused = [s for s in todo if s.problem]
+    graded = [s for s in todo if not s.problem]
+    for sub in refused:
+        finish(_refused(sub, chapters))
     workroot = tempfile.mkdtemp(prefix="labsupport-grade-")
     options.workroot = workroot
-    options.prewarm = len(todo) > 1
+    options.prewarm = len(graded) > 1
     try:
         if args.jobs == 1:
-            for f in todo:
-                finish(grade_file(f, chapters, options, forced))
+            for sub in graded:
+                finish(grade_file(sub.path, chapters, options, forced, student=sub.student))
         else:
-            pool = ProcessPoolExecutor(max_workers=args.jobs, mp_context=get_context("spawn"))
-            try:
-                pending = {pool.submit(_job, str(f), args.exercises, options, forced): f for f in todo}
-                while pending:
-                    ready, _ = wait(pending, return_when=FIRST_COMPLETED)
-                    for fut in ready:
-                        f = pending.pop(fut)
-                        try:
-                            finish(fut.result())
-                        except Exception as exc:  # noqa: BLE001 - a pool process lost: this row only
-                            student, number = identify(f, forced)
-                            key = chapters[number].key if number in chapters else ""
-                            finish(Graded(student, key, str(f), _unreadable_rows(
-                                student, chapters.get(number or ""), f"grader error: {type(exc).__name__}: {exc}",
-                                "error")))
-            finally:  # on Ctrl-C: drop what has not started, do not wait for the class to finish
-                pool.shutdown(wait=False, cancel_futures=True)
+            _grade_in_pool(graded, chapters, options, args, forced, finish)
     except KeyboardInterrupt:
         bar.close()
-        print(f"\ninterrupted: {done} of {len(todo)} graded; {out} holds them", file=sys.stderr)
-        return 130
+        raise KeyboardInterrupt(done) from None
     finally:
         close_warm()
         shutil.rmtree(workroot, ignore_errors=True)
     bar.close()
-    elapsed = time.monotonic() - started
+    return answers, done, time.monotonic() - started
+
+
+def _grade_in_pool(subs: list[Submission], chapters: dict[str, Chapter], options: Options, args: argparse.Namespace,
+                   forced: str | None, finish) -> None:
+    """``--jobs N``: N pool processes; a lost process costs its own submission an ``error`` row."""
+    pool = ProcessPoolExecutor(max_workers=args.jobs, mp_context=get_context("spawn"), initializer=_pool_start)
+    try:
+        pending = {pool.submit(_job, str(s.path), s.student, args.exercises, options, forced): s for s in subs}
+        while pending:
+            ready, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in ready:
+                sub = pending.pop(fut)
+                try:
+                    finish(fut.result())
+                except Exception as exc:  # noqa: BLE001 - a pool process lost: this row only
+                    chapter = chapters.get(sub.number or "")
+                    finish(Graded(sub.student, chapter.key if chapter else "", str(sub.path), _unreadable_rows(
+                        sub.student, chapter, f"grader error: {type(exc).__name__}: {exc}", "error")))
+    finally:  # on Ctrl-C: drop what has not started, do not wait for the class to finish
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _write_similarity(out: Path, answers: dict, chapters: dict[str, Chapter], threshold: float) -> int:
+    """similarity.csv beside ``out`` (pairs of students not graded in this run stay listed)."""
     for key in sorted({ch for _, ch in answers if ch}):  # copying from the official solutions too
         chapter = next((c for c in chapters.values() if c.key == key), None)
         official = solution_answers(chapter) if chapter is not None else {}
         if official:
             answers[(SOLUTIONS, key)] = official
-    pairs = similar_pairs(answers, args.similarity)
+    pairs = similar_pairs(answers, threshold)
     fields = ["chapter", "question", "student_a", "student_b", "similarity", "matching_lines"]
     rows = [{"chapter": p.chapter, "question": p.question, "student_a": p.student_a, "student_b": p.student_b,
              "similarity": f"{p.similarity:.3f}", "matching_lines": "\n".join(p.matching_lines)} for p in pairs]
     similarity = out.with_name("similarity.csv")
-    if similarity.is_file():  # pairs of students not graded in this run stay listed
+    if similarity.is_file():
         with open(similarity, newline="", encoding="utf-8") as fh:
             old = [{k: restore(v or "") for k, v in r.items()} for r in csv.DictReader(fh)]
         fresh = {key for key in answers if key[0] != SOLUTIONS}
         rows = [r for r in old if (r["student_a"], r["chapter"]) not in fresh
                 and (r["student_b"], r["chapter"]) not in fresh] + rows
     atomic_write(similarity, _csv_text(fields, rows))
-    print(f"graded {done} submission(s) in {elapsed:.1f} s; wrote {out}, {book.summary.name}, feedback/, executed/, "
-          f"similarity.csv ({len(rows)} similar pair(s))")
+    return len(rows)
+
+
+def _print_totals(book: Gradebook) -> None:
     for key in sorted({(r['student'], r['chapter']) for r in book.rows}):
         pts = [r for r in book.rows if (r["student"], r["chapter"]) == key]
         got = sum(float(r["points"] or 0) for r in pts)
         flagged = sum(1 for r in pts if r["flags"])
         print(f"  {plain(key[0]):<24} {plain(key[1] or '?'):<5} {got:g}/{sum(float(r['max_points'] or 0) for r in pts):g}"
               + (f"  ({flagged} flagged)" if flagged else ""))
-    return 0
 
 
 if __name__ == "__main__":

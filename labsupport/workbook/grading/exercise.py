@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from labsupport.paths import REPO_ROOT
+from labsupport.workbook.grading.source import parse
 from labsupport.workbook.make_exercises import STUB
 
 MAX_NOTEBOOK_BYTES = 256 * 1024 * 1024   # figures make notebooks big; only code cells are kept
@@ -78,17 +79,15 @@ def _source(cell: dict) -> str:
 
 
 def _defined(source: str) -> list[str]:
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    tree = parse(source)
+    if tree is None:
         return re.findall(r"^\s*def\s+(\w+)\s*\(", source, re.M)
     return [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
 def _check_calls(source: str) -> list[tuple[str, list[str]]]:
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    tree = parse(source)
+    if tree is None:
         return []
     calls = []
     for node in ast.walk(tree):
@@ -192,16 +191,26 @@ class Unreadable(ValueError):
 def read_submission(path: Path) -> list[dict]:
     """The code cells of a submitted notebook (``{"id", "source"}``), validated."""
     path = Path(path)
+    if path.is_symlink():  # a link could point at solutions/, a classmate's file or a root-only one
+        raise Unreadable("a symbolic link, not a notebook: submit the notebook file itself")
     try:
         size = path.stat().st_size
     except OSError as exc:
         raise Unreadable(f"cannot read the file: {exc.strerror}") from None
+    if path.is_dir():
+        raise Unreadable("a folder named like a notebook: submit the notebook file itself")
     if size == 0:
         raise Unreadable("the file is empty")
     if size > MAX_NOTEBOOK_BYTES:
         raise Unreadable(f"the file is {size} bytes, more than a notebook should be ({MAX_NOTEBOOK_BYTES})")
     try:
-        nb = json.loads(path.read_bytes().decode("utf-8"))
+        data = path.read_bytes()
+    except OSError as exc:  # unreadable to the grader (mode 000, a special file)
+        raise Unreadable(f"cannot read the file: {exc.strerror}") from None
+    try:
+        nb = json.loads(data.decode("utf-8-sig"))   # an editor's byte-order mark is no error
+    except RecursionError:
+        raise Unreadable("JSON nested too deeply to be a notebook") from None
     except UnicodeDecodeError as exc:
         raise Unreadable(f"not UTF-8 text (byte {exc.start})") from None
     except json.JSONDecodeError as exc:
@@ -287,9 +296,8 @@ def student_imports(chapter: Chapter, cells: list[dict], answers: dict[str, str]
     for cell in cells:
         if cell["source"] in taken or cell["source"] in pristine:
             continue
-        try:
-            tree = ast.parse(strip_magics(cell["source"]))
-        except SyntaxError:
+        tree = parse(strip_magics(cell["source"]))
+        if tree is None:
             continue
         for node in tree.body:
             if isinstance(node, (ast.Import, ast.ImportFrom)):

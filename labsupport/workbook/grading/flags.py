@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import ast
 
+from labsupport.workbook.grading.source import parse
+
 _SIGNAL_CALLS = {"os.kill", "os.killpg", "signal.pthread_kill", "kill", "killpg", "os.getppid", "getppid",
                  "signal.pidfd_send_signal", "os.pidfd_open"}
 _FRAME_NAMES = {"_getframe", "currentframe", "f_back", "f_locals", "f_globals", "getouterframes", "getinnerframes",
@@ -39,9 +41,8 @@ def _dotted(node: ast.AST) -> str | None:
 def static_flags(source: str, reference_specs: list[str]) -> list[str]:
     """Flags (``"name: detail"``) for one answer cell; ``reference_specs`` are the question's
     ``"module:qualname"`` references."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    tree = parse(source)
+    if tree is None:
         return []
     refs = {}
     for spec in reference_specs:

@@ -244,6 +244,9 @@ class Session:
                     self.syntax[cell.id] = f"{type(exc).__name__}: {getattr(exc, 'msg', exc)} " \
                                            f"(line {getattr(exc, 'lineno', '?')})"
                     continue
+                except (RecursionError, MemoryError) as exc:  # built to exhaust the compiler
+                    self.syntax[cell.id] = f"{type(exc).__name__}: the cell is too deeply nested or too large to compile"
+                    continue
             self.program.append((pos, cell, source))
         self.state: dict[str, str] = {}
         self.cell_output: dict[str, str] = {}

@@ -58,7 +58,7 @@ def normalise(source: str) -> list[str]:
     try:
         tree = _Rename().visit(ast.parse(source))
         text = ast.unparse(tree)
-    except (SyntaxError, ValueError, RecursionError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         text = "\n".join(line.split("#")[0].strip() for line in source.splitlines())
     return [line.strip() for line in text.splitlines() if line.strip()]
 

@@ -60,7 +60,8 @@ def stub_source(module_name: str) -> str:
 def write_check_stubs(folder: Path) -> None:
     """Replace the check package copied into ``folder`` (``…/labsupport/check``) by stubs."""
     folder = Path(folder)
-    names = sorted(p.stem for p in (REPO_ROOT / "labsupport" / "check").glob("ch*.py"))
+    package = REPO_ROOT / "labsupport" / "check"   # a chapter's checks: chNN.py, or a package chNN/
+    names = sorted({p.stem for p in package.glob("ch*.py")} | {p.name for p in package.glob("ch*/") if (p / "__init__.py").is_file()})
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     (folder / "__init__.py").write_text('"""Check stubs: while grading, every check runs in the grader."""\n',
@@ -112,15 +113,37 @@ def strip_references(lib: Path, specs: list[str]) -> list[str]:
 INFRASTRUCTURE = frozenset({"labsupport.datasets.tokenizer:Tokenizer.from_bytes"})
 
 
+def _module_calls(spec: str) -> set[str]:
+    """The functions of ``spec``'s own module that its body names (``"module:qualname"`` each)."""
+    module, _, qual = spec.partition(":")
+    path = Path(REPO_ROOT, *module.split(".")).with_suffix(".py")
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError):
+        return set()
+    node = _find(tree, qual)
+    if node is None:
+        return set()
+    top = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    named = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    return {f"{module}:{name}" for name in named & top if name != qual}
+
+
 def hidden_references(chapter: Any) -> tuple[list[str], list[str]]:
     """``(hidden, kept)``: the chapter's reference functions the student's copy goes without, and
     those it keeps because the exercise's own setup cells call them, or the grading machinery
-    needs them (:data:`INFRASTRUCTURE`): those cannot be hidden, and the header names them."""
+    needs them (:data:`INFRASTRUCTURE`) — with every reference a kept function itself calls in
+    its module (chapter 5's kept ``bus_bandwidth`` calls ``bus_factor``: hiding that would break
+    the exercise's own setup cell).  Kept ones cannot be hidden, and the header names them."""
     import re
 
     setup = "\n".join(c.source for c in chapter.cells if c.kind == "setup")
-    hidden, kept = [], []
-    for spec in sorted({s for q in chapter.questions for s in q.references}):
-        name = spec.rpartition(":")[2].split(".")[-1]
-        (kept if spec in INFRASTRUCTURE or re.search(rf"\b{re.escape(name)}\b", setup) else hidden).append(spec)
-    return hidden, kept
+    specs = sorted({s for q in chapter.questions for s in q.references})
+    kept = {s for s in specs if s in INFRASTRUCTURE
+            or re.search(rf"\b{re.escape(s.rpartition(':')[2].split('.')[-1])}\b", setup)}
+    grown = True
+    while grown:   # what a kept function calls must keep working too
+        more = {c for k in kept for c in _module_calls(k) if c in specs} - kept
+        kept |= more
+        grown = bool(more)
+    return [s for s in specs if s not in kept], sorted(kept)

@@ -1,0 +1,151 @@
+"""One submission is one submission (issue #31): ids unique by construction, duplicates refused, and no
+file, name or text a student sends stops the run — a nested or duplicated notebook, a folder named like a
+notebook, a symbolic link, an unreadable file, a byte-order mark, a name that is not UTF-8, a lone
+surrogate in free text, a cell built to exhaust the parser; one gradebook per folder."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from labsupport.paths import REPO_ROOT
+from labsupport.workbook import grade
+from labsupport.workbook.grading import exercise
+from labsupport.workbook.grading.exercise import Unreadable, discover, read_submission, student_imports
+from labsupport.workbook.grading.flags import static_flags
+from labsupport.workbook.grading.similarity import normalise
+from labsupport.workbook.grading.source import parse
+from labsupport.workbook.grading.stubs import _module_calls, hidden_references
+from labsupport.workbook.grading.submissions import collect, printable
+
+EXERCISE = REPO_ROOT / "exercises" / "04_packing_and_masks.ipynb"
+DEEP = "x = a" + ".b" * 100_000 + "\n"
+
+
+def _put(path: Path, source: Path = EXERCISE) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(source, path)
+    return path
+
+
+def test_a_nested_folder_is_the_top_folders_student_not_a_classmate(tmp_path):
+    _put(tmp_path / "alice" / EXERCISE.name)
+    _put(tmp_path / "mallory" / "alice" / EXERCISE.name)
+    subs = {(s.student, s.number): s for s in collect([str(tmp_path)], None, None)}
+    assert set(subs) == {("alice", "04"), ("mallory", "04")}
+    assert not any(s.problem for s in subs.values())
+
+
+def test_two_notebooks_for_one_student_and_chapter_are_both_refused_and_named(tmp_path):
+    a = _put(tmp_path / "bob" / EXERCISE.name)
+    b = _put(tmp_path / "bob" / "late" / EXERCISE.name)
+    subs = collect([str(tmp_path)], None, None)
+    assert [s.path for s in subs] == sorted([a, b], key=str) and {s.student for s in subs} == {"bob"}
+    assert all(s.problem.startswith("2 notebooks are student 'bob''s chapter 04") and "none was graded" in s.problem
+               and str(a) in s.problem and str(b) in s.problem for s in subs)
+
+
+def test_the_same_file_reached_twice_counts_once_and_the_gradebooks_own_notebooks_are_passed_over(tmp_path):
+    a = _put(tmp_path / "subs" / "carol" / EXERCISE.name)
+    _put(tmp_path / "subs" / "executed" / f"carol__ch04.ipynb")
+    subs = collect([str(tmp_path / "subs"), str(a)], tmp_path / "subs", None)
+    assert [(s.path, s.student, s.problem) for s in subs] == [(a, "carol", "")]
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda p: p.mkdir(parents=True), "a folder named like a notebook"),
+    (lambda p: (p.parent.mkdir(parents=True), p.symlink_to(REPO_ROOT / "solutions" / EXERCISE.name)),
+     "a symbolic link"),
+])
+def test_what_is_not_a_notebook_file_is_unreadable_with_a_reason(tmp_path, make, says):
+    path = tmp_path / "dave" / EXERCISE.name
+    make(path)
+    with pytest.raises(Unreadable, match=says):
+        read_submission(path)
+
+
+def test_a_file_the_grader_cannot_read_is_unreadable_not_a_crash(tmp_path, monkeypatch):
+    path = _put(tmp_path / "erin" / EXERCISE.name)
+
+    def refuse(self):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(Path, "read_bytes", refuse)
+    with pytest.raises(Unreadable, match="cannot read the file: Permission denied"):
+        read_submission(path)
+
+
+def test_a_byte_order_mark_is_read_as_the_notebook_it_is(tmp_path):
+    path = tmp_path / "frank" / EXERCISE.name
+    path.parent.mkdir()
+    path.write_bytes(b"\xef\xbb\xbf" + EXERCISE.read_bytes())
+    assert read_submission(path) == read_submission(EXERCISE)
+
+
+def test_json_nested_too_deep_is_unreadable(tmp_path):
+    path = tmp_path / "gina" / EXERCISE.name
+    path.parent.mkdir()
+    path.write_text("[" * 200_000 + "]" * 200_000, encoding="utf-8")
+    with pytest.raises(Unreadable, match="nested too deeply"):
+        read_submission(path)
+
+
+def test_a_cell_built_to_exhaust_the_parser_is_no_tree_and_no_crash():
+    assert parse(DEEP) is None and parse("x = 1\x00") is None and parse("def (") is None
+    assert parse("x = 1") is not None
+    assert static_flags(DEEP, []) == [] and normalise(DEEP)
+    assert exercise._defined(DEEP) == [] and exercise._check_calls(DEEP) == []
+    chapter = discover()["04"]
+    assert student_imports(chapter, [{"index": 0, "id": None, "source": DEEP}], {}) == ""
+
+
+def test_text_that_is_not_utf8_is_written_and_printed_with_a_replacement():
+    assert printable("ok \udcff") == "ok \ufffd" and printable("한국어") == "한국어"
+    assert grade.plain("x\x1b]52;c;Zm9v\x07y \ud800") == "xy \ufffd"
+    text = grade._csv_text(["student", "manual_grading"], [{"student": "a\udcff", "manual_grading": "\ud800 free"}])
+    assert text.encode("utf-8") and "\ufffd free" in text
+
+
+def test_a_kept_function_keeps_the_references_it_calls():
+    hidden, kept = hidden_references(discover()["05"])
+    assert "labsupport.distributed.collectives:bus_bandwidth" in kept
+    assert "labsupport.distributed.collectives:bus_factor" in kept and not set(hidden) & set(kept)
+    for chapter in discover().values():             # the closure holds in every chapter
+        hidden, kept = hidden_references(chapter)
+        assert not {c for k in kept for c in _module_calls(k)} & set(hidden), chapter.key
+
+
+def _run(tmp_path, subs, out, *extra):
+    return grade.main([str(subs), "--out", str(out), "--no-sandbox", "--seed", "1", *extra])
+
+
+def test_a_name_that_is_not_utf8_and_an_empty_notebook_are_rows_not_a_crash(tmp_path, capsys):
+    subs = tmp_path / "subs"
+    odd = os.fsencode(subs) + b"/h\xffi"
+    os.makedirs(odd)
+    (Path(os.fsdecode(odd)) / EXERCISE.name).write_bytes(b"")
+    assert _run(tmp_path, subs, tmp_path / "book" / "grades.csv") == 0
+    with open(tmp_path / "book" / "grades.csv", newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert rows and {r["student"] for r in rows} == {"h\ufffdi"} and {r["status"] for r in rows} == {"unreadable"}
+    assert "h\ufffdi" in capsys.readouterr().out
+
+
+def test_one_gradebook_per_folder(tmp_path, capsys):
+    subs = tmp_path / "subs"
+    (subs / "ivan").mkdir(parents=True)
+    (subs / "ivan" / EXERCISE.name).write_bytes(b"")
+    book = tmp_path / "book"
+    assert _run(tmp_path, subs, book / "grades.csv") == 0
+    capsys.readouterr()
+    before = {p.name: p.read_bytes() for p in book.iterdir() if p.is_file()}
+    assert _run(tmp_path, subs, book / "other.csv") == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "already holds the gradebook grades.csv" in err and err.count("\n") == 1
+    assert {p.name: p.read_bytes() for p in book.iterdir() if p.is_file() and p.suffix != ".lock"} == \
+           {k: v for k, v in before.items() if not k.endswith(".lock")}
+    assert json.loads((book / "grading-run.json").read_text())["gradebook"] == "grades.csv"
+    assert _run(tmp_path, subs, book / "grades.csv", "--regrade") == 0   # the same gradebook again: fine
