@@ -20,11 +20,11 @@ PY          := $(VENV)/bin/python
 # A learner with a GPU can run e.g. `make setup TORCH_SPEC="torch==2.13.0 --index-url ..."`.
 TORCH_SPEC  ?= torch==2.13.0
 # The megatron-core the cross-checks run against: 0.16.1 is the newest release that installs on
-# Python 3.10/3.11; 0.17+ need Python 3.12. Both are proven by `.ci/run` (README "Versions").
+# Python 3.10/3.11; 0.17+ need Python 3.12. Both are proven by `.ci/run` (docs/versions.md).
 MEGATRON    ?= megatron-core==$(if $(filter 3.10 3.11,$(PY_VERSION)),0.16.1,0.19.2)
 MEGATRON    := $(MEGATRON)
 PYTEST_ARGS ?=
-# GPU runners and offline machines (README "GPU runner"):
+# GPU runners and offline machines (docs/versions.md, "GPU runner"):
 #   SYSTEM_TORCH=1   build .venv on top of the system's Python packages (--system-site-packages) and
 #                    keep the torch already installed there (e.g. a CUDA build in a container image)
 #   WHEELS=DIR       install every package from the wheel folder DIR, never from the network

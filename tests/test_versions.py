@@ -1,4 +1,4 @@
-"""The two proven version pairs (README "Versions"): the Makefile picks megatron-core 0.16.1 on
+"""The two proven version pairs (docs/versions.md): the Makefile picks megatron-core 0.16.1 on
 Python 3.10/3.11 and 0.19.2 on 3.12+, one virtualenv per Python version, and ``.ci/run`` runs the
 suite on the default Python and then on a Python 3.12 it finds (or says that it skips it)."""
 from __future__ import annotations
@@ -185,9 +185,9 @@ def test_ci_refuses_a_named_interpreter_that_is_not_312(tmp_path):
 
 
 # -- the documents say what the Makefile does -----------------------------------------------------
-def test_readme_versions_table_is_the_makefiles_choice(tmp_path):
-    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    rows = re.findall(r"^\| (3\.\d+) \| (\d+\.\d+\.\d+)\b.*\| `(\.venv[^`]*)` \| `(make test[^`]*)` \|$", readme, re.M)
+def test_versions_manual_table_is_the_makefiles_choice(tmp_path):
+    manual = (REPO_ROOT / "docs" / "versions.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (3\.\d+) \| (\d+\.\d+\.\d+)\b.*\| `(\.venv[^`]*)` \| `(make test[^`]*)` \|$", manual, re.M)
     assert [r[0] for r in rows] == ["3.11", "3.12"], rows
     for version, megatron, venv, command in rows:
         assert f"megatron-core=={megatron}" == _expected(version)
