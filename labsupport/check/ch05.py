@@ -77,10 +77,9 @@ def _wrongs(rule: Rule) -> tuple[Callable, ...]:
 
 def _name(fn: Callable, rules: Iterable[Rule], case: tuple, got: Any, small: Callable[[Rule], tuple],
           right: Callable, facts: Callable[[tuple, Any], dict]) -> None:
-    """Fail with the first of ``rules`` with a wrong implementation that explains ``got``, the learner's
-    result on the check's ``case``: shown on the case ``small(rule)`` if the learner follows one of them
-    there too (as :func:`~labsupport.check.rules.smallest` finds), else on ``case``.  (The engine's
-    ``diagnose`` starts from the small cases; these checks start from the case that failed.)"""
+    """Fail with the first of ``rules`` whose wrong implementations explain ``got``, the learner's result on
+    the check's ``case``: shown on ``small(rule)`` if the learner follows one there too (``smallest``),
+    else on ``case``.  (The engine's ``diagnose`` starts from small cases; this, from the failed one.)"""
     for rule in rules:
         wrongs = [w for w in _wrongs(rule) if not _same(w(*case), right(*case)) and _same(got, w(*case))]
         if wrongs:
@@ -93,8 +92,7 @@ _TRACE_BASE = 16   # q1's tracer: rank r's buffer is 16**r everywhere, so a sum'
 
 
 def _trace(fn: Callable, n: int, steps: int | None) -> list[list[list[int]]] | None:
-    """Run the learner's ring on tracer buffers (one element per chunk): for each rank and chunk, how
-    many times each rank's data is in it; None when the result cannot be read that way."""
+    """For each rank and chunk of the learner's ring on tracer buffers, how often each rank's data is in it."""
     buffers = [np.full(n, _TRACE_BASE ** r, dtype=np.int64) for r in range(n)]
     try:
         got = fn(buffers, steps=steps) if steps is not None else fn(buffers)
@@ -113,10 +111,10 @@ def _ranks_words(counts: Sequence[int]) -> str:
     return "ranks " + ", ".join(held[:-1]) + " and " + held[-1]
 
 
-def _ring_model(send: Callable[[int, int, int], int], to: Callable[[int, int], int], add: bool = True,
-                extra: int = 0) -> Callable:
-    """A ring reduce-scatter with one thing changed: the chunk sent, the receiver, add or overwrite, or
-    ``extra`` steps more (the recognised mistakes of q1)."""
+def _ring_model(send: Callable[[int, int, int], int] = lambda r, s, n: r - s, to: Callable[[int, int], int] =
+                lambda r, n: r + 1, add: bool = True, extra: int = 0) -> Callable:
+    """The ring's reduce-scatter (rank r sends chunk r − s in step s to rank r + 1, which adds it), or one
+    with one thing changed: the chunk sent, the receiver, overwrite, or ``extra`` steps (q1's mistakes)."""
     def ring(buffers: list, steps: int | None = None) -> list:
         n = len(buffers)
         chunks = [[c.copy() for c in np.array_split(np.asarray(b), n)] for b in buffers]
@@ -129,30 +127,26 @@ def _ring_model(send: Callable[[int, int, int], int], to: Callable[[int, int], i
     return ring
 
 
-_RIGHT = lambda r, n: r + 1          # noqa: E731 - the ring's receiver
-_BACK = lambda r, s, n: r - s        # noqa: E731 - the chunk rank r sends in step s
-_RING = _ring_model(_BACK, _RIGHT)   # the ring's schedule itself
+_Q1_FORMULA = ("n − 1 steps; in step s (from 0) rank r sends chunk (r − s) mod n to rank (r + 1) mod n, which adds it "
+               "to its own copy of that chunk")
 _Q1_SAID = ("ring_reduce_scatter on {n} ranks (each rank's buffer filled with its own marker), {after}: rank {r}'s "
             "chunk {c} holds {held}; the ring's schedule gives it {want} — ")
 
 
 def _q1_named(fn: Callable, n: int, steps: int | None) -> None:
-    """Fail with the rule of q1 whose wrong ring the learner's follows on ``n`` ranks, told in words from
-    a tracer run: whose data the first chunk that differs holds."""
-    got, want = _trace(fn, n, steps), _trace(_RING, n, steps)
+    """Fail with the rule of q1 whose wrong ring the learner's follows on ``n`` ranks, told from a tracer run."""
+    got, want = _trace(fn, n, steps), _trace(_ring_model(), n, steps)
     if got is None or got == want:
         return
     for rule in RULES["q1"].values():
         if any(got == _trace(wrong, n, steps) for wrong in _wrongs(rule)):
             r, c = next((r, c) for r in range(n) for c in range(n) if got[r][c] != want[r][c])
-            done = n - 1 if steps is None else steps
-            after = f"after {done} step{'s' if done != 1 else ''}" + (" (steps=1)" if steps == 1 else "")
+            after = "after 1 step (steps=1)" if steps else f"after {n - 1} step{'s' if n > 2 else ''}"
             rule.fail(n=n, after=after, r=r, c=c, held=_ranks_words(got[r][c]), want=_ranks_words(want[r][c]))
 
 
 def _q1_chunks(fn: Callable, got: Any, sim: Any, steps: int | None, size: int) -> None:
-    """Every rank's chunks of ``got`` as after ``steps`` steps of the ring (None: the whole phase); on the
-    first chunk that differs, name the learner's wrong ring, or say whose data the chunk holds."""
+    """Every chunk of ``got`` as after ``steps`` steps of the ring (None: all); else name the mistake."""
     n = len(sim.bounds) - 1
     where, step = (f"after ONE step (steps=1) with n={n}", 1) if steps else (f"with n={n} ranks", n - 1)
     expect(isinstance(got, (list, tuple)) and len(got) == n,
@@ -182,8 +176,7 @@ def _q1_chunks(fn: Callable, got: Any, sim: Any, steps: int | None, size: int) -
     "neighbour, which adds it into its own copy; the chunk a rank passes moves back by one each step, so after "
     "n − 1 steps every chunk is fully summed on exactly one rank. All sends of a step use the values from before "
     "that step; work on copies of the inputs.",
-    "split with np.array_split(buffer, n); n − 1 steps; in step s (from 0) rank r sends "
-    "chunk (r − s) mod n to rank (r + 1) mod n, which adds it to its own copy of that chunk"))
+    "split with np.array_split(buffer, n); " + _Q1_FORMULA))
 def q1(ring_reduce_scatter: Callable) -> str:
     """``ring_reduce_scatter(buffers, steps=None)`` → per-rank lists of n chunks after the n−1
     reduce-scatter steps (or after ``steps`` of them, when the function takes that argument:
@@ -215,6 +208,7 @@ def q1(ring_reduce_scatter: Callable) -> str:
 
 # ---------------------------------------------------------------------------------------------
 _FACTOR_TEXT = {"all_reduce": "2(n−1)/n", "all_gather": "(n−1)/n", "reduce_scatter": "(n−1)/n", "broadcast": "1"}
+_FACTORS = "2(n−1)/n for all_reduce, (n−1)/n for all_gather and reduce_scatter, 1 for broadcast"
 #: q2's smallest cases: a broadcast on 2 ranks at algbw 1 GB/s or 1 GiB/s; on 4 ranks at 1 GB/s, busbw IS the factor
 _Q2_SMALL = {"bytes_per_second": ("broadcast", 1e9, 1.0, 2), "gibibytes": ("broadcast", 2.0 ** 30, 1.0, 2)}
 
@@ -230,22 +224,13 @@ def _q2_facts(case: tuple, got: float) -> dict[str, Any]:
             "like": "algbw itself, with no bus factor" if _same(used, 1.0) else f"{like} factor on {n} ranks"}
 
 
-def _q2_named(fn: Callable, case: tuple, got: float) -> None:
-    if case[3] == 1 and C.bus_bandwidth(*case) == 0:   # on one rank no byte crosses a link (nccl-tests' broadcast aside)
-        RULES["q2"].fail("one_rank", **_q2_facts(case, got))
-    rules = [rule for rule in RULES["q2"].values() if case[3] > 1 or rule.name != "wrong_factor"]  # a factor: n > 1
-    _name(fn, rules, case, got, lambda rule: _Q2_SMALL.get(rule.name, (case[0], 1e9, 1.0, 4)), C.bus_bandwidth,
-          _q2_facts)
-
-
 @check(CHAPTER, "q2", hint=(  # tiered: a nudge, the idea, then the formula
     "busbw is algbw (bytes ÷ seconds, in decimal GB/s) times a factor that depends on the collective and on n: "
     "how often does each byte cross a link of the ring?",
     "reread chapter 5's 'The cost model: algbw, busbw and α–β': the bus factor counts the share of S each rank "
     "sends over its link. reduce_scatter and all_gather each send n − 1 of n chunks; all_reduce is a "
     "reduce_scatter followed by an all_gather; broadcast forwards every byte once; one rank alone sends nothing.",
-    "algbw = S / t / 1e9; busbw = algbw × 2(n−1)/n for all_reduce, (n−1)/n for all_gather "
-    "and reduce_scatter, 1 for broadcast"))
+    "algbw = S / t / 1e9; busbw = algbw × " + _FACTORS))
 def q2(busbw_from_time: Callable) -> str:
     """``busbw_from_time(collective, nbytes, seconds, world_size)`` → decimal GB/s."""
     rng = np.random.default_rng(check_seed())
@@ -261,7 +246,12 @@ def q2(busbw_from_time: Callable) -> str:
                    and np.isfinite(float(got)), f"{call} returned {short(got)}; expected a number of GB/s")
             got = float(got)
             if not np.isclose(got, want, rtol=1e-9, atol=1e-12):
-                _q2_named(busbw_from_time, (collective, nbytes, seconds, n), got)
+                case = (collective, nbytes, seconds, n)
+                if n == 1 and want == 0:                  # one rank: no byte crosses a link (broadcast aside)
+                    RULES["q2"].fail("one_rank", **_q2_facts(case, got))
+                rules = [rule for rule in RULES["q2"].values() if n > 1 or rule.name != "wrong_factor"]
+                _name(busbw_from_time, rules, case, got, lambda rule: _Q2_SMALL.get(rule.name, (case[0], 1e9, 1.0, 4)),
+                      C.bus_bandwidth, _q2_facts)
                 expect(False, f"{call} = {got:.6g}, expected {want:.6g} GB/s (algbw there is "
                        f"{nbytes / seconds / 1e9:.6g} GB/s)")
             cases += 1
@@ -315,39 +305,27 @@ MODEL_ANSWER_Q3 = (
 _Q4_SMALL = np.array([[2.0, 2.0, 4.0], [3.0, 6.0, 14.0]])
 
 
-def _rank_stats(stats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-rank means and sample stds from [count, sum, sum of squares] rows."""
-    n, s, ss = stats[:, 0], stats[:, 1], stats[:, 2]
-    means = s / n
+def _q4_stats(stats: np.ndarray) -> dict[str, Any]:
+    """Per-rank means, stds and their spread, and the data's mean, std and population std, from q4's rows."""
+    (n, s, ss), (total, sums, squares) = stats.T, stats.sum(axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        stds = np.sqrt((ss - n * means ** 2) / (n - 1))
-    return means, stds
+        stds = np.sqrt((ss - n * (s / n) ** 2) / (n - 1))
+    mean = sums / total
+    return {"means": s / n, "stds": stds, "spread": float(np.std(stds, ddof=1)) if len(stds) > 1 else np.nan,
+            "mean": float(mean), "std": float(np.sqrt((squares - total * mean ** 2) / (total - 1))),
+            "population": float(np.sqrt((squares - total * mean ** 2) / total))}
 
 
-def _global(stats: np.ndarray) -> tuple[float, float, float]:
-    """The data's mean, sample std and population std, from the ranks' [count, sum, sum of squares]."""
-    n, s, ss = stats.sum(axis=0)
-    mean = s / n
-    return float(mean), float(np.sqrt((ss - n * mean ** 2) / (n - 1))), float(np.sqrt((ss - n * mean ** 2) / n))
-
-
-def _spread_of_stds(stats: np.ndarray) -> float:
-    stds = _rank_stats(stats)[1]
-    return float(np.std(stds, ddof=1)) if len(stds) > 1 else np.nan   # one rank: no spread to mistake for a std
-
-
-#: which of (mean, std) each rule of q4 is about: its wrong implementation gives that one number
-_Q4_PART = {"mean_of_means": 0, "spread_of_stds": 1, "population_std": 1}
+#: the number of (mean, std) each rule of q4 is about: its wrong implementation gives that one number
+_Q4_PART = {"mean_of_means": "mean", "spread_of_stds": "std", "population_std": "std"}
 
 
 def _q4_facts(case: tuple, got: float) -> dict[str, Any]:
-    stats = case[0]
-    means, stds = _rank_stats(stats)
-    mean, std, _ = _global(stats)
-    return {"small": stats is _Q4_SMALL, "call": "global_mean_std([[2, 2, 4], [3, 6, 14]])",
+    stats, facts = case[0], _q4_stats(case[0])
+    return {**facts, "small": stats is _Q4_SMALL, "call": "global_mean_std([[2, 2, 4], [3, 6, 14]])",
             "data": "rank 0 holds 0, 2 and rank 1 holds 1, 2, 3", "got": got, "got_r": short(got), "k": len(stats),
-            "counts": short(stats[:, 0].tolist()), "N": int(stats[:, 0].sum()), "mean": mean, "mean_r": short(mean),
-            "std": std, "means_r": short(means.tolist()), "stds_r": short([round(v, 6) for v in stds.tolist()])}
+            "counts": short(stats[:, 0].tolist()), "N": int(stats[:, 0].sum()), "mean_r": short(facts["mean"]),
+            "means_r": short(facts["means"].tolist()), "stds_r": short([round(v, 6) for v in facts["stds"].tolist()])}
 
 
 @check(CHAPTER, "q4", hint=(
@@ -364,7 +342,8 @@ def q4(global_mean_std: Callable) -> str:
     cases = 0
     for _ in range(20):
         n = int(rng.integers(1, 9))
-        parts = [rng.normal(rng.uniform(-20, 20), rng.uniform(0.1, 5), size=int(rng.integers(2, 400))) for _ in range(n)]
+        parts = [rng.normal(rng.uniform(-20, 20), rng.uniform(0.1, 5), size=int(rng.integers(2, 400)))
+                 for _ in range(n)]
         stats = np.array([[len(p), p.sum(), (p ** 2).sum()] for p in parts], dtype=np.float64)
         data = np.concatenate(parts)
         got = global_mean_std(stats.copy())
@@ -373,9 +352,10 @@ def q4(global_mean_std: Callable) -> str:
         want_mean, want_std = float(data.mean()), float(data.std(ddof=1))
         if not (np.isclose(mean, want_mean, rtol=1e-6, atol=1e-9) and np.isclose(std, want_std, rtol=1e-6, atol=1e-9)):
             for rule in RULES["q4"].values():
-                i = _Q4_PART[rule.name]
+                part = _Q4_PART[rule.name]
+                i = ("mean", "std").index(part)
                 _name(lambda s: global_mean_std(s)[i], [rule], (stats,), (mean, std)[i], lambda rule: (_Q4_SMALL,),
-                      lambda s: _global(s)[i], _q4_facts)
+                      lambda s: _q4_stats(s)[part], _q4_facts)
         expect(np.isclose(mean, want_mean, rtol=1e-6, atol=1e-9),
                f"{n} ranks with {short([len(p) for p in parts])} samples: mean {mean:.6g}, expected {want_mean:.6g}")
         expect(np.isclose(std, want_std, rtol=1e-6, atol=1e-9),
@@ -395,11 +375,11 @@ def _q5_time(collective: str, message: float, ops: int, group: int, busbw: float
 
 def _q5_facts(case: tuple, got: float) -> dict[str, Any]:
     collective, message, ops, group, busbw = case
+    f = C.bus_factor(collective, group)
     return {"call": f"comm_seconds_per_step({collective!r}, {_n(message)}, {ops}, {group}, {_n(busbw)}) returned "
-                    f"{got:.6g} s: at busbw {_n(busbw)} GB/s that is the time of {got * busbw * 1e9:.4g} bytes on the bus",
-            "ops": ops, "bytes": f"{ops * message:.4g}", "coll": collective, "an": ("an " if collective[0] in "aeiou" else "a ") + collective, "group": group,
-            "f": C.bus_factor(collective, group), "more": C.bus_factor(collective, group) > 1,
-            "factor": _FACTOR_TEXT[collective]}
+            f"{got:.6g} s: at busbw {_n(busbw)} GB/s that is the time of {got * busbw * 1e9:.4g} bytes on the bus",
+            "ops": ops, "bytes": f"{ops * message:.4g}", "coll": collective, "group": group, "f": f, "more": f > 1,
+            "an": ("an " if collective[0] in "aeiou" else "a ") + collective, "factor": _FACTOR_TEXT[collective]}
 
 
 @check(CHAPTER, "q5", hint=(
@@ -446,21 +426,20 @@ RULES: dict[str, Rules] = {
         Rule("replaced_not_added", _Q1_SAID + "rank {r}'s own data is gone from it: the chunk that arrived replaced "
              "its copy", "When a chunk arrives, what happens to the receiving rank's own copy of that chunk?",
              "Add the received chunk into the receiver's copy (+=); do not overwrite it.",
-             wrong=_ring_model(_BACK, _RIGHT, add=False)),
+             wrong=_ring_model(add=False)),
         Rule("wrong_direction", _Q1_SAID + "the data travelled the other way round the ring, from higher ranks to "
              "lower ones", "To which neighbour does each rank send: the next rank (r + 1) or the previous one (r − 1)?",
              "Every rank sends to rank (r + 1) mod n and receives from rank (r − 1) mod n.",
-             wrong=_ring_model(_BACK, lambda r, n: r - 1)),
+             wrong=_ring_model(to=lambda r, n: r - 1)),
         Rule("one_step_too_many", _Q1_SAID + "the ring ran one step more than the phase has, so data went on round "
              "the ring", "How many steps does the reduce-scatter phase take on n ranks?",
              "Run n − 1 steps (or `steps` of them): after n − 1 every chunk is summed once on one rank.",
-             wrong=_ring_model(_BACK, _RIGHT, extra=1)),
+             wrong=_ring_model(extra=1)),
         Rule("wrong_chunk", _Q1_SAID + "the right neighbours, but another chunk travelled",
              "In step s, which of its n chunks does rank r send — and how does that chunk move from one step to the "
              "next?", "In step s rank r sends chunk (r − s) mod n: in step 0 its own-numbered chunk, then one chunk "
-             "back per step.", wrong=_ring_model(lambda r, s, n: r + s, _RIGHT)),
-        formula="n − 1 steps; in step s (from 0) rank r sends chunk (r − s) mod n to rank (r + 1) mod n, which adds "
-                "it to its own copy of that chunk"),
+             "back per step.", wrong=_ring_model(send=lambda r, s, n: r + s)),
+        formula=_Q1_FORMULA),
     "q2": Rules(
         Rule("bytes_per_second", "{call} returned {shown} — for {S} bytes in {t} s, in the unit nccl-tests prints",
              "In which unit is your number: bytes per second, or GB per second?",
@@ -476,12 +455,12 @@ RULES: dict[str, Rules] = {
              "Use {coll}'s bus factor {factor} for every n, n = 1 included: it is 0 there, and so is busbw."),
         Rule("wrong_factor",   # no bus factor, or another collective's (_ALSO)
              _pick("small", "busbw_from_time({coll!r}, 1000000000, 1, 4) returned {used:.6g}: algbw is 1 GB/s there, "
-                   "so yours is algbw × {used:.4g} — {like}", "{call} returned {got:.6g} = algbw × {used:.4g} — {like}"),
+                   "so yours is algbw × {used:.4g} — {like}",
+                   "{call} returned {got:.6g} = algbw × {used:.4g} — {like}"),
              "In {an} of S bytes on a ring of {n}, what multiple of S does each rank put on its link?",
              "busbw = algbw × factor, and {coll}'s factor is {factor} ({right:.4g} on {n} ranks).",
              wrong=lambda coll, s, t, n: s / t / 1e9),
-        formula="busbw = S / t / 1e9 × factor, factor = 2(n−1)/n for all_reduce, (n−1)/n for all_gather and "
-                "reduce_scatter, 1 for broadcast"),
+        formula="busbw = S / t / 1e9 × factor, factor = " + _FACTORS),
     "q3": Rules(   # a rule's wrong answer is the ratio it names
         Rule("ratio_one_half", "zero_bytes_ratio = {ratio}: that is the bytes of ONE of ZeRO's two collectives over "
              "an all_reduce's", "ZeRO runs a reduce_scatter of the gradients AND an all_gather of the parameters: "
@@ -500,19 +479,20 @@ RULES: dict[str, Rules] = {
                    "mean of the per-rank means, the data's mean is {mean:.6g}"),
              "The ranks hold different numbers of values: should each rank count equally, or each value?",
              "Add the counts and the sums over all ranks first: mean = Σ sums / Σ counts.",
-             wrong=lambda stats: float(_rank_stats(stats)[0].mean())),
+             wrong=lambda stats: float(_q4_stats(stats)["means"].mean())),
         Rule("spread_of_stds",
              _pick("small", "{call} gave std {got:.6g}: {data}; the two ranks' stds are {stds_r} and yours is how "
                    "much they differ from each other, while the five values themselves have std {std:.6g}",
                    "std {got:.6g} is the spread of the {k} per-rank stds, the data's std is {std:.6g}"),
              "Does the spread of the per-rank stds measure how spread out the data are?",
              "Add up counts, sums and sums of squares over the ranks and compute the std of all N values from those "
-             "totals.", wrong=_spread_of_stds),
+             "totals.", wrong=lambda stats: _q4_stats(stats)["spread"]),
         Rule("population_std",
              _pick("small", "{call} gave std {got:.6g}: {data}; the sum of squared deviations of those 5 values is "
                    "5.2, and {got:.6g} = √(5.2 / 5)", "std {got:.6g} = √(Σ(x − mean)² / N) for N = {N} values"),
              "torch.std divides the sum of squared deviations by which count: N or N − 1?",
-             "Divide by N − 1 (the sample std, like torch.std), not by N.", wrong=lambda stats: _global(stats)[2]),
+             "Divide by N − 1 (the sample std, like torch.std), not by N.",
+             wrong=lambda stats: _q4_stats(stats)["population"]),
         formula="N = Σ counts; mean = Σ sums / N; var = (Σ sums of squares − N·mean²) / (N − 1); std = √var"),
     "q5": Rules(
         Rule("no_bus_factor", "{call}, exactly the {ops} × S = {bytes} bytes of the messages — as if {an} on {group} "
@@ -529,19 +509,19 @@ RULES: dict[str, Rules] = {
              wrong=lambda c, s, o, n, b: o * s / C.bus_factor(c, n) / (b * 1e9)),
         Rule("one_operation", "{call}: the bus bytes of ONE {coll}, while a step runs {ops} of them",
              "How many of these collectives does one training step run?",
-             "Multiply the time of one collective by ops_per_step.", wrong=lambda c, s, o, n, b: _q5_time(c, s, 1, n, b)),
+             "Multiply the time of one collective by ops_per_step.",
+             wrong=lambda c, s, o, n, b: _q5_time(c, s, 1, n, b)),
         Rule("units", "{call} — a factor 10⁹ away from the bytes the step's {ops} collectives move",
              "In which unit is busbw_GBps, and how many bytes per second is that?",
              "Convert GB/s to bytes/s (× 1e9) before dividing: t = bytes / (busbw_GBps × 1e9).",
              wrong=lambda c, s, o, n, b: _q5_time(c, s, o, n, b) * 1e9),     # GB/s taken for bytes/s
-        formula="t = ops_per_step × S × factor / (busbw_GBps × 1e9); factor 2(n−1)/n for all_reduce, (n−1)/n for "
-                "all_gather and reduce_scatter, 1 for broadcast"),
+        formula="t = ops_per_step × S × factor / (busbw_GBps × 1e9); factor " + _FACTORS),
 }
 #: further wrong implementations a rule names (the same mistake written another way)
 _ALSO: dict[str, tuple[Callable, ...]] = {
     "wrong_direction": (_ring_model(lambda r, s, n: r + s, lambda r, n: r - 1),),
-    "wrong_chunk": tuple(_ring_model(send, _RIGHT) for send in (lambda r, s, n: r + 1 - s, lambda r, s, n: r,
-                                                                  lambda r, s, n: s)),
+    "wrong_chunk": tuple(_ring_model(send=f) for f in (lambda r, s, n: r + 1 - s, lambda r, s, n: r,
+                                                        lambda r, s, n: s)),
     "wrong_factor": tuple(lambda coll, s, t, n, k=k: s / t / 1e9 * C.bus_factor(k, n) for k in _FACTOR_TEXT),
     "units": (lambda c, s, o, n, b: _q5_time(c, s, o, n, b) / 1e9,),             # bytes/s taken for GB/s
 }
