@@ -1,10 +1,9 @@
 """Exercise checks of chapter 5 (NCCL collectives): ``from labsupport.check import ch05 as check``.
 
-q1 the reduce-scatter phase of the ring · q2 busbw from a measured time · q3 which collective
-for DP, TP and ZeRO · q4 the NCCL guide's "global std" snippet, corrected · q5 the time a TP
-group spends in its collectives per step, from the chapter's traffic table and a busbw (transfer).
-Each check calls the learner's function on fresh random inputs and compares with
-``labsupport.distributed.collectives``; the mistakes it names are the rule tables of :data:`RULES`.
+q1 the reduce-scatter phase of the ring · q2 busbw from a measured time · q3 which collective for DP, TP and
+ZeRO · q4 the NCCL guide's "global std" snippet, corrected · q5 the time a TP group spends in its collectives
+per step, from the chapter's traffic table and a busbw (transfer).  Each check compares the learner's function
+with ``labsupport.distributed.collectives`` on fresh random inputs; the mistakes it names are :data:`RULES`.
 """
 from __future__ import annotations
 
@@ -51,57 +50,45 @@ _ANSWERS = Sealed("labsupport:ch05:q3", [
 ])
 
 
-# ---------------------------------------------------------------------------------------------
 def _n(x: float) -> str:
     """A number as a learner writes it: 2097152, not 2.09715e+06; 0.4942 for a time."""
     return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:.4g}"
 
 
-def _same(a: Any, b: Any) -> bool:
-    """The same number, within a relative 1e-6?  (False for anything that is not a number.)"""
+def _same(a: Any, b: Any) -> bool:   # the same number, within a relative 1e-6 (never for a non-number)
     try:
         return bool(np.isclose(float(a), float(b), rtol=1e-6))
     except (TypeError, ValueError):
         return False
 
 
-def _pick(key: str, yes: str, no: str) -> Callable[[dict], str]:
-    """A rule text that is one of two templates: ``yes`` when the fact ``key`` is true, else ``no``."""
+def _pick(key: str, yes: str, no: str) -> Callable[[dict], str]:   # a rule text: yes if facts[key], else no
     return lambda facts: (yes if facts[key] else no).format_map(facts)
-
-
-def _wrongs(rule: Rule) -> tuple[Callable, ...]:
-    """The wrong implementations a rule names: its own and the variants of :data:`_ALSO`."""
-    return (rule.wrong, *_ALSO.get(rule.name, ())) if rule.wrong else ()
 
 
 def _name(fn: Callable, rules: Iterable[Rule], case: tuple, got: Any, small: Callable[[Rule], tuple],
           right: Callable, facts: Callable[[tuple, Any], dict]) -> None:
-    """Fail with the first of ``rules`` whose wrong implementations explain ``got``, the learner's result on
-    the check's ``case``: shown on ``small(rule)`` if the learner follows one there too (``smallest``),
-    else on ``case``.  (The engine's ``diagnose`` starts from small cases; this, from the failed one.)"""
+    """Fail with the first of ``rules`` whose wrong implementations explain ``got`` on the check's ``case``: shown
+    on ``small(rule)`` where the learner follows one too (``smallest``; ``diagnose`` starts there), else on ``case``."""
     for rule in rules:
-        wrongs = [w for w in _wrongs(rule) if not _same(w(*case), right(*case)) and _same(got, w(*case))]
+        wrongs = [w for w in (rule.wrong, *_ALSO.get(rule.name, ()))    # a rule's own and its variants
+                  if w and not _same(w(*case), right(*case)) and _same(got, w(*case))]
         if wrongs:
             shown = (smallest(fn, [small(rule)], right, wrong, _same) for wrong in wrongs)
             rule.fail(**facts(*next((found for found in shown if found), (case, got))))
 
 
-# ---------------------------------------------------------------------------------------------
-_TRACE_BASE = 16   # q1's tracer: rank r's buffer is 16**r everywhere, so a sum's hex digits count each rank
-
-
 def _trace(fn: Callable, n: int, steps: int | None) -> list[list[list[int]]] | None:
     """For each rank and chunk of the learner's ring on tracer buffers, how often each rank's data is in it."""
-    buffers = [np.full(n, _TRACE_BASE ** r, dtype=np.int64) for r in range(n)]
+    base, buffers = 16, [np.full(n, 16 ** r, dtype=np.int64) for r in range(n)]   # a sum's hex digits count ranks
     try:
         got = fn(buffers, steps=steps) if steps is not None else fn(buffers)
         sums = [[int(np.asarray(got[r][c]).reshape(-1).item()) for c in range(n)] for r in range(n)]
     except Exception:  # noqa: BLE001 - the learner's code on the tracer input, or a chunk of another size
         return None
-    if any(not 0 <= v < _TRACE_BASE ** n for row in sums for v in row):
+    if any(not 0 <= v < base ** n for row in sums for v in row):
         return None
-    return [[[v // _TRACE_BASE ** q % _TRACE_BASE for q in range(n)] for v in row] for row in sums]
+    return [[[v // base ** q % base for q in range(n)] for v in row] for row in sums]
 
 
 def _ranks_words(counts: Sequence[int]) -> str:
@@ -111,8 +98,8 @@ def _ranks_words(counts: Sequence[int]) -> str:
     return "ranks " + ", ".join(held[:-1]) + " and " + held[-1]
 
 
-def _ring_model(send: Callable[[int, int, int], int] = lambda r, s, n: r - s, to: Callable[[int, int], int] =
-                lambda r, n: r + 1, add: bool = True, extra: int = 0) -> Callable:
+def _ring_model(send: Callable = lambda r, s, n: r - s, to: Callable = lambda r, n: r + 1, add: bool = True,
+                extra: int = 0) -> Callable:
     """The ring's reduce-scatter (rank r sends chunk r − s in step s to rank r + 1, which adds it), or one
     with one thing changed: the chunk sent, the receiver, overwrite, or ``extra`` steps (q1's mistakes)."""
     def ring(buffers: list, steps: int | None = None) -> list:
@@ -139,7 +126,7 @@ def _q1_named(fn: Callable, n: int, steps: int | None) -> None:
     if got is None or got == want:
         return
     for rule in RULES["q1"].values():
-        if any(got == _trace(wrong, n, steps) for wrong in _wrongs(rule)):
+        if any(got == _trace(wrong, n, steps) for wrong in (rule.wrong, *_ALSO.get(rule.name, ()))):
             r, c = next((r, c) for r in range(n) for c in range(n) if got[r][c] != want[r][c])
             after = "after 1 step (steps=1)" if steps else f"after {n - 1} step{'s' if n > 2 else ''}"
             rule.fail(n=n, after=after, r=r, c=c, held=_ranks_words(got[r][c]), want=_ranks_words(want[r][c]))
@@ -178,9 +165,8 @@ def _q1_chunks(fn: Callable, got: Any, sim: Any, steps: int | None, size: int) -
     "that step; work on copies of the inputs.",
     "split with np.array_split(buffer, n); " + _Q1_FORMULA))
 def q1(ring_reduce_scatter: Callable) -> str:
-    """``ring_reduce_scatter(buffers, steps=None)`` → per-rank lists of n chunks after the n−1
-    reduce-scatter steps (or after ``steps`` of them, when the function takes that argument:
-    step 1 is checked first, on its own)."""
+    """``ring_reduce_scatter(buffers, steps=None)`` → per-rank lists of n chunks after the n−1 reduce-scatter
+    steps (or after ``steps`` of them, when the function takes that argument: step 1 is checked first, on its own)."""
     rng = np.random.default_rng(check_seed())
     cases = 0
     try:
@@ -188,10 +174,9 @@ def q1(ring_reduce_scatter: Callable) -> str:
     except (TypeError, ValueError):
         with_steps = False
     if with_steps:
-        n, size = 4, 8
-        buffers = [rng.integers(-50, 50, size=size) for _ in range(n)]
-        sim = C.simulate_ring_allreduce([b.copy() for b in buffers])
-        _q1_chunks(ring_reduce_scatter, ring_reduce_scatter([b.copy() for b in buffers], steps=1), sim, 1, size)
+        buffers = [rng.integers(-50, 50, size=8) for _ in range(4)]    # 4 ranks, 8 elements each
+        got = ring_reduce_scatter([b.copy() for b in buffers], steps=1)
+        _q1_chunks(ring_reduce_scatter, got, C.simulate_ring_allreduce(buffers), 1, 8)
         cases += 1
     for n in [2, 3, 4, 5, 8] + list(rng.integers(2, 9, size=10)):
         n = int(n)
@@ -206,7 +191,6 @@ def q1(ring_reduce_scatter: Callable) -> str:
     return f"{cases} random rings, every chunk of every rank as in the ring's schedule"
 
 
-# ---------------------------------------------------------------------------------------------
 _FACTOR_TEXT = {"all_reduce": "2(n−1)/n", "all_gather": "(n−1)/n", "reduce_scatter": "(n−1)/n", "broadcast": "1"}
 _FACTORS = "2(n−1)/n for all_reduce, (n−1)/n for all_gather and reduce_scatter, 1 for broadcast"
 #: q2's smallest cases: a broadcast on 2 ranks at algbw 1 GB/s or 1 GiB/s; on 4 ranks at 1 GB/s, busbw IS the factor
@@ -217,9 +201,9 @@ def _q2_facts(case: tuple, got: float) -> dict[str, Any]:
     collective, nbytes, seconds, n = case
     used = got / (nbytes / seconds / 1e9)              # the multiple of algbw the learner's busbw is
     like = " and ".join(sorted({f"{k}'s" for k in _FACTOR_TEXT if _same(used, C.bus_factor(k, n))}))
-    return {"call": f"busbw_from_time({collective!r}, {_n(nbytes)}, {_n(seconds)}, {n})", "got": float(got),
-            "shown": _n(float(got)), "S": _n(nbytes), "t": _n(seconds), "want": C.bus_bandwidth(*case), "n": n,
-            "coll": collective, "an": ("an " if collective[0] in "aeiou" else "a ") + collective, "used": used,
+    return {"call": f"busbw_from_time({collective!r}, {_n(nbytes)}, {_n(seconds)}, {n})", "got": got, "n": n,
+            "shown": _n(got), "S": _n(nbytes), "t": _n(seconds), "want": C.bus_bandwidth(*case), "used": used,
+            "coll": collective, "an": ("an " if collective[0] in "aeiou" else "a ") + collective,
             "factor": _FACTOR_TEXT[collective], "right": C.bus_factor(collective, n), "small": case[1:] == (1e9, 1, 4),
             "like": "algbw itself, with no bus factor" if _same(used, 1.0) else f"{like} factor on {n} ranks"}
 
@@ -239,14 +223,13 @@ def q2(busbw_from_time: Callable) -> str:
         for n in (1, 2, 8, int(rng.integers(3, 200))):
             nbytes = float(2 ** int(rng.integers(10, 34)))
             seconds = float(rng.uniform(1e-5, 2.0))
-            want = C.bus_bandwidth(collective, nbytes, seconds, n)
-            got = busbw_from_time(collective, nbytes, seconds, n)
+            case = (collective, nbytes, seconds, n)
+            want, got = C.bus_bandwidth(*case), busbw_from_time(*case)
             call = f"busbw_from_time({collective!r}, nbytes={_n(nbytes)}, seconds={_n(seconds)}, world_size={n})"
             expect(isinstance(got, (int, float, np.integer, np.floating)) and not isinstance(got, bool)
                    and np.isfinite(float(got)), f"{call} returned {short(got)}; expected a number of GB/s")
             got = float(got)
             if not np.isclose(got, want, rtol=1e-9, atol=1e-12):
-                case = (collective, nbytes, seconds, n)
                 if n == 1 and want == 0:                  # one rank: no byte crosses a link (broadcast aside)
                     RULES["q2"].fail("one_rank", **_q2_facts(case, got))
                 rules = [rule for rule in RULES["q2"].values() if n > 1 or rule.name != "wrong_factor"]
@@ -258,7 +241,6 @@ def q2(busbw_from_time: Callable) -> str:
     return f"{cases} random measurements, 4 collectives"
 
 
-# ---------------------------------------------------------------------------------------------
 @check(CHAPTER, "q3", hint=(
     "reread chapter 5's 'Where each collective appears in training' and 'The four collectives': for each "
     "scenario, ask what every rank holds before, and what it must hold after",
@@ -300,32 +282,26 @@ MODEL_ANSWER_Q3 = (
     "rank's weights to all is a broadcast; pipeline stages hand activations to their neighbour with send/recv.")
 
 
-# ---------------------------------------------------------------------------------------------
 #: q4's smallest case: rank 0 holds 0, 2 and rank 1 holds 1, 2, 3 ([count, sum, sum of squares] rows).
 _Q4_SMALL = np.array([[2.0, 2.0, 4.0], [3.0, 6.0, 14.0]])
 
 
 def _q4_stats(stats: np.ndarray) -> dict[str, Any]:
-    """Per-rank means, stds and their spread, and the data's mean, std and population std, from q4's rows."""
+    """The facts of q4's rows: per-rank means, stds and their spread; the data's mean, std and population std."""
     (n, s, ss), (total, sums, squares) = stats.T, stats.sum(axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
         stds = np.sqrt((ss - n * (s / n) ** 2) / (n - 1))
     mean = sums / total
     return {"means": s / n, "stds": stds, "spread": float(np.std(stds, ddof=1)) if len(stds) > 1 else np.nan,
             "mean": float(mean), "std": float(np.sqrt((squares - total * mean ** 2) / (total - 1))),
-            "population": float(np.sqrt((squares - total * mean ** 2) / total))}
+            "population": float(np.sqrt((squares - total * mean ** 2) / total)), "k": len(stats), "N": int(total),
+            "counts": short(n.tolist()), "mean_r": short(float(mean)), "means_r": short((s / n).tolist()),
+            "stds_r": short([round(v, 6) for v in stds.tolist()]), "small": stats is _Q4_SMALL,
+            "call": "global_mean_std([[2, 2, 4], [3, 6, 14]])", "data": "rank 0 holds 0, 2 and rank 1 holds 1, 2, 3"}
 
 
 #: the number of (mean, std) each rule of q4 is about: its wrong implementation gives that one number
-_Q4_PART = {"mean_of_means": "mean", "spread_of_stds": "std", "population_std": "std"}
-
-
-def _q4_facts(case: tuple, got: float) -> dict[str, Any]:
-    stats, facts = case[0], _q4_stats(case[0])
-    return {**facts, "small": stats is _Q4_SMALL, "call": "global_mean_std([[2, 2, 4], [3, 6, 14]])",
-            "data": "rank 0 holds 0, 2 and rank 1 holds 1, 2, 3", "got": got, "got_r": short(got), "k": len(stats),
-            "counts": short(stats[:, 0].tolist()), "N": int(stats[:, 0].sum()), "mean_r": short(facts["mean"]),
-            "means_r": short(facts["means"].tolist()), "stds_r": short([round(v, 6) for v in facts["stds"].tolist()])}
+_Q4_PART = {"mean_of_means": (0, "mean"), "spread_of_stds": (1, "std"), "population_std": (1, "std")}
 
 
 @check(CHAPTER, "q4", hint=(
@@ -352,10 +328,10 @@ def q4(global_mean_std: Callable) -> str:
         want_mean, want_std = float(data.mean()), float(data.std(ddof=1))
         if not (np.isclose(mean, want_mean, rtol=1e-6, atol=1e-9) and np.isclose(std, want_std, rtol=1e-6, atol=1e-9)):
             for rule in RULES["q4"].values():
-                part = _Q4_PART[rule.name]
-                i = ("mean", "std").index(part)
+                i, part = _Q4_PART[rule.name]
                 _name(lambda s: global_mean_std(s)[i], [rule], (stats,), (mean, std)[i], lambda rule: (_Q4_SMALL,),
-                      lambda s: _q4_stats(s)[part], _q4_facts)
+                      lambda s: _q4_stats(s)[part],
+                      lambda case, got: {**_q4_stats(*case), "got": got, "got_r": short(got)})
         expect(np.isclose(mean, want_mean, rtol=1e-6, atol=1e-9),
                f"{n} ranks with {short([len(p) for p in parts])} samples: mean {mean:.6g}, expected {want_mean:.6g}")
         expect(np.isclose(std, want_std, rtol=1e-6, atol=1e-9),
@@ -364,12 +340,10 @@ def q4(global_mean_std: Callable) -> str:
     return f"{cases} random splits of data over ranks"
 
 
-# ---------------------------------------------------------------------------------------------
 _Q5_SMALL = ("all_reduce", 1e9, 2, 4, 1.0)   # 2 all_reduces of 1 GB on 4 ranks at 1 GB/s: 2 × 1e9 × 1.5 / 1e9 = 3 s
 
 
 def _q5_time(collective: str, message: float, ops: int, group: int, busbw: float) -> float:
-    """The reference: seconds per step in ``ops`` collectives of ``message`` bytes at ``busbw`` GB/s."""
     return ops * message * C.bus_factor(collective, group) / (busbw * 1e9)
 
 
@@ -402,15 +376,15 @@ def q5(comm_seconds_per_step: Callable) -> str:
             ops = int(rng.choice([1, 8, 512, int(rng.integers(2, 2000))]))
             busbw = float(rng.choice([H100_SXM_NODE.nvlink_GBps, H100_SXM_NODE.internode_busbw_GBps(8),
                                       H100_SXM_NODE.nic_GBps, float(rng.uniform(1, 900))]))
-            want = _q5_time(collective, message, ops, group, busbw)
+            case = (collective, message, ops, group, busbw)
+            want, got = _q5_time(*case), comm_seconds_per_step(*case)
             call = f"comm_seconds_per_step({collective!r}, {_n(message)}, {ops}, {group}, {_n(busbw)})"
-            got = comm_seconds_per_step(collective, message, ops, group, busbw)
             expect(isinstance(got, (int, float, np.integer, np.floating)) and not isinstance(got, bool)
                    and np.isfinite(float(got)), f"{call} returned {short(got)}; expected a number of seconds")
             got = float(got)
             if not np.isclose(got, want, rtol=1e-9):
-                _name(comm_seconds_per_step, RULES["q5"].values(), (collective, message, ops, group, busbw), got,
-                      lambda rule: _Q5_SMALL, _q5_time, _q5_facts)
+                _name(comm_seconds_per_step, RULES["q5"].values(), case, got, lambda rule: _Q5_SMALL, _q5_time,
+                      _q5_facts)
                 expect(False, f"{call} = {got:.6g} s, expected {want:.6g} s: at busbw {busbw:g} GB/s your time moves "
                        f"{got * busbw * 1e9:.4g} bytes over the bus, {got * busbw * 1e9 / (ops * message):.4g} × the "
                        f"{ops} × {message:g} bytes of the step's messages")
@@ -418,9 +392,7 @@ def q5(comm_seconds_per_step: Callable) -> str:
     return f"{cases} random collectives, group sizes and links"
 
 
-# ---------------------------------------------------------------------------------------------
-# The named mistakes, by question: Rule(name, symptom, ask, fix, wrong=the wrong implementation, same
-# signature as the reference it is compared with); the formula is the table's, for every rule.
+# The named mistakes, by question: Rule(name, symptom, ask, fix, wrong=a wrong implementation); formulas per table.
 RULES: dict[str, Rules] = {
     "q1": Rules(
         Rule("replaced_not_added", _Q1_SAID + "rank {r}'s own data is gone from it: the chunk that arrived replaced "
