@@ -165,24 +165,6 @@ MISTAKES = [
     (ch04.q5, lambda *a: _walk(*a, n_tokens=a[2]), "s_tokens", "the S = 2 inputs only"),
     (ch04.q5, lambda *a: _walk(*a, inclusive=True), "stop_inclusive", "one token short"),
     (ch04.q5, lambda *a: _walk(*a, order=True), "ignores_doc_idx", "sample_documents([2, 3], [1, 0], 2, 0)"),
-    (ch05.q1, _ring(add=False), "replaced_not_added", "rank 0's own data is gone"),
-    (ch05.q1, _ring(to=lambda r, n: r - 1), "wrong_direction", "the other way round the ring"),
-    (ch05.q1, _ring(extra=1), "one_step_too_many", "one step more"),
-    (ch05.q1, _ring(send=lambda r, s, n: r + s), "wrong_chunk", "another chunk travelled"),
-    (ch05.q2, lambda coll, s, t, n: _BUSBW(coll, s, t, n) * 1e9, "bytes_per_second",
-     "busbw_from_time('broadcast', 1000000000, 1, 2) returned 1000000000"),
-    (ch05.q2, lambda coll, s, t, n: _BUSBW(coll, s, t, n) * 1e9 / 2 ** 30, "gibibytes", "nccl-tests prints 1.07374"),
-    (ch05.q2, lambda coll, s, t, n: s / t / 1e9, "one_rank", "on a single rank no byte crosses a link"),
-    (ch05.q2, lambda coll, s, t, n: s / t / 1e9 * 2 * (n - 1) / n, "wrong_factor", "all_reduce's factor on 4 ranks"),
-    (ch05.q3, _q3(0.5), "ratio_one_half", "ONE of ZeRO's two collectives"),
-    (ch05.q3, _q3(2.0), "ratio_doubled", "twice an all_reduce's bytes"),
-    (ch05.q4, _mean_of_means, "mean_of_means", "halfway between the two ranks' means"),
-    (ch05.q4, _spread_of_stds, "spread_of_stds", "how much they differ from each other"),
-    (ch05.q4, _population_std, "population_std", "√(5.2 / 5)"),
-    (ch05.q5, lambda c, s, o, n, b: o * s / (b * 1e9), "no_bus_factor", "only its S bytes on the bus"),
-    (ch05.q5, lambda c, s, o, n, b: o * s / C.bus_factor(c, n) / (b * 1e9), "divided_by_factor", "fewer than the 2 × S"),
-    (ch05.q5, lambda c, s, o, n, b: _comm(c, s, 1, n, b), "one_operation", "the bus bytes of ONE all_reduce"),
-    (ch05.q5, lambda c, s, o, n, b: _comm(c, s, o, n, b) * 1e9, "units", "a factor 10⁹ away"),
 ]
 
 
@@ -215,24 +197,25 @@ def test_a_correct_answer_passes_with_no_mistake(check, capsys):
 
 
 def test_every_named_mistake_of_chapters_3_to_5_has_a_case():
-    """The mistakes the modules name (their mistake("…") calls) are all exercised above."""
+    """The mistakes the modules name (their mistake("…") calls) are all exercised above (chapter 5's rule
+    tables: test_every_rule_of_ch05_has_a_planted_answer)."""
     import inspect
     import re
 
     named = set()
-    for module in (ch03, ch04, ch05):
+    for module in (ch03, ch04):
         source = inspect.getsource(module)
         named |= set(re.findall(r'mistake\("([a-z_0-9]+)"', source))
         named |= set(re.findall(r'^\s+"([a-z_0-9]+)": \(', source, re.M))           # ch04/ch05 tables of names
         named |= set(re.findall(r'return \("([a-z_0-9]+)", ', source))              # ch04 q4's tuples
-    named |= {n for module in (ch03, ch04, ch05) for table in ("_Q1_RULES", "_Q5_RULES", "_Q1_MODELS", "_Q2_RULES")
+    named |= {n for module in (ch03, ch04) for table in ("_Q1_RULES", "_Q5_RULES", "_Q1_MODELS", "_Q2_RULES")
               for n in getattr(module, table, {})}
     named |= set(ch03._epochs_rules())
     named |= {"float_order", "weight_lost", "one_round", "epochs_upside_down", "epochs_without_weight",
               "ratio_not_kept"}
     tested = {n for _, _, n, _ in MISTAKES}
     missing = {n for n in named if n not in tested and n not in {"units_GB", "units_GB_inverse"}}
-    assert len(named - {"units_GB", "units_GB_inverse"}) >= 45, sorted(named)
+    assert len(named - {"units_GB", "units_GB_inverse"}) >= 35, sorted(named)
     assert not missing, missing
 
 
@@ -315,3 +298,58 @@ def test_ch05_q5_unnamed_wrong_time_is_told_in_bytes(capsys):
     result = ch05.q5(lambda c, s, o, n, b: 3.0)
     assert result.status == "failed" and not result.mistake
     assert "bytes over the bus" in result.message and "np." not in result.message
+
+
+# --- chapter 5: every rule of ch05.RULES, planted ----------------------------------------------------
+#: (question, rule name) → (the wrong answer written for that rule, a phrase of the symptom it shows)
+CH05_PLANTED = {
+    ("q1", "replaced_not_added"): (_ring(add=False), "rank 0's own data is gone"),
+    ("q1", "wrong_direction"): (_ring(to=lambda r, n: r - 1), "the other way round the ring"),
+    ("q1", "one_step_too_many"): (_ring(extra=1), "one step more"),
+    ("q1", "wrong_chunk"): (_ring(send=lambda r, s, n: r + s), "another chunk travelled"),
+    ("q2", "bytes_per_second"): (lambda coll, s, t, n: _BUSBW(coll, s, t, n) * 1e9,
+                                 "busbw_from_time('broadcast', 1000000000, 1, 2) returned 1000000000"),
+    ("q2", "gibibytes"): (lambda coll, s, t, n: _BUSBW(coll, s, t, n) * 1e9 / 2 ** 30, "nccl-tests prints 1.07374"),
+    ("q2", "one_rank"): (lambda coll, s, t, n: s / t / 1e9, "on a single rank no byte crosses a link"),
+    ("q2", "wrong_factor"): (lambda coll, s, t, n: s / t / 1e9 * 2 * (n - 1) / n, "all_reduce's factor on 4 ranks"),
+    ("q3", "ratio_one_half"): (_q3(0.5), "ONE of ZeRO's two collectives"),
+    ("q3", "ratio_doubled"): (_q3(2.0), "twice an all_reduce's bytes"),
+    ("q4", "mean_of_means"): (_mean_of_means, "halfway between the two ranks' means"),
+    ("q4", "spread_of_stds"): (_spread_of_stds, "how much they differ from each other"),
+    ("q4", "population_std"): (_population_std, "√(5.2 / 5)"),
+    ("q5", "no_bus_factor"): (lambda c, s, o, n, b: o * s / (b * 1e9), "only its S bytes on the bus"),
+    ("q5", "divided_by_factor"): (lambda c, s, o, n, b: o * s / C.bus_factor(c, n) / (b * 1e9), "fewer than the 2 × S"),
+    ("q5", "one_operation"): (lambda c, s, o, n, b: _comm(c, s, 1, n, b), "the bus bytes of ONE all_reduce"),
+    ("q5", "units"): (lambda c, s, o, n, b: _comm(c, s, o, n, b) * 1e9, "a factor 10⁹ away"),
+}
+CH05_RULES = [(q, name) for q, table in ch05.RULES.items() for name in table]
+
+
+@pytest.mark.parametrize("question, name", CH05_RULES, ids=[f"ch05-{q}-{n}" for q, n in CH05_RULES])
+def test_every_rule_of_ch05_teaches_in_tiers(question, name, capsys):
+    """The wrong answer planted for a rule is named by it: tier 1 the symptom (in numbers) and the rule's
+    question, a repeat its fix, a third time its formula — the rule's own texts."""
+    check, rule, (wrong, phrase) = getattr(ch05, question), ch05.RULES[question][name], CH05_PLANTED[(question, name)]
+    results = [check(wrong) for _ in range(3)]
+    for n, result in enumerate(results, start=1):
+        assert (result.status, result.mistake, result.tier) == ("failed", name, n), result.message
+        assert _plain_text(result.message) and _plain_text(result.hint), result.message
+        assert result.message == results[0].message                         # the same symptom each time
+    assert phrase in results[0].message, results[0].message
+    ask, fix, formula = (result.hint for result in results)
+    assert ask.rstrip().endswith("?") and not fix.rstrip().endswith("?")
+    assert fix not in results[0].message + ask and formula not in results[0].message + ask
+    assert formula == rule.formula and formula not in (ask, fix)             # every ch05 rule has a formula
+    for text, template in ((ask, rule.ask), (fix, rule.fix)):               # the rule's words, its facts filled in
+        head, _, rest = template.partition("{")
+        assert text.startswith(head) and text.endswith(template.rpartition("}")[2] if rest else ""), (text, template)
+        assert rest or text == template
+    out = capsys.readouterr().out
+    assert f"hint: {ask}" in out and f"hint: {fix}" in out and f"hint: {formula}" in out
+    assert check(_PASS[check]).passed                                        # and a right answer passes
+
+
+def test_every_rule_of_ch05_has_a_planted_answer():
+    """Every rule of ch05.RULES has a planted wrong answer above, and every planted answer names a rule."""
+    assert set(CH05_PLANTED) == set(CH05_RULES)
+    assert len(CH05_RULES) == 17 and set(ch05.RULES) == {"q1", "q2", "q3", "q4", "q5"}

@@ -1,25 +1,23 @@
 """Exercise checks of chapter 5 (NCCL collectives): ``from labsupport.check import ch05 as check``.
 
-q1 the reduce-scatter phase of the ring · q2 busbw from a measured time · q3 which collective
-for DP, TP and ZeRO · q4 the NCCL guide's "global std" snippet, corrected · q5 the time a TP
-group spends in its collectives per step, from the chapter's traffic table and a busbw (transfer).
-Each check calls the learner's function on fresh random inputs and compares with
-``labsupport.distributed.collectives``.
+q1 the reduce-scatter phase of the ring · q2 busbw from a measured time · q3 which collective for DP, TP and
+ZeRO · q4 the NCCL guide's "global std" snippet, corrected · q5 the time a TP group spends in its collectives
+per step, from the chapter's traffic table and a busbw (transfer).  Each check compares the learner's function
+with ``labsupport.distributed.collectives`` on fresh random inputs; the mistakes it names are :data:`RULES`.
 """
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
 from labsupport.distributed import collectives as C
 from labsupport.distributed.hardware import H100_SXM_NODE
-from labsupport.check._core import chapter_summary, check, check_seed, expect, mistake, plain, Sealed, short
+from labsupport.check._core import chapter_summary, check, check_seed, expect, plain, Sealed, short
+from labsupport.check.rules import Rule, Rules, smallest
 
 CHAPTER = "ch05"
-
-
 summary = chapter_summary(CHAPTER)
 
 #: The scenario keys of q3 and the allowed answers.
@@ -52,108 +50,110 @@ _ANSWERS = Sealed("labsupport:ch05:q3", [
 ])
 
 
-_TRACE_BASE = 16   # q1's tracer: rank r's buffer is 16**r everywhere, so a sum's hex digits count each rank
+def _n(x: float) -> str:
+    """A number as a learner writes it: 2097152, not 2.09715e+06; 0.4942 for a time."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:.4g}"
+
+
+def _same(a: Any, b: Any) -> bool:   # the same number, within a relative 1e-6 (never for a non-number)
+    try:
+        return bool(np.isclose(float(a), float(b), rtol=1e-6))
+    except (TypeError, ValueError):
+        return False
+
+
+def _pick(key: str, yes: str, no: str) -> Callable[[dict], str]:   # a rule text: yes if facts[key], else no
+    return lambda facts: (yes if facts[key] else no).format_map(facts)
+
+
+def _name(fn: Callable, rules: Iterable[Rule], case: tuple, got: Any, small: Callable[[Rule], tuple],
+          right: Callable, facts: Callable[[tuple, Any], dict]) -> None:
+    """Fail with the first of ``rules`` whose wrong implementations explain ``got`` on the check's ``case``: shown
+    on ``small(rule)`` where the learner follows one too (``smallest``; ``diagnose`` starts there), else on ``case``."""
+    for rule in rules:
+        wrongs = [w for w in (rule.wrong, *_ALSO.get(rule.name, ()))    # a rule's own and its variants
+                  if w and not _same(w(*case), right(*case)) and _same(got, w(*case))]
+        if wrongs:
+            shown = (smallest(fn, [small(rule)], right, wrong, _same) for wrong in wrongs)
+            rule.fail(**facts(*next((found for found in shown if found), (case, got))))
 
 
 def _trace(fn: Callable, n: int, steps: int | None) -> list[list[list[int]]] | None:
-    """Run the learner's ring on tracer buffers (one element per chunk): for each rank and chunk, how
-    many times each rank's data is in it; None when the result cannot be read that way."""
-    buffers = [np.full(n, _TRACE_BASE ** r, dtype=np.int64) for r in range(n)]
+    """For each rank and chunk of the learner's ring on tracer buffers, how often each rank's data is in it."""
+    base, buffers = 16, [np.full(n, 16 ** r, dtype=np.int64) for r in range(n)]   # a sum's hex digits count ranks
     try:
         got = fn(buffers, steps=steps) if steps is not None else fn(buffers)
-        out = []
-        for r in range(n):
-            row = []
-            for c in range(n):
-                value = np.asarray(got[r][c]).reshape(-1)
-                if value.size != 1 or value[0] < 0:
-                    return None
-                v, counts = int(value[0]), []
-                for _ in range(n):
-                    v, digit = divmod(v, _TRACE_BASE)
-                    counts.append(digit)
-                if v:
-                    return None
-                row.append(counts)
-            out.append(row)
-        return out
-    except Exception:  # noqa: BLE001 - the learner's code on the tracer input
+        sums = [[int(np.asarray(got[r][c]).reshape(-1).item()) for c in range(n)] for r in range(n)]
+    except Exception:  # noqa: BLE001 - the learner's code on the tracer input, or a chunk of another size
         return None
+    if any(not 0 <= v < base ** n for row in sums for v in row):
+        return None
+    return [[[v // base ** q % base for q in range(n)] for v in row] for row in sums]
 
 
 def _ranks_words(counts: Sequence[int]) -> str:
     held = [f"{r}" + (f" ({k} times)" if k > 1 else "") for r, k in enumerate(counts) if k]
-    if not held:
-        return "no rank's data"
-    return ("rank " if len(held) == 1 else "ranks ") + (held[0] if len(held) == 1 else ", ".join(held[:-1]) + " and " + held[-1])
+    if len(held) < 2:
+        return f"rank {held[0]}" if held else "no rank's data"
+    return "ranks " + ", ".join(held[:-1]) + " and " + held[-1]
 
 
-def _ring_model(send: Callable[[int, int, int], int], to: Callable[[int, int], int], add: bool = True,
+def _ring_model(send: Callable = lambda r, s, n: r - s, to: Callable = lambda r, n: r + 1, add: bool = True,
                 extra: int = 0) -> Callable:
-    """A ring reduce-scatter with one thing changed: the chunk sent, the receiver, add or overwrite, or
-    ``extra`` steps more (the recognised mistakes of q1)."""
+    """The ring's reduce-scatter (rank r sends chunk r − s in step s to rank r + 1, which adds it), or one
+    with one thing changed: the chunk sent, the receiver, overwrite, or ``extra`` steps (q1's mistakes)."""
     def ring(buffers: list, steps: int | None = None) -> list:
         n = len(buffers)
         chunks = [[c.copy() for c in np.array_split(np.asarray(b), n)] for b in buffers]
         for step in range((n - 1 if steps is None else steps) + extra):
             sends = [(r, send(r, step, n) % n, chunks[r][send(r, step, n) % n].copy()) for r in range(n)]
             for src, c, data in sends:
-                if add:
-                    chunks[to(src, n) % n][c] += data
-                else:
-                    chunks[to(src, n) % n][c] = data
+                into = chunks[to(src, n) % n]
+                into[c] = into[c] + data if add else data
         return chunks
     return ring
 
 
-_RIGHT = lambda r, n: r + 1          # noqa: E731 - the ring's receiver
-_BACK = lambda r, s, n: r - s        # noqa: E731 - the chunk rank r sends in step s
-_Q1_MODELS = {   # name: the wrong rings it recognises
-    "replaced_not_added": [_ring_model(_BACK, _RIGHT, add=False)],
-    "wrong_direction": [_ring_model(_BACK, lambda r, n: r - 1), _ring_model(lambda r, s, n: r + s, lambda r, n: r - 1)],
-    "one_step_too_many": [_ring_model(_BACK, _RIGHT, extra=1)],
-    "wrong_chunk": [_ring_model(lambda r, s, n: r + s, _RIGHT), _ring_model(lambda r, s, n: r + 1 - s, _RIGHT),
-                    _ring_model(lambda r, s, n: r, _RIGHT), _ring_model(lambda r, s, n: s, _RIGHT)],
-}
-_Q1_TEXT = {
-    "replaced_not_added": ("rank {r}'s own data is gone from it: the chunk that arrived replaced its copy",
-                           "When a chunk arrives, what happens to the receiving rank's own copy of that chunk?",
-                           "Add the received chunk into the receiver's copy (+=); do not overwrite it."),
-    "wrong_direction": ("the data travelled the other way round the ring, from higher ranks to lower ones",
-                        "To which neighbour does each rank send: the next rank (r + 1) or the previous one (r − 1)?",
-                        "Every rank sends to rank (r + 1) mod n and receives from rank (r − 1) mod n."),
-    "one_step_too_many": ("the ring ran one step more than the phase has, so data went on round the ring",
-                          "How many steps does the reduce-scatter phase take on n ranks?",
-                          "Run n − 1 steps (or `steps` of them): after n − 1 every chunk is summed once on one rank."),
-    "wrong_chunk": ("the right neighbours, but another chunk travelled",
-                    "In step s, which of its n chunks does rank r send — and how does that chunk move from one step "
-                    "to the next?",
-                    "In step s rank r sends chunk (r − s) mod n: in step 0 its own-numbered chunk, then one chunk "
-                    "back per step."),
-}
+_Q1_FORMULA = ("n − 1 steps; in step s (from 0) rank r sends chunk (r − s) mod n to rank (r + 1) mod n, which adds it "
+               "to its own copy of that chunk")
+_Q1_SAID = ("ring_reduce_scatter on {n} ranks (each rank's buffer filled with its own marker), {after}: rank {r}'s "
+            "chunk {c} holds {held}; the ring's schedule gives it {want} — ")
 
 
-def _q1_trace_mistake(fn: Callable, n: int, steps: int | None) -> None:
-    """Name a recognised wrong ring, told in words from a tracer run: whose data each chunk holds."""
-    got = _trace(fn, n, steps)
-    if got is None:
+def _q1_named(fn: Callable, n: int, steps: int | None) -> None:
+    """Fail with the rule of q1 whose wrong ring the learner's follows on ``n`` ranks, told from a tracer run."""
+    got, want = _trace(fn, n, steps), _trace(_ring_model(), n, steps)
+    if got is None or got == want:
         return
-    for name, models in _Q1_MODELS.items():
-        if not any(got == _trace(model, n, steps) for model in models):
-            continue
-        want = _trace(_ring_model(_BACK, _RIGHT), n, steps)
-        bad = [(r, c) for r in range(n) for c in range(n) if got[r][c] != want[r][c]]
-        if not bad:
-            return
-        r, c = bad[0]
-        done = n - 1 if steps is None else steps
-        after = f"after {done} step{'s' if done != 1 else ''}" + (" (steps=1)" if steps == 1 else "")
-        said, ask, fix = _Q1_TEXT[name]
-        mistake(name, symptom=f"ring_reduce_scatter on {n} ranks (each rank's buffer filled with its own marker), "
-                f"{after}: rank {r}'s chunk {c} holds {_ranks_words(got[r][c])}; the ring's schedule gives it "
-                f"{_ranks_words(want[r][c])} — " + said.format(r=r),
-                ask=ask, fix=fix, formula="n − 1 steps; in step s (from 0) rank r sends chunk (r − s) mod n to rank "
-                                          "(r + 1) mod n, which adds it to its own copy of that chunk")
+    for rule in RULES["q1"].values():
+        if any(got == _trace(wrong, n, steps) for wrong in (rule.wrong, *_ALSO.get(rule.name, ()))):
+            r, c = next((r, c) for r in range(n) for c in range(n) if got[r][c] != want[r][c])
+            after = "after 1 step (steps=1)" if steps else f"after {n - 1} step{'s' if n > 2 else ''}"
+            rule.fail(n=n, after=after, r=r, c=c, held=_ranks_words(got[r][c]), want=_ranks_words(want[r][c]))
+
+
+def _q1_chunks(fn: Callable, got: Any, sim: Any, steps: int | None, size: int) -> None:
+    """Every chunk of ``got`` as after ``steps`` steps of the ring (None: all); else name the mistake."""
+    n = len(sim.bounds) - 1
+    where, step = (f"after ONE step (steps=1) with n={n}", 1) if steps else (f"with n={n} ranks", n - 1)
+    expect(isinstance(got, (list, tuple)) and len(got) == n,
+           f"{where}, expected a list of {n} per-rank chunk lists, got {short(got)}")
+    for r in range(n):
+        expect(isinstance(got[r], (list, tuple)) and len(got[r]) == n,
+               f"rank {r}: expected a list of {n} chunks (np.array_split(buffer, {n})), got {short(got[r])}")
+        for c in range(n):
+            want, have = sim.states[step][r][sim.bounds[c]:sim.bounds[c + 1]], np.asarray(got[r][c])
+            if have.shape == want.shape and np.array_equal(have, want):
+                continue
+            for ranks in (n,) if steps else sorted({4, n}):   # 4 ranks: the smallest ring that shows every mistake
+                _q1_named(fn, ranks, steps)
+            traced, held = _trace(fn, n, steps), sim.contributors[step][r][c]
+            if traced is not None:                            # in words: whose data the chunk holds
+                expect(False, f"{where}, rank {r}'s chunk {c} holds {_ranks_words(traced[r][c])} (run with each "
+                       f"rank's buffer filled with its own marker); the ring's schedule gives it "
+                       f"{_ranks_words([int(q in held) for q in range(n)])}")
+            expect(False, f"{where} (size {size}), rank {r}'s chunk {c} is {short(have.tolist(), 60)}, expected "
+                          f"{short(want.tolist(), 60)}, the sum of ranks {short(list(held))}' chunk {c}")
 
 
 @check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the schedule
@@ -163,34 +163,20 @@ def _q1_trace_mistake(fn: Callable, n: int, steps: int | None) -> None:
     "neighbour, which adds it into its own copy; the chunk a rank passes moves back by one each step, so after "
     "n − 1 steps every chunk is fully summed on exactly one rank. All sends of a step use the values from before "
     "that step; work on copies of the inputs.",
-    "split with np.array_split(buffer, n); n − 1 steps; in step s (from 0) rank r sends "
-    "chunk (r − s) mod n to rank (r + 1) mod n, which adds it to its own copy of that chunk"))
+    "split with np.array_split(buffer, n); " + _Q1_FORMULA))
 def q1(ring_reduce_scatter: Callable) -> str:
-    """``ring_reduce_scatter(buffers, steps=None)`` → per-rank lists of n chunks after the n−1
-    reduce-scatter steps (or after ``steps`` of them, when the function takes that argument:
-    step 1 is checked first, on its own)."""
+    """``ring_reduce_scatter(buffers, steps=None)`` → per-rank lists of n chunks after the n−1 reduce-scatter
+    steps (or after ``steps`` of them, when the function takes that argument: step 1 is checked first, on its own)."""
     rng = np.random.default_rng(check_seed())
     cases = 0
-    if "steps" in _parameters(ring_reduce_scatter):
-        n, size = 4, 8
-        buffers = [rng.integers(-50, 50, size=size) for _ in range(n)]
-        sim = C.simulate_ring_allreduce([b.copy() for b in buffers])
+    try:
+        with_steps = "steps" in inspect.signature(ring_reduce_scatter).parameters
+    except (TypeError, ValueError):
+        with_steps = False
+    if with_steps:
+        buffers = [rng.integers(-50, 50, size=8) for _ in range(4)]    # 4 ranks, 8 elements each
         got = ring_reduce_scatter([b.copy() for b in buffers], steps=1)
-        for r in range(n):
-            for c in range(n):
-                want = sim.states[1][r][sim.bounds[c]:sim.bounds[c + 1]]
-                have = np.asarray(got[r][c]) if isinstance(got, (list, tuple)) and len(got) == n else None
-                if have is None or have.shape != want.shape or not np.array_equal(have, want):
-                    _q1_trace_mistake(ring_reduce_scatter, n, 1)
-                    traced = _trace(ring_reduce_scatter, n, 1)
-                    held = sim.contributors[1][r][c]
-                    if traced is not None:                # in words: whose data the chunk holds
-                        expect(False, f"after ONE step (steps=1) with n={n}, rank {r}'s chunk {c} holds "
-                               f"{_ranks_words(traced[r][c])} (run with each rank's buffer filled with its own "
-                               f"marker); the ring's schedule gives it {_ranks_words([int(q in held) for q in range(n)])}")
-                    expect(False, f"after ONE step (steps=1) with n={n}, rank {r}'s chunk {c} is "
-                                  f"{short(None if have is None else have.tolist(), 60)}, expected {short(want.tolist())}, "
-                                  f"the sum of ranks {short(list(held))}' chunk {c}")
+        _q1_chunks(ring_reduce_scatter, got, C.simulate_ring_allreduce(buffers), 1, 8)
         cases += 1
     for n in [2, 3, 4, 5, 8] + list(rng.integers(2, 9, size=10)):
         n = int(n)
@@ -198,107 +184,28 @@ def q1(ring_reduce_scatter: Callable) -> str:
         buffers = [rng.integers(-50, 50, size=size) for _ in range(n)]
         copies = [b.copy() for b in buffers]
         got = ring_reduce_scatter([b for b in buffers])     # steps left out: the whole phase
-        sim = C.simulate_ring_allreduce(copies)
         expect(all(np.array_equal(b, c) for b, c in zip(buffers, copies)),
                "your function changed the input buffers (rank 0's buffer is not what it was); work on copies")
-        expect(isinstance(got, (list, tuple)) and len(got) == n,
-               f"with n={n} ranks, expected a list of {n} per-rank chunk lists, got {short(got)}")
-        for r in range(n):
-            expect(isinstance(got[r], (list, tuple)) and len(got[r]) == n,
-                   f"rank {r}: expected a list of {n} chunks (np.array_split(buffer, {n})), got {short(got[r])}")
-            for c in range(n):
-                want = sim.states[n - 1][r][sim.bounds[c]:sim.bounds[c + 1]]
-                have = np.asarray(got[r][c])
-                if have.shape != want.shape or not np.array_equal(have, want):
-                    for ranks in sorted({4, n}):      # 4 ranks first: the smallest ring that shows every mistake
-                        _q1_trace_mistake(ring_reduce_scatter, ranks, None)
-                    got_trace = _trace(ring_reduce_scatter, n, None)
-                    who = sim.contributors[n - 1][r][c]
-                    if got_trace is not None:             # in words: whose data the chunk holds
-                        expect(False, f"with n={n} ranks, rank {r}'s chunk {c} holds {_ranks_words(got_trace[r][c])} "
-                               f"(run with each rank's buffer filled with its own marker); the ring's schedule gives "
-                               f"it ranks {short(list(who))}")
-                    who = sim.contributors[n - 1][r][c]
-                    expect(False, f"with n={n} ranks (size {size}), rank {r} chunk {c} is {short(have.tolist(), 60)}, "
-                                  f"expected {short(want.tolist(), 60)}, the sum of ranks {short(list(who))}' chunk {c}")
+        _q1_chunks(ring_reduce_scatter, got, C.simulate_ring_allreduce(copies), None, size)
         cases += 1
     return f"{cases} random rings, every chunk of every rank as in the ring's schedule"
 
 
-def _parameters(fn: Callable) -> tuple[str, ...]:
-    try:
-        return tuple(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return ()
-
-
-# ---------------------------------------------------------------------------------------------
 _FACTOR_TEXT = {"all_reduce": "2(n−1)/n", "all_gather": "(n−1)/n", "reduce_scatter": "(n−1)/n", "broadcast": "1"}
-_BUSBW_FORMULA = ("busbw = S / t / 1e9 × factor, factor = 2(n−1)/n for all_reduce, (n−1)/n for all_gather and "
-                  "reduce_scatter, 1 for broadcast")
+_FACTORS = "2(n−1)/n for all_reduce, (n−1)/n for all_gather and reduce_scatter, 1 for broadcast"
+#: q2's smallest cases: a broadcast on 2 ranks at algbw 1 GB/s or 1 GiB/s; on 4 ranks at 1 GB/s, busbw IS the factor
+_Q2_SMALL = {"bytes_per_second": ("broadcast", 1e9, 1.0, 2), "gibibytes": ("broadcast", 2.0 ** 30, 1.0, 2)}
 
 
-def _n(x: float) -> str:
-    """A number as a learner writes it: 2097152, not 2.09715e+06; 0.4942 for a time."""
-    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:.4g}"
-
-
-def _an(collective: str) -> str:
-    return ("an " if collective[0] in "aeiou" else "a ") + collective
-
-
-def _try(fn: Callable, *args: Any) -> float | None:
-    try:
-        return float(fn(*args))
-    except Exception:  # noqa: BLE001 - the learner's code on an input the check chose
-        return None
-
-
-def _q2_mistake(fn: Callable, collective: str, nbytes: float, seconds: float, n: int, got: float) -> None:
-    want = C.bus_bandwidth(collective, nbytes, seconds, n)
-    if want and np.isclose(got, want * 1e9, rtol=1e-6):
-        small = _try(fn, "broadcast", 1e9, 1.0, 2)
-        args = ("broadcast", 1e9, 1.0, 2) if small is not None and np.isclose(small, 1e9) else (collective, nbytes, seconds, n)
-        shown = small if args[0] == "broadcast" else got
-        mistake("bytes_per_second", symptom=f"busbw_from_time({args[0]!r}, {_n(args[1])}, {_n(args[2])}, {args[3]}) "
-                f"returned {_n(shown)} — for {_n(args[1])} bytes in {_n(args[2])} s, in the unit nccl-tests prints",
-                ask="In which unit is your number: bytes per second, or GB per second?",
-                fix="Divide by 1e9: nccl-tests reports decimal GB/s (1 GB = 10⁹ bytes).", formula=_BUSBW_FORMULA)
-    if want and np.isclose(got, want * 1e9 / 2 ** 30, rtol=1e-6):
-        small = _try(fn, "broadcast", 2.0 ** 30, 1.0, 2)
-        args = ("broadcast", 2 ** 30, 1.0, 2) if small is not None and np.isclose(small, 1.0) else (collective, nbytes, seconds, n)
-        shown = small if args[0] == "broadcast" else got
-        mistake("gibibytes", symptom=f"busbw_from_time({args[0]!r}, {_n(args[1])}, {_n(args[2])}, {args[3]}) returned "
-                f"{shown:.6g}; nccl-tests prints {C.bus_bandwidth(args[0], args[1], args[2], args[3]):.6g} there",
-                ask="How many bytes is one GB in nccl-tests' output: 10⁹ or 2³⁰?",
-                fix="Divide bytes per second by 1e9 (decimal GB), not by 2**30 (GiB).", formula=_BUSBW_FORMULA)
-    if n == 1 and want == 0 and got != 0:
-        mistake("one_rank", symptom=f"busbw_from_time({collective!r}, {_n(nbytes)}, {_n(seconds)}, 1) returned "
-                f"{got:.6g}, but on a single rank no byte crosses a link",
-                ask="On a single rank, how many bytes cross a link — and what does that make busbw?",
-                fix=f"Use {collective}'s bus factor {_FACTOR_TEXT[collective]} for every n, n = 1 included: it is 0 "
-                    "there, and so is busbw.", formula=_BUSBW_FORMULA)
-    if n > 1 and got > 0 and want > 0:
-        small = _try(fn, collective, 1e9, 1.0, 4)           # algbw = 1 GB/s: the result IS the factor used
-        used, n_shown = (small, 4) if small is not None and small > 0 else (got / (nbytes / seconds / 1e9), n)
-        right = C.bus_factor(collective, n_shown)
-        if np.isclose(used, right, rtol=1e-9):               # the factor is right on 4 ranks: show the check's case
-            used, n_shown, right = got / (nbytes / seconds / 1e9), n, C.bus_factor(collective, n)
-        same = [f"{k}'s" for k in _FACTOR_TEXT if np.isclose(used, C.bus_factor(k, n_shown), rtol=1e-6)]
-        known = np.isclose(used, 1.0, rtol=1e-6) or same
-        if not known:
-            return
-        like = ("algbw itself, with no bus factor" if np.isclose(used, 1.0, rtol=1e-6)
-                else " and ".join(sorted(set(same))) + f" factor on {n_shown} ranks")
-        head = (f"busbw_from_time({collective!r}, 1000000000, 1, 4) returned {used:.6g}: algbw is 1 GB/s there, so yours is "
-                f"algbw × {used:.4g}" if n_shown == 4 and small is not None and used == small else
-                f"busbw_from_time({collective!r}, {_n(nbytes)}, {_n(seconds)}, {n}) returned {got:.6g} = algbw × "
-                f"{used:.4g}")
-        mistake("wrong_factor", symptom=f"{head} — {like}",
-                ask=f"In {_an(collective)} of S bytes on a ring of {n_shown}, what multiple of S does each rank put on "
-                    "its link?",
-                fix=f"busbw = algbw × factor, and {collective}'s factor is {_FACTOR_TEXT[collective]} "
-                    f"({right:.4g} on {n_shown} ranks).", formula=_BUSBW_FORMULA)
+def _q2_facts(case: tuple, got: float) -> dict[str, Any]:
+    collective, nbytes, seconds, n = case
+    used = got / (nbytes / seconds / 1e9)              # the multiple of algbw the learner's busbw is
+    like = " and ".join(sorted({f"{k}'s" for k in _FACTOR_TEXT if _same(used, C.bus_factor(k, n))}))
+    return {"call": f"busbw_from_time({collective!r}, {_n(nbytes)}, {_n(seconds)}, {n})", "got": got, "n": n,
+            "shown": _n(got), "S": _n(nbytes), "t": _n(seconds), "want": C.bus_bandwidth(*case), "used": used,
+            "coll": collective, "an": ("an " if collective[0] in "aeiou" else "a ") + collective,
+            "factor": _FACTOR_TEXT[collective], "right": C.bus_factor(collective, n), "small": case[1:] == (1e9, 1, 4),
+            "like": "algbw itself, with no bus factor" if _same(used, 1.0) else f"{like} factor on {n} ranks"}
 
 
 @check(CHAPTER, "q2", hint=(  # tiered: a nudge, the idea, then the formula
@@ -307,8 +214,7 @@ def _q2_mistake(fn: Callable, collective: str, nbytes: float, seconds: float, n:
     "reread chapter 5's 'The cost model: algbw, busbw and α–β': the bus factor counts the share of S each rank "
     "sends over its link. reduce_scatter and all_gather each send n − 1 of n chunks; all_reduce is a "
     "reduce_scatter followed by an all_gather; broadcast forwards every byte once; one rank alone sends nothing.",
-    "algbw = S / t / 1e9; busbw = algbw × 2(n−1)/n for all_reduce, (n−1)/n for all_gather "
-    "and reduce_scatter, 1 for broadcast"))
+    "algbw = S / t / 1e9; busbw = algbw × " + _FACTORS))
 def q2(busbw_from_time: Callable) -> str:
     """``busbw_from_time(collective, nbytes, seconds, world_size)`` → decimal GB/s."""
     rng = np.random.default_rng(check_seed())
@@ -317,21 +223,24 @@ def q2(busbw_from_time: Callable) -> str:
         for n in (1, 2, 8, int(rng.integers(3, 200))):
             nbytes = float(2 ** int(rng.integers(10, 34)))
             seconds = float(rng.uniform(1e-5, 2.0))
-            want = C.bus_bandwidth(collective, nbytes, seconds, n)
-            got = busbw_from_time(collective, nbytes, seconds, n)
+            case = (collective, nbytes, seconds, n)
+            want, got = C.bus_bandwidth(*case), busbw_from_time(*case)
             call = f"busbw_from_time({collective!r}, nbytes={_n(nbytes)}, seconds={_n(seconds)}, world_size={n})"
             expect(isinstance(got, (int, float, np.integer, np.floating)) and not isinstance(got, bool)
                    and np.isfinite(float(got)), f"{call} returned {short(got)}; expected a number of GB/s")
             got = float(got)
             if not np.isclose(got, want, rtol=1e-9, atol=1e-12):
-                _q2_mistake(busbw_from_time, collective, nbytes, seconds, n, got)
+                if n == 1 and want == 0:                  # one rank: no byte crosses a link (broadcast aside)
+                    RULES["q2"].fail("one_rank", **_q2_facts(case, got))
+                rules = [rule for rule in RULES["q2"].values() if n > 1 or rule.name != "wrong_factor"]
+                _name(busbw_from_time, rules, case, got, lambda rule: _Q2_SMALL.get(rule.name, (case[0], 1e9, 1.0, 4)),
+                      C.bus_bandwidth, _q2_facts)
                 expect(False, f"{call} = {got:.6g}, expected {want:.6g} GB/s (algbw there is "
                        f"{nbytes / seconds / 1e9:.6g} GB/s)")
             cases += 1
     return f"{cases} random measurements, 4 collectives"
 
 
-# ---------------------------------------------------------------------------------------------
 @check(CHAPTER, "q3", hint=(
     "reread chapter 5's 'Where each collective appears in training' and 'The four collectives': for each "
     "scenario, ask what every rank holds before, and what it must hold after",
@@ -353,19 +262,9 @@ def q3(choose_collectives: Callable):
     expect(not wrong, f"{len(wrong)} of {len(SCENARIOS)} scenarios have another collective: {wrong}")
     ratio = answer.get("zero_bytes_ratio")
     number = isinstance(ratio, (int, float)) and not isinstance(ratio, bool)
-    formula = "(n−1)/n·S (reduce_scatter) + (n−1)/n·S (all_gather) over 2(n−1)/n·S (all_reduce) = 1"
-    if number and np.isclose(float(ratio), 0.5):
-        mistake("ratio_one_half", symptom=f"zero_bytes_ratio = {short(ratio)}: that is the bytes of ONE of ZeRO's "
-                "two collectives over an all_reduce's", ask="ZeRO runs a reduce_scatter of the gradients AND an "
-                "all_gather of the parameters: what do the two send together?",
-                fix="Add both halves: (n−1)/n·S + (n−1)/n·S, then divide by the all_reduce's 2(n−1)/n·S.",
-                formula=formula)
-    if number and np.isclose(float(ratio), 2.0):
-        mistake("ratio_doubled", symptom=f"zero_bytes_ratio = {short(ratio)}: ZeRO would then move twice an "
-                "all_reduce's bytes, as if each of its halves cost a whole all_reduce",
-                ask="On a ring, how many bytes per rank does a reduce_scatter send, compared with an all_reduce?",
-                fix="A reduce_scatter and an all_gather send (n−1)/n·S each; an all_reduce sends 2(n−1)/n·S.",
-                formula=formula)
+    for rule in RULES["q3"].values():         # each rule's wrong answer is a ratio
+        if number and np.isclose(float(ratio), rule.wrong()):
+            rule.fail(ratio=short(ratio))
     expect(number and np.isclose(float(ratio), 1.0),
            f"zero_bytes_ratio = {short(ratio)}: bytes per rank of reduce_scatter + all_gather over those of one "
            "all_reduce of the same gradients, with ring costs")
@@ -383,71 +282,26 @@ MODEL_ANSWER_Q3 = (
     "rank's weights to all is a broadcast; pipeline stages hand activations to their neighbour with send/recv.")
 
 
-# ---------------------------------------------------------------------------------------------
 #: q4's smallest case: rank 0 holds 0, 2 and rank 1 holds 1, 2, 3 ([count, sum, sum of squares] rows).
 _Q4_SMALL = np.array([[2.0, 2.0, 4.0], [3.0, 6.0, 14.0]])
-_Q4_DATA = "rank 0 holds 0, 2 and rank 1 holds 1, 2, 3"
-_Q4_CALL = "global_mean_std([[2, 2, 4], [3, 6, 14]])"
-_Q4_FORMULA = "N = Σ counts; mean = Σ sums / N; var = (Σ sums of squares − N·mean²) / (N − 1); std = √var"
 
 
-def _rank_stats(stats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-rank means and sample stds from [count, sum, sum of squares] rows."""
-    n, s, ss = stats[:, 0], stats[:, 1], stats[:, 2]
-    means = s / n
+def _q4_stats(stats: np.ndarray) -> dict[str, Any]:
+    """The facts of q4's rows: per-rank means, stds and their spread; the data's mean, std and population std."""
+    (n, s, ss), (total, sums, squares) = stats.T, stats.sum(axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        stds = np.sqrt((ss - n * means ** 2) / (n - 1))
-    return means, stds
+        stds = np.sqrt((ss - n * (s / n) ** 2) / (n - 1))
+    mean = sums / total
+    return {"means": s / n, "stds": stds, "spread": float(np.std(stds, ddof=1)) if len(stds) > 1 else np.nan,
+            "mean": float(mean), "std": float(np.sqrt((squares - total * mean ** 2) / (total - 1))),
+            "population": float(np.sqrt((squares - total * mean ** 2) / total)), "k": len(stats), "N": int(total),
+            "counts": short(n.tolist()), "mean_r": short(float(mean)), "means_r": short((s / n).tolist()),
+            "stds_r": short([round(v, 6) for v in stds.tolist()]), "small": stats is _Q4_SMALL,
+            "call": "global_mean_std([[2, 2, 4], [3, 6, 14]])", "data": "rank 0 holds 0, 2 and rank 1 holds 1, 2, 3"}
 
 
-def _global(stats: np.ndarray) -> tuple[float, float, float]:
-    n, s, ss = stats.sum(axis=0)
-    mean = s / n
-    return float(mean), float(np.sqrt((ss - n * mean ** 2) / (n - 1))), float(np.sqrt((ss - n * mean ** 2) / n))
-
-
-def _q4_small(fn: Callable, index: int) -> float | None:
-    try:
-        return float(fn(_Q4_SMALL.copy())[index])
-    except Exception:  # noqa: BLE001 - the learner's code on the check's small case
-        return None
-
-
-def _q4_mistake(fn: Callable, stats: np.ndarray, mean: float, std: float) -> None:
-    means, stds = _rank_stats(stats)
-    want_mean, want_std, population = _global(stats)
-    small_means, small_stds = _rank_stats(_Q4_SMALL)
-    s_mean, s_std, s_population = _global(_Q4_SMALL)
-    if len(stats) > 1 and np.isclose(mean, means.mean(), rtol=1e-9) and not np.isclose(mean, want_mean, rtol=1e-6):
-        got = _q4_small(fn, 0)
-        shown = (f"{_Q4_CALL} gave mean {short(got)}: {_Q4_DATA}, five values "
-                 f"whose mean is {short(s_mean)}; {short(got)} is halfway between the two ranks' means "
-                 f"{short(small_means.tolist())}") if got is not None and np.isclose(got, small_means.mean()) else \
-            (f"{len(stats)} ranks with {short(stats[:, 0].tolist())} samples: mean {mean:.6g} is the mean of the "
-             f"per-rank means, the data's mean is {want_mean:.6g}")
-        mistake("mean_of_means", symptom=shown,
-                ask="The ranks hold different numbers of values: should each rank count equally, or each value?",
-                fix="Add the counts and the sums over all ranks first: mean = Σ sums / Σ counts.", formula=_Q4_FORMULA)
-    if len(stats) > 1 and np.isclose(std, float(np.std(stds, ddof=1)), rtol=1e-9) and not np.isclose(std, want_std, rtol=1e-6):
-        got = _q4_small(fn, 1)
-        shown = (f"{_Q4_CALL} gave std {got:.6g}: {_Q4_DATA}; the two ranks' "
-                 f"stds are {short([round(v, 6) for v in small_stds.tolist()])} and yours is how much they differ "
-                 f"from each other, while the five values themselves have std {s_std:.6g}") \
-            if got is not None and np.isclose(got, float(np.std(small_stds, ddof=1))) else \
-            f"std {std:.6g} is the spread of the {len(stats)} per-rank stds, the data's std is {want_std:.6g}"
-        mistake("spread_of_stds", symptom=shown,
-                ask="Does the spread of the per-rank stds measure how spread out the data are?",
-                fix="Add up counts, sums and sums of squares over the ranks and compute the std of all N values "
-                    "from those totals.", formula=_Q4_FORMULA)
-    if np.isclose(std, population, rtol=1e-9) and not np.isclose(std, want_std, rtol=1e-6):
-        got = _q4_small(fn, 1)
-        shown = (f"{_Q4_CALL} gave std {got:.6g}: {_Q4_DATA}; the sum of "
-                 f"squared deviations of those 5 values is 5.2, and {got:.6g} = √(5.2 / 5)") \
-            if got is not None and np.isclose(got, s_population) else \
-            f"std {std:.6g} = √(Σ(x − mean)² / N) for N = {int(stats[:, 0].sum())} values"
-        mistake("population_std", symptom=shown, ask="torch.std divides the sum of squared deviations by which "
-                "count: N or N − 1?", fix="Divide by N − 1 (the sample std, like torch.std), not by N.",
-                formula=_Q4_FORMULA)
+#: the number of (mean, std) each rule of q4 is about: its wrong implementation gives that one number
+_Q4_PART = {"mean_of_means": (0, "mean"), "spread_of_stds": (1, "std"), "population_std": (1, "std")}
 
 
 @check(CHAPTER, "q4", hint=(
@@ -464,7 +318,8 @@ def q4(global_mean_std: Callable) -> str:
     cases = 0
     for _ in range(20):
         n = int(rng.integers(1, 9))
-        parts = [rng.normal(rng.uniform(-20, 20), rng.uniform(0.1, 5), size=int(rng.integers(2, 400))) for _ in range(n)]
+        parts = [rng.normal(rng.uniform(-20, 20), rng.uniform(0.1, 5), size=int(rng.integers(2, 400)))
+                 for _ in range(n)]
         stats = np.array([[len(p), p.sum(), (p ** 2).sum()] for p in parts], dtype=np.float64)
         data = np.concatenate(parts)
         got = global_mean_std(stats.copy())
@@ -472,7 +327,11 @@ def q4(global_mean_std: Callable) -> str:
         mean, std = float(got[0]), float(got[1])
         want_mean, want_std = float(data.mean()), float(data.std(ddof=1))
         if not (np.isclose(mean, want_mean, rtol=1e-6, atol=1e-9) and np.isclose(std, want_std, rtol=1e-6, atol=1e-9)):
-            _q4_mistake(global_mean_std, stats, mean, std)
+            for rule in RULES["q4"].values():
+                i, part = _Q4_PART[rule.name]
+                _name(lambda s: global_mean_std(s)[i], [rule], (stats,), (mean, std)[i], lambda rule: (_Q4_SMALL,),
+                      lambda s: _q4_stats(s)[part],
+                      lambda case, got: {**_q4_stats(*case), "got": got, "got_r": short(got)})
         expect(np.isclose(mean, want_mean, rtol=1e-6, atol=1e-9),
                f"{n} ranks with {short([len(p) for p in parts])} samples: mean {mean:.6g}, expected {want_mean:.6g}")
         expect(np.isclose(std, want_std, rtol=1e-6, atol=1e-9),
@@ -481,56 +340,20 @@ def q4(global_mean_std: Callable) -> str:
     return f"{cases} random splits of data over ranks"
 
 
-# ---------------------------------------------------------------------------------------------
 _Q5_SMALL = ("all_reduce", 1e9, 2, 4, 1.0)   # 2 all_reduces of 1 GB on 4 ranks at 1 GB/s: 2 × 1e9 × 1.5 / 1e9 = 3 s
-_Q5_FORMULA = ("t = ops_per_step × S × factor / (busbw_GBps × 1e9); factor 2(n−1)/n for all_reduce, (n−1)/n for "
-               "all_gather and reduce_scatter, 1 for broadcast")
 
 
-def _q5_rules(collective: str, message: float, ops: int, group: int, busbw: float) -> dict[str, float]:
+def _q5_time(collective: str, message: float, ops: int, group: int, busbw: float) -> float:
+    return ops * message * C.bus_factor(collective, group) / (busbw * 1e9)
+
+
+def _q5_facts(case: tuple, got: float) -> dict[str, Any]:
+    collective, message, ops, group, busbw = case
     f = C.bus_factor(collective, group)
-    right = ops * message * f / (busbw * 1e9)
-    return {"no_bus_factor": right / f, "divided_by_factor": right / f ** 2, "one_operation": right / ops,
-            "units_GB": right * 1e9, "units_GB_inverse": right / 1e9}
-
-
-def _q5_mistake(fn: Callable, args: tuple, got: float) -> None:
-    collective, message, ops, group, busbw = args
-    want = ops * message * C.bus_factor(collective, group) / (busbw * 1e9)
-    for name, value in _q5_rules(*args).items():
-        if np.isclose(value, want, rtol=1e-9) or not np.isclose(got, value, rtol=1e-6):
-            continue
-        small = _try(fn, *_Q5_SMALL)
-        if small is not None and np.isclose(small, _q5_rules(*_Q5_SMALL)[name], rtol=1e-6):
-            args, got = _Q5_SMALL, small
-            collective, message, ops, group, busbw = args
-        f = C.bus_factor(collective, group)
-        on_bus = got * busbw * 1e9
-        call = (f"comm_seconds_per_step({collective!r}, {_n(message)}, {ops}, {group}, {_n(busbw)}) returned "
-                f"{got:.6g} s: at busbw {_n(busbw)} GB/s that is the time of {on_bus:.4g} bytes on the bus")
-        name = "units" if name.startswith("units") else name
-        if name == "no_bus_factor":
-            mistake(name, symptom=f"{call}, exactly the {ops} × S = {ops * message:.4g} bytes of the messages — as "
-                    f"if {_an(collective)} on {group} ranks put only its S bytes on the bus",
-                    ask=f"busbw counts the bytes a collective puts on the bus: how many does one {collective} of S "
-                        f"bytes on {group} ranks count as?",
-                    fix=f"Multiply S by the bus factor ({_FACTOR_TEXT[collective]} = {f:.4g} here) before "
-                        "dividing by busbw.", formula=_Q5_FORMULA)
-        if name == "divided_by_factor":
-            mistake(name, symptom=f"{call}, fewer than the {ops} × S = {ops * message:.4g} bytes of the messages "
-                    f"(the bus factor here is {f:.4g} > 1)" if f > 1 else f"{call}, more than the {ops} × S = "
-                    f"{ops * message:.4g} bytes of the messages, though the bus factor is {f:.4g} < 1",
-                    ask="Does the bus factor make the bytes on the bus more or fewer than S — and is your factor "
-                        "on top of the fraction or under it?",
-                    fix="t = S × factor / busbw: multiply S by the factor, do not divide by it.", formula=_Q5_FORMULA)
-        if name == "one_operation":
-            mistake(name, symptom=f"{call}: the bus bytes of ONE {collective}, while a step runs {ops} of them",
-                    ask="How many of these collectives does one training step run?",
-                    fix="Multiply the time of one collective by ops_per_step.", formula=_Q5_FORMULA)
-        mistake("units", symptom=f"{call} — a factor 10⁹ away from the bytes the step's {ops} collectives move",
-                ask="In which unit is busbw_GBps, and how many bytes per second is that?",
-                fix="Convert GB/s to bytes/s (× 1e9) before dividing: t = bytes / (busbw_GBps × 1e9).",
-                formula=_Q5_FORMULA)
+    return {"call": f"comm_seconds_per_step({collective!r}, {_n(message)}, {ops}, {group}, {_n(busbw)}) returned "
+            f"{got:.6g} s: at busbw {_n(busbw)} GB/s that is the time of {got * busbw * 1e9:.4g} bytes on the bus",
+            "ops": ops, "bytes": f"{ops * message:.4g}", "coll": collective, "group": group, "f": f, "more": f > 1,
+            "an": ("an " if collective[0] in "aeiou" else "a ") + collective, "factor": _FACTOR_TEXT[collective]}
 
 
 @check(CHAPTER, "q5", hint=(
@@ -553,17 +376,124 @@ def q5(comm_seconds_per_step: Callable) -> str:
             ops = int(rng.choice([1, 8, 512, int(rng.integers(2, 2000))]))
             busbw = float(rng.choice([H100_SXM_NODE.nvlink_GBps, H100_SXM_NODE.internode_busbw_GBps(8),
                                       H100_SXM_NODE.nic_GBps, float(rng.uniform(1, 900))]))
-            want = ops * message * C.bus_factor(collective, group) / (busbw * 1e9)
+            case = (collective, message, ops, group, busbw)
+            want, got = _q5_time(*case), comm_seconds_per_step(*case)
             call = f"comm_seconds_per_step({collective!r}, {_n(message)}, {ops}, {group}, {_n(busbw)})"
-            got = comm_seconds_per_step(collective, message, ops, group, busbw)
             expect(isinstance(got, (int, float, np.integer, np.floating)) and not isinstance(got, bool)
                    and np.isfinite(float(got)), f"{call} returned {short(got)}; expected a number of seconds")
             got = float(got)
             if not np.isclose(got, want, rtol=1e-9):
-                args = (collective, message, ops, group, busbw)
-                _q5_mistake(comm_seconds_per_step, args, got)
+                _name(comm_seconds_per_step, RULES["q5"].values(), case, got, lambda rule: _Q5_SMALL, _q5_time,
+                      _q5_facts)
                 expect(False, f"{call} = {got:.6g} s, expected {want:.6g} s: at busbw {busbw:g} GB/s your time moves "
                        f"{got * busbw * 1e9:.4g} bytes over the bus, {got * busbw * 1e9 / (ops * message):.4g} × the "
                        f"{ops} × {message:g} bytes of the step's messages")
             cases += 1
     return f"{cases} random collectives, group sizes and links"
+
+
+# The named mistakes, by question: Rule(name, symptom, ask, fix, wrong=a wrong implementation); formulas per table.
+RULES: dict[str, Rules] = {
+    "q1": Rules(
+        Rule("replaced_not_added", _Q1_SAID + "rank {r}'s own data is gone from it: the chunk that arrived replaced "
+             "its copy", "When a chunk arrives, what happens to the receiving rank's own copy of that chunk?",
+             "Add the received chunk into the receiver's copy (+=); do not overwrite it.",
+             wrong=_ring_model(add=False)),
+        Rule("wrong_direction", _Q1_SAID + "the data travelled the other way round the ring, from higher ranks to "
+             "lower ones", "To which neighbour does each rank send: the next rank (r + 1) or the previous one (r − 1)?",
+             "Every rank sends to rank (r + 1) mod n and receives from rank (r − 1) mod n.",
+             wrong=_ring_model(to=lambda r, n: r - 1)),
+        Rule("one_step_too_many", _Q1_SAID + "the ring ran one step more than the phase has, so data went on round "
+             "the ring", "How many steps does the reduce-scatter phase take on n ranks?",
+             "Run n − 1 steps (or `steps` of them): after n − 1 every chunk is summed once on one rank.",
+             wrong=_ring_model(extra=1)),
+        Rule("wrong_chunk", _Q1_SAID + "the right neighbours, but another chunk travelled",
+             "In step s, which of its n chunks does rank r send — and how does that chunk move from one step to the "
+             "next?", "In step s rank r sends chunk (r − s) mod n: in step 0 its own-numbered chunk, then one chunk "
+             "back per step.", wrong=_ring_model(send=lambda r, s, n: r + s)),
+        formula=_Q1_FORMULA),
+    "q2": Rules(
+        Rule("bytes_per_second", "{call} returned {shown} — for {S} bytes in {t} s, in the unit nccl-tests prints",
+             "In which unit is your number: bytes per second, or GB per second?",
+             "Divide by 1e9: nccl-tests reports decimal GB/s (1 GB = 10⁹ bytes).",
+             wrong=lambda coll, s, t, n: C.bus_bandwidth(coll, s, t, n) * 1e9),
+        Rule("gibibytes", "{call} returned {got:.6g}; nccl-tests prints {want:.6g} there",
+             "How many bytes is one GB in nccl-tests' output: 10⁹ or 2³⁰?",
+             "Divide bytes per second by 1e9 (decimal GB), not by 2**30 (GiB).",
+             wrong=lambda coll, s, t, n: C.bus_bandwidth(coll, s, t, n) * 1e9 / 2 ** 30),
+        Rule("one_rank",   # named on the check's case with n = 1, whatever the learner's number
+             "{call} returned {got:.6g}, but on a single rank no byte crosses a link",
+             "On a single rank, how many bytes cross a link — and what does that make busbw?",
+             "Use {coll}'s bus factor {factor} for every n, n = 1 included: it is 0 there, and so is busbw."),
+        Rule("wrong_factor",   # no bus factor, or another collective's (_ALSO)
+             _pick("small", "busbw_from_time({coll!r}, 1000000000, 1, 4) returned {used:.6g}: algbw is 1 GB/s there, "
+                   "so yours is algbw × {used:.4g} — {like}",
+                   "{call} returned {got:.6g} = algbw × {used:.4g} — {like}"),
+             "In {an} of S bytes on a ring of {n}, what multiple of S does each rank put on its link?",
+             "busbw = algbw × factor, and {coll}'s factor is {factor} ({right:.4g} on {n} ranks).",
+             wrong=lambda coll, s, t, n: s / t / 1e9),
+        formula="busbw = S / t / 1e9 × factor, factor = " + _FACTORS),
+    "q3": Rules(   # a rule's wrong answer is the ratio it names
+        Rule("ratio_one_half", "zero_bytes_ratio = {ratio}: that is the bytes of ONE of ZeRO's two collectives over "
+             "an all_reduce's", "ZeRO runs a reduce_scatter of the gradients AND an all_gather of the parameters: "
+             "what do the two send together?",
+             "Add both halves: (n−1)/n·S + (n−1)/n·S, then divide by the all_reduce's 2(n−1)/n·S.", wrong=lambda: 0.5),
+        Rule("ratio_doubled", "zero_bytes_ratio = {ratio}: ZeRO would then move twice an all_reduce's bytes, as if "
+             "each of its halves cost a whole all_reduce",
+             "On a ring, how many bytes per rank does a reduce_scatter send, compared with an all_reduce?",
+             "A reduce_scatter and an all_gather send (n−1)/n·S each; an all_reduce sends 2(n−1)/n·S.",
+             wrong=lambda: 2.0),
+        formula="(n−1)/n·S (reduce_scatter) + (n−1)/n·S (all_gather) over 2(n−1)/n·S (all_reduce) = 1"),
+    "q4": Rules(   # shown on _Q4_SMALL where the learner makes the mistake there too, else on the check's case
+        Rule("mean_of_means",
+             _pick("small", "{call} gave mean {got_r}: {data}, five values whose mean is {mean_r}; {got_r} is halfway "
+                   "between the two ranks' means {means_r}", "{k} ranks with {counts} samples: mean {got:.6g} is the "
+                   "mean of the per-rank means, the data's mean is {mean:.6g}"),
+             "The ranks hold different numbers of values: should each rank count equally, or each value?",
+             "Add the counts and the sums over all ranks first: mean = Σ sums / Σ counts.",
+             wrong=lambda stats: float(_q4_stats(stats)["means"].mean())),
+        Rule("spread_of_stds",
+             _pick("small", "{call} gave std {got:.6g}: {data}; the two ranks' stds are {stds_r} and yours is how "
+                   "much they differ from each other, while the five values themselves have std {std:.6g}",
+                   "std {got:.6g} is the spread of the {k} per-rank stds, the data's std is {std:.6g}"),
+             "Does the spread of the per-rank stds measure how spread out the data are?",
+             "Add up counts, sums and sums of squares over the ranks and compute the std of all N values from those "
+             "totals.", wrong=lambda stats: _q4_stats(stats)["spread"]),
+        Rule("population_std",
+             _pick("small", "{call} gave std {got:.6g}: {data}; the sum of squared deviations of those 5 values is "
+                   "5.2, and {got:.6g} = √(5.2 / 5)", "std {got:.6g} = √(Σ(x − mean)² / N) for N = {N} values"),
+             "torch.std divides the sum of squared deviations by which count: N or N − 1?",
+             "Divide by N − 1 (the sample std, like torch.std), not by N.",
+             wrong=lambda stats: _q4_stats(stats)["population"]),
+        formula="N = Σ counts; mean = Σ sums / N; var = (Σ sums of squares − N·mean²) / (N − 1); std = √var"),
+    "q5": Rules(
+        Rule("no_bus_factor", "{call}, exactly the {ops} × S = {bytes} bytes of the messages — as if {an} on {group} "
+             "ranks put only its S bytes on the bus", "busbw counts the bytes a collective puts on the bus: how many "
+             "does one {coll} of S bytes on {group} ranks count as?",
+             "Multiply S by the bus factor ({factor} = {f:.4g} here) before dividing by busbw.",
+             wrong=lambda c, s, o, n, b: o * s / (b * 1e9)),
+        Rule("divided_by_factor",
+             _pick("more", "{call}, fewer than the {ops} × S = {bytes} bytes of the messages (the bus factor here is "
+                   "{f:.4g} > 1)", "{call}, more than the {ops} × S = {bytes} bytes of the messages, though the bus "
+                   "factor is {f:.4g} < 1"),
+             "Does the bus factor make the bytes on the bus more or fewer than S — and is your factor on top of the "
+             "fraction or under it?", "t = S × factor / busbw: multiply S by the factor, do not divide by it.",
+             wrong=lambda c, s, o, n, b: o * s / C.bus_factor(c, n) / (b * 1e9)),
+        Rule("one_operation", "{call}: the bus bytes of ONE {coll}, while a step runs {ops} of them",
+             "How many of these collectives does one training step run?",
+             "Multiply the time of one collective by ops_per_step.",
+             wrong=lambda c, s, o, n, b: _q5_time(c, s, 1, n, b)),
+        Rule("units", "{call} — a factor 10⁹ away from the bytes the step's {ops} collectives move",
+             "In which unit is busbw_GBps, and how many bytes per second is that?",
+             "Convert GB/s to bytes/s (× 1e9) before dividing: t = bytes / (busbw_GBps × 1e9).",
+             wrong=lambda c, s, o, n, b: _q5_time(c, s, o, n, b) * 1e9),     # GB/s taken for bytes/s
+        formula="t = ops_per_step × S × factor / (busbw_GBps × 1e9); factor " + _FACTORS),
+}
+#: further wrong implementations a rule names (the same mistake written another way)
+_ALSO: dict[str, tuple[Callable, ...]] = {
+    "wrong_direction": (_ring_model(lambda r, s, n: r + s, lambda r, n: r - 1),),
+    "wrong_chunk": tuple(_ring_model(send=f) for f in (lambda r, s, n: r + 1 - s, lambda r, s, n: r,
+                                                        lambda r, s, n: s)),
+    "wrong_factor": tuple(lambda coll, s, t, n, k=k: s / t / 1e9 * C.bus_factor(k, n) for k in _FACTOR_TEXT),
+    "units": (lambda c, s, o, n, b: _q5_time(c, s, o, n, b) / 1e9,),             # bytes/s taken for GB/s
+}
