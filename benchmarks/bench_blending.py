@@ -22,7 +22,7 @@ Two labsupport engines are timed against the C++ helper: ``labsupport`` — what
 (``labsupport/datasets/blending_numba.py``; compiled once before timing, like the C++ helper,
 which Megatron compiles at import; the one-off compile and the later cache load are measured
 apart in fresh processes and recorded under ``compile``) — and ``labsupport_numpy``, the
-fallback for a platform without numba (``labsupport/datasets/blending_fast.py``: chunks run side
+fallback for a platform without numba (``labsupport/datasets/blending_numpy.py``: chunks run side
 by side from guessed states, every chunk proven exact afterwards).  The targets apply to the
 default engine; the numpy engine's ratios are recorded beside it.
 

@@ -1,10 +1,11 @@
 """labsupport — the helper library of the NeMo / Megatron-Core data-path workbook.
 
-Every chapter notebook starts with ``labsupport.setup()``. The package has three parts:
+Every chapter notebook starts with ``labsupport.setup()``. The package has four parts:
 
 * :mod:`labsupport.datasets` — the Megatron data path (tokenizer ch1, indexed/preprocess ch2,
   blending ch3, gpt_samples/bin_packing/sft_packing ch4), mirroring ``megatron.core.datasets``;
-* :mod:`labsupport.distributed` — collectives and process groups (ch5);
+* :mod:`labsupport.distributed` — collectives and process groups (ch5), chapter 0's layout and memory arithmetic;
+* :mod:`labsupport.pages` — what a chapter page draws or prints (figures, tables, panels, the environment check);
 * :mod:`labsupport.workbook` — the workbook's machinery (notebook runner, grading, exercises).
 
 Beside them: :mod:`labsupport.models` (the tiny model of ch4), :mod:`labsupport.training` (ch6's

@@ -5,7 +5,7 @@ NeMo declares model, data and trainer in YAML and overrides keys from the comman
 what each key controls and which chapter shows it; ``parallel_layout`` derives the
 data-parallel size and refuses layouts that cannot work, naming the field. A layout that works
 but is slow — tensor parallelism wider than one node — is allowed, as in Megatron-Core;
-``labsupport.workbook.orientation.check_layout`` warns about it with the cost in seconds.
+``labsupport.distributed.gpu_grid.check_layout`` warns about it with the cost in seconds.
 """
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ def parallel_layout(cfg: DictConfig) -> ParallelLayout:
 
     Raises ConfigError naming the field when a size is not a positive integer or a rule fails.
     TP larger than ``trainer.devices`` is legal — the layout says so in ``tp_spans_nodes`` —
-    but slow; :func:`labsupport.workbook.orientation.check_layout` warns with the cost.
+    but slow; :func:`labsupport.distributed.gpu_grid.check_layout` warns with the cost.
     """
     def positive(key: str, default: int | None = None) -> int:
         value = OmegaConf.select(cfg, key, default=default)

@@ -315,7 +315,7 @@ def test_auto_engine_is_numba_and_falls_back_to_numpy(monkeypatch):
 
 
 def test_pruned_rerun_equals_the_loop():
-    from labsupport.datasets.blending_fast import _sequential_pruned
+    from labsupport.datasets.blending_numpy import _sequential_pruned
 
     rng = np.random.default_rng(8)
     for trial in range(20):
@@ -547,7 +547,9 @@ def test_report_plot_runs():
     import matplotlib
 
     matplotlib.use("Agg")
-    ax = bl.blend_report([0.2, 0.8], [10, 100], 500, names=["a", "b"]).plot_epochs()
+    from labsupport.pages.blending_plots import plot_epochs
+
+    ax = plot_epochs(bl.blend_report([0.2, 0.8], [10, 100], 500, names=["a", "b"]))
     assert len(ax.patches) == 2
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from labsupport.check import ch00 as check
 from labsupport.check._core import FAIL, NOT_ATTEMPTED
-from labsupport.workbook.orientation import training_memory_gb
+from labsupport.distributed.training_memory import training_memory_gb
 
 
 def stub(*args):

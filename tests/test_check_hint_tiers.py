@@ -12,7 +12,7 @@ from labsupport.datasets.blending import cap_weights, expected_epochs, greedy_st
 from labsupport.datasets.bpe import merge, merge_step
 from labsupport.datasets.tokenizer import compare_tokenizers, tokens_per_character
 from labsupport.distributed import collectives as C
-from labsupport.workbook.orientation import training_memory_gb
+from labsupport.distributed.training_memory import training_memory_gb
 
 from tests.test_check_ch02 import document_byte_offset, document_tokens, parse_idx
 from tests.test_check_ch04 import GOOD_Q4

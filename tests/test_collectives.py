@@ -396,7 +396,7 @@ def test_ring_figure_draws_every_send_as_an_arrow_in_legible_type():
     matplotlib.use("Agg")
     from matplotlib.patches import FancyArrowPatch
 
-    from labsupport.distributed import plots as P
+    from labsupport.pages import collectives_plots as P
 
     n = 4
     fig = P.plot_ring_steps(C.simulate_ring_allreduce([np.ones(n)] * n))
@@ -417,7 +417,7 @@ def test_sweep_plot_draws_the_spread_band():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from labsupport.distributed import plots as P
+    from labsupport.pages import collectives_plots as P
     sizes = [1024, 4096, 16384]
     fig = P.plot_allreduce_sweep(sizes, [3e-4, 3.1e-4, 3.5e-4], 2, 1.5e-4, 1e-9,
                                  spread=([2e-4, 2.5e-4, 3e-4], [5e-4, 4e-4, 9e-4]))

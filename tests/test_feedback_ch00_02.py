@@ -17,7 +17,7 @@ import pytest
 from labsupport.check import ch00, ch01, ch02
 from labsupport.datasets.bpe import merge, merge_step
 from labsupport.datasets.tokenizer import compare_tokenizers, tokens_per_character
-from labsupport.workbook.orientation import training_memory_gb
+from labsupport.distributed.training_memory import training_memory_gb
 
 from tests.test_check_ch00 import correct as dp_size
 from tests.test_check_ch00_more import exercise_5

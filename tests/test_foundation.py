@@ -12,7 +12,8 @@ import torch
 
 import labsupport
 from labsupport import config as cfglib
-from labsupport.workbook import orientation, runall
+from labsupport.distributed import gpu_grid, training_memory
+from labsupport.workbook import runall
 from labsupport.paths import REPO_ROOT, data_file, display_path, work_dir
 
 
@@ -82,10 +83,10 @@ def test_tp_across_nodes_is_legal_and_warns_with_its_cost():
     cfg = cfglib.load_config("gpt_pretrain", ["model.tensor_model_parallel_size=16"])
     layout = cfglib.parallel_layout(cfg)                  # Megatron's rule: 32 % (16 × 2) == 0
     assert (layout.data_parallel, layout.tp_nodes, layout.tp_spans_nodes) == (1, 2, True)
-    with pytest.warns(orientation.TensorParallelAcrossNodesWarning) as record:
-        assert orientation.check_layout(cfg) == layout
+    with pytest.warns(gpu_grid.TensorParallelAcrossNodesWarning) as record:
+        assert gpu_grid.check_layout(cfg) == layout
     message = str(record[0].message)
-    cost = orientation.tp_step_cost(cfg, layout)
+    cost = gpu_grid.tp_step_cost(cfg, layout)
     # NCCL's model: the ring leaves each node over its 8 NICs (400 GB/s), 14 µs per network hop
     assert cost.busbw_GBps == pytest.approx(400.0) and cost.nodes == 2
     assert cost.nvlink_s < cost.seconds < 2 * cost.nvlink_s
@@ -95,9 +96,9 @@ def test_tp_across_nodes_is_legal_and_warns_with_its_cost():
 
 
 def test_tp_inside_a_node_does_not_warn(recwarn):
-    layout = orientation.check_layout(cfglib.load_config("gpt_pretrain"))
+    layout = gpu_grid.check_layout(cfglib.load_config("gpt_pretrain"))
     assert not layout.tp_spans_nodes and layout.tp_nodes == 1
-    assert not [w for w in recwarn if issubclass(w.category, orientation.TensorParallelAcrossNodesWarning)]
+    assert not [w for w in recwarn if issubclass(w.category, gpu_grid.TensorParallelAcrossNodesWarning)]
 
 
 def test_tp_cost_uses_chapter_5s_traffic_table_and_nccls_latencies():
@@ -106,7 +107,7 @@ def test_tp_cost_uses_chapter_5s_traffic_table_and_nccls_latencies():
     from labsupport.distributed.hardware import H100_SXM_NODE
     cfg = cfglib.load_config("gpt_pretrain")
     layout = cfglib.parallel_layout(cfg)
-    cost = orientation.tp_step_cost(cfg, layout)
+    cost = gpu_grid.tp_step_cost(cfg, layout)
     h, L = cfg.model.hidden_size, cfg.model.num_layers
     rows = C.training_traffic(params=12 * L * h * h + 32000 * h, hidden=h, layers=L, seq_len=cfg.data.seq_length,
                               micro_batch=1, micro_batches=8, dp=2, tp=8, pp=2)
@@ -134,7 +135,7 @@ def test_megatron_rules_beyond_world_divisibility():
 
 
 def test_megatron_core_raises_on_the_same_rules(megatron):
-    from labsupport.workbook import megatron_rules
+    from labsupport.pages import megatron_rules
     rows = megatron_rules.broken_rules()
     assert [r[0] for r in rows] == [c[0] for c in megatron_rules.CASES]
     assert "num_attention_heads (12) must be a multiple of tensor_model_parallel_size (8)" in rows[0][2]
@@ -147,12 +148,12 @@ def test_megatron_core_raises_on_the_same_rules(megatron):
 
 def test_megatron_rank_order():
     # tp-cp-ep-dp-pp: TP fastest, then DP, then PP
-    assert orientation.megatron_coords(13, tp=8, pp=2, dp=2) == (5, 0, 1)
-    assert orientation.megatron_coords(16, tp=8, pp=2, dp=2) == (0, 1, 0)
-    coords = {orientation.megatron_coords(r, 4, 2, 3) for r in range(24)}
+    assert gpu_grid.megatron_coords(13, tp=8, pp=2, dp=2) == (5, 0, 1)
+    assert gpu_grid.megatron_coords(16, tp=8, pp=2, dp=2) == (0, 1, 0)
+    coords = {gpu_grid.megatron_coords(r, 4, 2, 3) for r in range(24)}
     assert len(coords) == 24                                  # every GPU gets its own (tp, pp, dp)
     with pytest.raises(ValueError, match="rank must be in"):
-        orientation.megatron_coords(24, 4, 2, 3)
+        gpu_grid.megatron_coords(24, 4, 2, 3)
 
 
 def test_megatron_rank_order_matches_megatron_core(megatron):
@@ -160,7 +161,7 @@ def test_megatron_rank_order_matches_megatron_core(megatron):
     gen = RankGenerator(tp=4, ep=1, dp=3, pp=2, cp=1, order="tp-cp-ep-dp-pp")
     for name, axis in (("tp", 0), ("pp", 1), ("dp", 2)):
         for group in gen.get_ranks(name):
-            others = {tuple(v for i, v in enumerate(orientation.megatron_coords(r, 4, 2, 3)) if i != axis)
+            others = {tuple(v for i, v in enumerate(gpu_grid.megatron_coords(r, 4, 2, 3)) if i != axis)
                       for r in group}
             assert len(others) == 1, (name, group)            # a group varies only its own axis
 
@@ -171,18 +172,18 @@ def test_missing_config_file():
 
 
 def test_memory_arithmetic_contradicts_seed_001_for_full_finetuning():
-    assert orientation.training_memory_gb(8e9, "bf16_weights") == pytest.approx(16.0)
-    assert orientation.training_memory_gb(8e9, "zero_adam") == pytest.approx(128.0)
-    assert orientation.training_memory_gb(8e9, "megatron_adam") == pytest.approx(144.0)
-    assert orientation.training_memory_gb(8e9, "megatron_distopt", dp=8) == pytest.approx(8 * 7.5)
-    assert orientation.training_memory_gb(8e9, "megatron_distopt", dp=1) == pytest.approx(144.0)
-    assert orientation.training_memory_gb(8e9, "lora") < 80
-    for row in orientation.K8S_GUIDE_GPU_TABLE:
-        assert orientation.training_memory_gb(row.n_params, "megatron_adam") > row.gpu_memory_gb
+    assert training_memory.training_memory_gb(8e9, "bf16_weights") == pytest.approx(16.0)
+    assert training_memory.training_memory_gb(8e9, "zero_adam") == pytest.approx(128.0)
+    assert training_memory.training_memory_gb(8e9, "megatron_adam") == pytest.approx(144.0)
+    assert training_memory.training_memory_gb(8e9, "megatron_distopt", dp=8) == pytest.approx(8 * 7.5)
+    assert training_memory.training_memory_gb(8e9, "megatron_distopt", dp=1) == pytest.approx(144.0)
+    assert training_memory.training_memory_gb(8e9, "lora") < 80
+    for row in training_memory.K8S_GUIDE_GPU_TABLE:
+        assert training_memory.training_memory_gb(row.n_params, "megatron_adam") > row.gpu_memory_gb
     with pytest.raises(ValueError):
-        orientation.training_memory_gb(8e9, "sgd")
+        training_memory.training_memory_gb(8e9, "sgd")
     with pytest.raises(ValueError, match="dp"):
-        orientation.training_memory_gb(8e9, "megatron_distopt", dp=0)
+        training_memory.training_memory_gb(8e9, "megatron_distopt", dp=0)
 
 
 @pytest.mark.slow

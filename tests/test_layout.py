@@ -14,8 +14,8 @@ PKG = REPO_ROOT / "labsupport"
 BASE = {"env", "paths", "progress", "config", "fileio", "cli"}
 ENTRY = {"preprocess", "runall", "grade", "make_exercises", "train"}
 #: layer of each part; a module may import only from parts of its own layer or below
-LAYER = {"base": 0, "datasets": 1, "models": 2, "distributed": 2, "training": 3, "check": 4, "workbook": 4,
-         "entry": 5}
+LAYER = {"base": 0, "datasets": 1, "models": 2, "distributed": 2, "training": 3, "pages": 4, "check": 4,
+         "workbook": 5, "entry": 6}
 
 
 def _module_name(path: Path) -> str:

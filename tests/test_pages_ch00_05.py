@@ -15,11 +15,12 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from labsupport.datasets import blending  # noqa: E402
-from labsupport.distributed import plots  # noqa: E402
+from labsupport.pages import collectives_plots as plots  # noqa: E402
+from labsupport.pages import figures  # noqa: E402
+from labsupport.pages.blending_plots import plot_epochs  # noqa: E402
+from labsupport.pages.optional_megatron import not_installed_note  # noqa: E402
+from labsupport.pages.tables import Table, show_table  # noqa: E402
 from labsupport.paths import REPO_ROOT  # noqa: E402
-from labsupport.workbook import figures  # noqa: E402
-from labsupport.workbook.optional_megatron import not_installed_note  # noqa: E402
-from labsupport.workbook.tables import Table, show_table  # noqa: E402
 
 CHAPTERS = sorted((REPO_ROOT / "notebooks").glob("0[0-5]_*.ipynb"))
 
@@ -119,7 +120,7 @@ def test_starvation_note_is_in_the_legend_below_the_plot():
 def test_epochs_chart_has_no_legend_over_its_value_labels(weights):
     rep = blending.blend_report(weights, [814, 235, 911], 3906, names=["web", "code", "books"], warn_epochs=4)
     fig, ax = plt.subplots(figsize=(6, 3))
-    rep.plot_epochs(ax)
+    plot_epochs(rep, ax)
     fig.canvas.draw()
     r = fig.canvas.get_renderer()
     assert ax.get_legend() is None

@@ -17,7 +17,7 @@ from labsupport.training.faults import TrainingError, check_finite
 from labsupport.training.settings import load_settings
 from labsupport.training.trace import trace_document
 from labsupport.training.trainer import train
-from labsupport.workbook.trace_panel import TracePanel, document_count, draw_trace, pick_document, trace_table
+from labsupport.pages.trace_panel import TracePanel, document_count, draw_trace, pick_document, trace_table
 
 
 @pytest.fixture(scope="module")

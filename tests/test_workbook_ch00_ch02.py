@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from labsupport.workbook import envcheck, figures, memprobe
+from labsupport.pages import envcheck, figures, memprobe
 
 
 def test_framework_status_names_each_project_of_the_qa_with_a_source():

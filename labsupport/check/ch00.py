@@ -15,7 +15,8 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from labsupport.config import ConfigError, ParallelLayout, parallel_layout
-from labsupport.workbook.orientation import megatron_coords, training_memory_gb
+from labsupport.distributed.gpu_grid import megatron_coords
+from labsupport.distributed.training_memory import training_memory_gb
 from labsupport.check._core import (chapter_summary, check, check_seed, expect, mistake,
                                     parts, RAISED, Sealed, short, try_call)
 

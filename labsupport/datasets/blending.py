@@ -28,7 +28,7 @@ Public names (the chapter's contract):
 How the indices are built at compiled speed: :mod:`labsupport.datasets.blending_numba` is the
 loop above, literally, compiled by numba (as fast as megatron-core's C++, measured in
 ``benchmarks/results/blending.json``); where numba cannot be imported,
-:mod:`labsupport.datasets.blending_fast` runs the loop in numpy, in chunks side by side from
+:mod:`labsupport.datasets.blending_numpy` runs the loop in numpy, in chunks side by side from
 guessed states, and then proves every chunk exact.  Every engine's output equals
 :func:`reference_blending_indices` for every weight vector (``tests/test_blending.py``) and
 megatron-core's (``tests/test_crosscheck_blending.py``).
@@ -256,10 +256,10 @@ _SEQUENTIAL_WORK = 20_000
 
 
 def _chunked(w: np.ndarray, size: int, **options) -> tuple[np.ndarray, np.ndarray]:
-    """The numpy engine: :mod:`labsupport.datasets.blending_fast` (imported here, as Megatron
+    """The numpy engine: :mod:`labsupport.datasets.blending_numpy` (imported here, as Megatron
     imports its compiled ``helpers``, because it uses this module's loop to re-run the steps it
     must)."""
-    from labsupport.datasets.blending_fast import chunked_blending_indices
+    from labsupport.datasets.blending_numpy import chunked_blending_indices
 
     return chunked_blending_indices(w, size, **options)
 
@@ -271,7 +271,7 @@ ENGINES = ("auto", "numba", "numpy", "python")
 def blending_engine(engine: str = "auto", work: int | None = None) -> str:
     """The engine ``engine`` resolves to: "numba" (Megatron's loop compiled,
     :mod:`labsupport.datasets.blending_numba`) where numba imports, else "numpy"
-    (:mod:`labsupport.datasets.blending_fast`); with ``work`` (steps × datasets) at most
+    (:mod:`labsupport.datasets.blending_numpy`); with ``work`` (steps × datasets) at most
     ``_SEQUENTIAL_WORK``, "auto" is the plain Python loop (nothing to compile or import)."""
     if engine not in ENGINES:
         raise BlendError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
@@ -796,31 +796,6 @@ class BlendReport:
     def to_dict(self) -> dict:
         return {"size": self.size, "warn_epochs": self.warn_epochs, "max_deviation": self.max_deviation,
                 "rows": [r.__dict__ for r in self.rows], "warnings": list(self.warnings)}
-
-    def plot_epochs(self, ax=None, title: str | None = None, ymax: float | None = None):
-        """Bar chart of epochs per dataset with the warning threshold; returns the axes.
-
-        ymax: the top of the y axis — pass the same value to panels that are compared side by
-        side (default: fits this report and its threshold)."""
-        import matplotlib.pyplot as plt
-
-        if ax is None:
-            _, ax = plt.subplots(figsize=(6.0, 3.2))
-        colors = ["tab:red" if r.warning else "tab:blue" for r in self.rows]
-        ax.bar([r.name for r in self.rows], [r.epochs for r in self.rows], color=colors)
-        ax.axhline(self.warn_epochs, color="tab:red", ls="--", lw=1)
-        # the threshold is named beside the axis, outside the bars, so it never hides a bar or its value
-        ax.annotate(f"warning\nabove {self.warn_epochs:g}", (1.0, self.warn_epochs), xycoords=ax.get_yaxis_transform(),
-                    xytext=(4, 0), textcoords="offset points", ha="left", va="center", fontsize=8, color="tab:red",
-                    annotation_clip=False)
-        top = ymax if ymax is not None else 1.18 * max([r.epochs for r in self.rows] + [self.warn_epochs])
-        for k, r in enumerate(self.rows):
-            ax.annotate(f"{r.epochs:.2f}", (k, r.epochs), xytext=(0, 2), textcoords="offset points",
-                        ha="center", va="bottom", fontsize=9)
-        ax.set_ylim(0, top)
-        ax.set_ylabel("epochs (times each document is read)", fontsize=9)
-        ax.set_title(title or f"epochs per dataset, blend of {self.size:,} samples", fontsize=10)
-        return ax
 
 
 def blend_report(weights: Sequence[float], samples_per_epoch: Sequence[int], size: int, *,

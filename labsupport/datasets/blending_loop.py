@@ -3,7 +3,7 @@
 :func:`blending_loop` is the loop of megatron-core's ``build_blending_indices`` (C++,
 ``megatron/core/datasets/helpers.cpp``) written out in Python.  Every blending engine of the
 workbook runs this one function: :func:`labsupport.datasets.blending.reference_blending_indices`
-on Python lists, the numpy engine (:mod:`labsupport.datasets.blending_fast`) on the datasets that
+on Python lists, the numpy engine (:mod:`labsupport.datasets.blending_numpy`) on the datasets that
 can still win a window of steps, and the compiled engine (:mod:`labsupport.datasets.blending_numba`)
 compiled by numba.
 

@@ -17,7 +17,7 @@ output is compared with the Python loop and with megatron-core on random weight 
 
 Where numba is not installed (it is a dependency of the workbook, so only on an unusual
 platform), :func:`numba_problem` says why and ``build_blending_indices`` uses the numpy
-engine (:mod:`labsupport.datasets.blending_fast`) instead — slower, same output.
+engine (:mod:`labsupport.datasets.blending_numpy`) instead — slower, same output.
 
     >>> di, si = numba_blending_indices(np.array([0.6, 0.25, 0.15]), 8)    # doctest: +SKIP
     >>> di.tolist(), si.tolist()                                             # doctest: +SKIP

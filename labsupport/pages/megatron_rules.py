@@ -85,5 +85,5 @@ def broken_rules() -> list[tuple[str, str, str]]:
             rows.append((rule, where, f"{type(exc).__name__}: {exc}"))
             continue
         raise RuntimeError(f"megatron-core {megatron_core_version()} accepted {kwargs} ({where}): "
-                           f"the rule '{rule}' changed; update labsupport/workbook/megatron_rules.py")
+                           f"the rule '{rule}' changed; update labsupport/pages/megatron_rules.py")
     return rows

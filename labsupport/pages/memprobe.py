@@ -12,7 +12,7 @@ pages) — and, while all of them are alive, asks each for its memory:
 * ``file_pss_mib``: the same pages divided among the processes that share them (PSS) — with W
   processes mapping a fully cached file it is about ``file size / W``.
 
-Run as ``python -m labsupport.workbook.memprobe MODE BIN WINDOW SAMPLES`` it is one such worker
+Run as ``python -m labsupport.pages.memprobe MODE BIN WINDOW SAMPLES`` it is one such worker
 (it prints ``ready``, then one JSON line when it reads ``m`` on stdin, then exits on ``x``).
 """
 from __future__ import annotations
@@ -71,7 +71,7 @@ def loader_memory(bin_path, mode: str, workers: int, *, window: int = 1025, samp
     ``window``: tokens per random read; ``samples``: reads per process before measuring (enough to
     touch every page of a small file). Raises RuntimeError with the worker's stderr if one fails.
     """
-    cmd = [sys.executable, "-m", "labsupport.workbook.memprobe", mode, str(bin_path), str(window), str(samples)]
+    cmd = [sys.executable, "-m", "labsupport.pages.memprobe", mode, str(bin_path), str(window), str(samples)]
     procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(workers)]
     try:

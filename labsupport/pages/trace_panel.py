@@ -3,7 +3,7 @@ the interactive panel (domain, document) with its static fallback.
 
 * :func:`pick_document` — a document of one domain read in the run's first step that shares
   its packed sample with another document, so the figure shows its own mask block;
-* :func:`trace_table` — :meth:`DocumentTrace.rows` as an HTML :class:`~labsupport.workbook.tables.Table`;
+* :func:`trace_table` — :meth:`DocumentTrace.rows` as an HTML :class:`~labsupport.pages.tables.Table`;
 * :func:`draw_trace` — the sample's attention mask with the document's block outlined, and the
   per-token loss with only the document's tokens coloured;
 * :class:`TracePanel` — a domain dropdown and a document box whose upper limit follows the
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from labsupport.training.trace import DocumentTrace, documents_in_sample, trace_document
-from labsupport.workbook.tables import Table
+from labsupport.pages.tables import Table
 
 __all__ = ["document_count", "pick_document", "trace_table", "draw_trace", "TracePanel"]
 
