@@ -216,18 +216,9 @@ def _q1_mistake(greedy_step: Callable, w: list[float], counts: list[int], step: 
     rule.fail(**_q1_facts(state, int(got)))
 
 
-@check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the formula
-    "the blend gives the next sample to the dataset furthest behind its share so far; reread chapter 3's 'The "
-    "greedy rule, by hand' for how Megatron's helpers.cpp measures 'behind' and how it breaks ties",
-    "'behind' is an error: the samples dataset d should have had by now (its weight times the step, never less "
-    "than 1) minus those it had. The largest error wins; an exact tie goes to the lowest index; and the order of "
-    "the float operations matters, because real blend states contain errors equal up to rounding.",
-    "x = max(step, 1); error_d = weights[d] * x - counts[d]; return the d with the largest error, and on an exact "
-    "tie the lowest index (scan from d = 0, replace only when strictly greater). Compute the error exactly that "
-    "way: w*x first, then subtract the count."))
-def q1(greedy_step) -> str:
-    rng = random.Random(check_seed())
-    cases = 0
+def _q1_states(rng: random.Random) -> Iterator[tuple[list[float], list[int], int]]:
+    """q1's 300 random blend states: 60 with exact ties built on purpose, 5 first samples (step 0), then
+    states the blend really reaches and any states, by turns."""
     for k in range(300):
         n = rng.choice([2, 2, 3, 3, 4, 5, 8])
         if k < 60:                                              # exact ties, built on purpose
@@ -247,10 +238,25 @@ def q1(greedy_step) -> str:
             step = rng.randint(0, 60)
             di, _ = reference_blending_indices(w, step)
             counts = [int((di == d).sum()) for d in range(n)]
-        else:                                                   # any state
+        else:                                               # any state
             w = _weights(rng, n)
             step = rng.randint(0, 10_000)
             counts = [rng.randint(0, max(1, step)) for _ in range(n)]
+        yield w, counts, step
+
+
+@check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the formula
+    "the blend gives the next sample to the dataset furthest behind its share so far; reread chapter 3's 'The "
+    "greedy rule, by hand' for how Megatron's helpers.cpp measures 'behind' and how it breaks ties",
+    "'behind' is an error: the samples dataset d should have had by now (its weight times the step, never less "
+    "than 1) minus those it had. The largest error wins; an exact tie goes to the lowest index; and the order of "
+    "the float operations matters, because real blend states contain errors equal up to rounding.",
+    "x = max(step, 1); error_d = weights[d] * x - counts[d]; return the d with the largest error, and on an exact "
+    "tie the lowest index (scan from d = 0, replace only when strictly greater). Compute the error exactly that "
+    "way: w*x first, then subtract the count."))
+def q1(greedy_step) -> str:
+    states, order_cases = list(_q1_states(random.Random(check_seed()))), _order_sensitive_states()
+    for w, counts, step in states + order_cases:
         want = _greedy_step(w, counts, step)
         args = (list(w), list(counts), step)
         got = greedy_step(*args)
@@ -262,20 +268,8 @@ def q1(greedy_step) -> str:
             _q1_mistake(greedy_step, w, counts, step, int(got))
             expect(False, f"{call} returned {short(got)}, expected {want}: the errors weights[d] × "
                    f"{max(step, 1)} − counts[d] are {short(_errors(w, counts, step), 400)}")
-        cases += 1
-    order_cases = _order_sensitive_states()
-    for w, counts, step in order_cases:
-        want = _greedy_step(w, counts, step)
-        got = greedy_step(list(w), list(counts), step)
-        expect(isinstance(got, numbers.Integral) and not isinstance(got, bool),
-               f"greedy_step({short(w, 400)}, {short(counts, 200)}, {step}) returned {short(got)}; expected a "
-               "dataset index (int)")
-        if int(got) != want:
-            _q1_mistake(greedy_step, w, counts, step, int(got))
-            expect(False, f"greedy_step({short(w, 400)}, {short(counts, 200)}, {step}) returned {short(got)}, "
-                   f"expected {want}: the errors weights[d] × {max(step, 1)} − counts[d] are "
-                   f"{short(_errors(w, counts, step), 400)}")
-    return f"{cases} random states, 60 of them with exact ties, and {len(order_cases)} states where the order of the float operations decides"
+    return (f"{len(states)} random states, 60 of them with exact ties, and {len(order_cases)} states where the order "
+            "of the float operations decides")
 
 
 def _order_sensitive_states(limit: int = 12) -> list[tuple[list[float], list[int], int]]:
@@ -293,7 +287,6 @@ def _order_sensitive_states(limit: int = 12) -> list[tuple[list[float], list[int
                 found.append((list(w), list(counts), step))
             counts[d] += 1
     return sorted(found, key=lambda state: state[2])
-
 
 
 # --- q2: epochs per dataset ---------------------------------------------------------------------
@@ -371,8 +364,6 @@ def q2(epochs) -> str:
     return f"{cases} random blends"
 
 
-
-
 # --- q3: weights under an epoch cap -------------------------------------------------------------
 def _close_list(got: Any, values: list[float]) -> bool:
     """Is ``got`` a list of numbers equal to ``values`` up to 1e-9?"""
@@ -402,23 +393,18 @@ def _cap_one_round(weights, sizes, total, max_epochs):
     return [c if o else (x * room / free if free else 0.0) for x, c, o in zip(w, cap, over)]
 
 
-def _uncapped_ratio(got: list[float], args: tuple) -> tuple[int, int] | None:
-    """Two datasets below their caps whose weights no longer stand in their original ratio, or None."""
-    weights, sizes, total, max_epochs = args
-    caps = _caps(*args)
-    free = [d for d, (g, c) in enumerate(zip(got, caps)) if weights[d] > 0 and float(g) < c * (1 - 1e-9)]
-    for a, b in itertools.combinations(free, 2):
-        if not math.isclose(float(got[a]) * weights[b], float(got[b]) * weights[a], rel_tol=1e-9):
-            return a, b
-    return None
-
-
-def _ratio_lost(args: tuple, got: Any) -> bool:
-    """Do the weights sum to 1, yet two datasets not capped no longer keep their ratio?"""
+def _uncapped_ratio(got: Any, args: tuple) -> tuple[int, int] | None:
+    """Two datasets below their caps whose weights no longer stand in their original ratio, though the weights
+    sum to 1; or None."""
+    weights, caps = args[0], _caps(*args)
     try:
-        return abs(sum(float(g) for g in got) - 1) <= 1e-9 and _uncapped_ratio(got, args) is not None
+        if abs(sum(float(g) for g in got) - 1) > 1e-9:
+            return None
+        free = [d for d, (g, c) in enumerate(zip(got, caps)) if weights[d] > 0 and float(g) < c * (1 - 1e-9)]
+        return next(((a, b) for a, b in itertools.combinations(free, 2)
+                     if not math.isclose(float(got[a]) * weights[b], float(got[b]) * weights[a], rel_tol=1e-9)), None)
     except (TypeError, ValueError, IndexError):
-        return False
+        return None
 
 
 _Q3_CASCADE = ([0.5, 0.3, 0.2], [20, 35, 100], 100, 1)
@@ -477,8 +463,9 @@ def _q3_mistake(cap_weights: Callable, got: Any, args: tuple) -> None:
 
 def _q3_ratio_mistake(cap_weights: Callable, got: Any, args: tuple) -> None:
     """Named when the weights fit the caps and sum to 1 but the datasets not capped lost their proportions."""
-    if _ratio_lost(args, got):
-        found = first_showing(lambda c: cap_weights(*copy.deepcopy(c)), [_Q3_RATIO_CASE], _ratio_lost, True)
+    if _uncapped_ratio(got, args):
+        found = first_showing(lambda c: cap_weights(*copy.deepcopy(c)), [_Q3_RATIO_CASE],
+                              lambda c, g: _uncapped_ratio(g, c) is not None, True)
         _Q3.fail("ratio_not_kept", **_q3_facts(*(found or (args, got))))
 
 
@@ -547,8 +534,6 @@ def q3(cap_weights) -> str:
     return f"{good} random blends and {bad} impossible caps"
 
 
-
-
 # --- q4: book exercise 2 ------------------------------------------------------------------------
 _Q4_BOOK = (10**11, 2 * 10**9, 0.5)     # the book's example: 2 B code tokens at 0.5 of a 100 B-token run
 _Q4 = Rules(
@@ -564,10 +549,6 @@ _Q4 = Rules(
          ask="How many of the run's tokens come from the code set at weight code_weight?",
          fix="Multiply total_tokens by code_weight before dividing by code_tokens."),
     formula="epochs = code_weight × total_tokens / code_tokens")
-
-
-def _q4_right(total: float, code: float, weight: float) -> float:
-    return weight * total / code
 
 
 def _same_number(a: Any, b: float) -> bool:
@@ -601,22 +582,20 @@ def q4(exercise_2) -> tuple[str, dict[str, str]]:
         expect(isinstance(answer, dict), f"exercise_2(...) must return a dict, got {type(answer).__name__}")
         for key in ("a", "b_code_epochs", "b", "c", "a_why", "b_why", "c_why"):
             expect(key in answer, f"missing key {key!r}")
-        for key, options in (("a", EXERCISE_2_EFFECTS), ("b", EXERCISE_2_RISKS), ("c", EXERCISE_2_STEPS)):
-            value = answer[key]
-            expect(isinstance(value, (list, tuple, set)) and all(isinstance(v, str) for v in value),
-                   f"{key} must be a list of option keys, got {short(value)}")
-            unknown = sorted(set(value) - set(options))
-            expect(not unknown, f"{key}: unknown option(s) {unknown}; choose from {sorted(options)}")
-        want = weight * total / code
-        got = answer["b_code_epochs"]
+        want, got = weight * total / code, answer["b_code_epochs"]
         problems: list[str] = []                # every failing part, named at once
-        for key, right in (("a", _EFFECTS), ("b", _RISKS), ("c", _STEPS)):
-            chosen = set(answer[key])
-            wrong = sorted(c for c in chosen if c not in right)
+        for key, options, right in (("a", EXERCISE_2_EFFECTS, _EFFECTS), ("b", EXERCISE_2_RISKS, _RISKS),
+                                    ("c", EXERCISE_2_STEPS, _STEPS)):
+            chosen = answer[key]
+            expect(isinstance(chosen, (list, tuple, set)) and all(isinstance(v, str) for v in chosen),
+                   f"{key} must be a list of option keys, got {short(chosen)}")
+            unknown = sorted(set(chosen) - set(options))
+            expect(not unknown, f"{key}: unknown option(s) {unknown}; choose from {sorted(options)}")
+            wrong = sorted(c for c in set(chosen) if c not in right)
             if wrong:
                 problems.append(f"{key}: {wrong} is not right")
-            elif len(chosen) != len(right):
-                problems.append(f"{key}: {len(right) - len(chosen)} correct option(s) missing")
+            elif len(set(chosen)) != len(right):
+                problems.append(f"{key}: {len(right) - len(set(chosen))} correct option(s) missing")
         for key in ("a_why", "b_why", "c_why"):
             text = answer[key]
             if not (isinstance(text, str) and len(text.split()) >= 10):
@@ -625,8 +604,8 @@ def q4(exercise_2) -> tuple[str, dict[str, str]]:
         ok = isinstance(got, (int, float)) and not isinstance(got, bool) and math.isclose(got, want, rel_tol=1e-9)
         if not ok:                              # a named wrong epoch count, shown on the book's example
             also = f" | also: {' | '.join(problems)}" if problems else ""
-            _name(lambda *a: exercise_2(*a)["b_code_epochs"], _Q4.values(), (total, code, weight), got, _q4_right,
-                  _same_number, lambda rule: [_Q4_BOOK], lambda case, g: {**_q4_facts(case, g), "also": also})
+            _name(lambda *a: exercise_2(*a)["b_code_epochs"], _Q4.values(), (total, code, weight), got,
+                  lambda t, c, w: w * t / c, _same_number, lambda rule: [_Q4_BOOK], lambda case, g: {**_q4_facts(case, g), "also": also})
         with parts() as part:
             part(ok, f"exercise_2({short(total)}, {short(code)}, {short(weight)}): b_code_epochs = {short(got)}, "
                  f"expected {short(want)}")
@@ -643,8 +622,6 @@ MODEL_ANSWER_Q4 = (
     "times — many epochs of the same files, which the model memorises instead of generalising from. (c) Deduplicate "
     "and filter first, budget the epochs per domain (cap the weight), evaluate each domain on held-out data, run "
     "small ablations of the ratios, and check the blend the sampler actually realised.")
-
-
 
 
 # --- q5: resuming a blend -----------------------------------------------------------------------
