@@ -293,7 +293,7 @@ def q2(first_fit_decreasing) -> str:
         bins = _as_bins(first_fit_decreasing(list(lengths), pack_size), len(lengths), call)
         over = [b for b in bins if sum(lengths[i] for i in b) > pack_size]
         expect(not over, f"{call}: a pack holds {sum(lengths[i] for i in over[0]) if over else 0} > {pack_size} tokens")
-        want = _pack_lengths(_ffd(lengths, pack_size), lengths)
+        want = _pack_lengths_of(_ffd(lengths, pack_size).tolist(), lengths)
         got = [[lengths[i] for i in b] for b in bins]
         if got != want:
             _q2_mistake(first_fit_decreasing, bins, lengths, pack_size)
@@ -303,11 +303,6 @@ def q2(first_fit_decreasing) -> str:
             expect(False, f"{call}: pack lengths {short(got, 80)}, expected {short(want, 80)}" + (f"; {why}" if why else ""))
         cases += 1
     return f"{cases} random cases, same packs as NeMo's first_fit_decreasing"
-
-
-def _pack_lengths(bins, lengths: list[int]) -> list[list[int]]:
-    """A packing (lists of indices into ``lengths``) as the lengths it holds, pack by pack."""
-    return [[lengths[i] for i in b] for b in bins.tolist()]
 
 
 # --- q3: position ids and the block mask -----------------------------------------------------------
@@ -513,15 +508,14 @@ _Q4 = Rules(   # named by what the numbers are (see _Q4_SHOWS), so no wrong impl
          ask="Packed over padded, or padded over packed: which row holds more real tokens, and which goes on top?",
          fix="Gain = real tokens per packed row / real tokens per padded row."),
     formula=_Q4_FORMULA)
-#: (rule, the answer's field it is about, does (share, per_pack, gain) show it?), tried in this order
+#: (rule, the answer's field it is about, does (share s, examples per pack p, gain g) show it?), in this order
 _Q4_SHOWS = (
-    ("real_share", "a_padding_share", lambda share, per_pack, gain: abs(share - _EXAMPLE / _ROW) <= 1e-3),
-    ("share_percentage", "a_padding_share", lambda share, per_pack, gain: abs(share - 100 * (1 - _EXAMPLE / _ROW)) <= 0.1),
-    ("examples_over_row", "b_examples_per_pack", lambda share, per_pack, gain: per_pack != _PER_PACK and
-     per_pack * _EXAMPLE > _ROW),
-    ("gain_over_row", "b_speedup", lambda share, per_pack, gain: gain != _GAIN and gain * _EXAMPLE > _ROW * (1 + 1e-12)),
-    ("gain_counts_slots", "b_speedup", lambda share, per_pack, gain: abs(gain - _ROW / _EXAMPLE) <= 1e-3),
-    ("gain_upside_down", "b_speedup", lambda share, per_pack, gain: 0 < gain < 1),
+    ("real_share", "a_padding_share", lambda s, p, g: abs(s - _EXAMPLE / _ROW) <= 1e-3),
+    ("share_percentage", "a_padding_share", lambda s, p, g: abs(s - 100 * (1 - _EXAMPLE / _ROW)) <= 0.1),
+    ("examples_over_row", "b_examples_per_pack", lambda s, p, g: p != _PER_PACK and p * _EXAMPLE > _ROW),
+    ("gain_over_row", "b_speedup", lambda s, p, g: g != _GAIN and g * _EXAMPLE > _ROW * (1 + 1e-12)),
+    ("gain_counts_slots", "b_speedup", lambda s, p, g: abs(g - _ROW / _EXAMPLE) <= 1e-3),
+    ("gain_upside_down", "b_speedup", lambda s, p, g: 0 < g < 1),
 )
 
 
