@@ -159,8 +159,9 @@ PLANTED = {
         ("q3", "inverted"): (lambda t, e: (_positions_and_mask()(t, e)[0], ~_positions_and_mask()(t, e)[1]),
                              "the exact opposite"),
         ("q3", "causal_only"): (_positions_and_mask(mask="causal"), "lets query 1 see key 0"),
-        ("q3", "eod_cut_off"): (lambda t, e: (_positions_and_mask()(t, e)[0],
-                                              _positions_and_mask(eod_starts=True)(t, e)[1]), "hides key 0 from query 1"),
+        ("q3", "eod_cut_off"): (
+            lambda t, e: (_positions_and_mask()(t, e)[0], _positions_and_mask(eod_starts=True)(t, e)[1]),
+            "hides key 0 from query 1"),
         ("q4", "real_share"): (_q4(a_padding_share=300 / 4096), "that is 300 / 4096"),
         ("q4", "share_percentage"): (_q4(a_padding_share=100 * (1 - 300 / 4096)), "a share above 1"),
         ("q4", "examples_over_row"): (_q4(b_examples_per_pack=14), "14 × 300 = 4200 tokens"),

@@ -605,7 +605,8 @@ def q4(exercise_2) -> tuple[str, dict[str, str]]:
         if not ok:                              # a named wrong epoch count, shown on the book's example
             also = f" | also: {' | '.join(problems)}" if problems else ""
             _name(lambda *a: exercise_2(*a)["b_code_epochs"], _Q4.values(), (total, code, weight), got,
-                  lambda t, c, w: w * t / c, _same_number, lambda rule: [_Q4_BOOK], lambda case, g: {**_q4_facts(case, g), "also": also})
+                  lambda t, c, w: w * t / c, _same_number, lambda rule: [_Q4_BOOK],
+                  lambda case, g: {**_q4_facts(case, g), "also": also})
         with parts() as part:
             part(ok, f"exercise_2({short(total)}, {short(code)}, {short(weight)}): b_code_epochs = {short(got)}, "
                  f"expected {short(want)}")

@@ -6,7 +6,6 @@ The mistakes a check recognises by name are the rows of :data:`RULES`, one table
 :mod:`labsupport.check.rules`), each shown on the smallest input where the learner's function makes it."""
 from __future__ import annotations
 
-import copy
 import itertools
 from typing import Any, Callable, Iterable, Iterator
 
