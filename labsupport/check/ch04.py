@@ -479,14 +479,13 @@ _Q4_FORMULA = ("examples per pack = ⌊4096 / 300⌋ = 13; gain = real tokens pe
 
 _SHARE_FORMULA = "padding share = 1 − 300 / 4096 (a fraction of the slots)"
 _Q4 = Rules(   # named by what the numbers are (see _Q4_SHOWS), so no wrong implementations
-    Rule("real_share",
-         symptom="(a) a_padding_share = {share}: that is 300 / 4096, the share of a row the example's own tokens "
-                 "fill{also}",
-         ask="Which slots does the question count: the ones holding tokens, or the empty ones?",
-         fix="Padding is the rest of the row: 1 − 300 / 4096.", formula=_SHARE_FORMULA),
-    Rule("share_percentage", symptom="(a) a_padding_share = {share_n}, a share above 1{also}",
-         ask="Can a share of the slots be larger than 1 — in which unit is your number?",
-         fix="Give a fraction between 0 and 1, not a percentage.", formula=_SHARE_FORMULA),
+    _Q1["real_share"].but(   # q1's mistakes again, on exercise 3's numbers: the same question to ask
+        wrong=None, symptom="(a) a_padding_share = {share}: that is 300 / 4096, the share of a row the example's own "
+                            "tokens fill{also}",
+        fix="Padding is the rest of the row: 1 − 300 / 4096.", formula=_SHARE_FORMULA),
+    _Q1["percentage"].but(name="share_percentage", wrong=None,
+                          symptom="(a) a_padding_share = {share_n}, a share above 1{also}",
+                          fix="Give a fraction between 0 and 1, not a percentage.", formula=_SHARE_FORMULA),
     Rule("examples_over_row",
          symptom="(b) b_examples_per_pack = {per_pack}: {per_pack} × 300 = {pack_tokens} tokens, more than the 4096 "
                  "slots of one pack{also}",
