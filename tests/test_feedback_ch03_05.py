@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from labsupport.check import _core, ch03, ch04, ch05
+from labsupport.check.rules import Rules
 from labsupport.datasets.bin_packing import first_fit_decreasing as _ffd
 from labsupport.datasets.blending import cap_weights, expected_epochs, greedy_step
 from labsupport.distributed import collectives as C
@@ -123,48 +124,62 @@ _PASS = {   # a correct answer for every check
     ch05.q3: lambda: dict(GOOD_Q3), ch05.q4: _global_mean_std, ch05.q5: _comm,
 }
 
+#: Chapters 3 and 4: the wrong answer planted for each rule of the module's RULES table, by (question,
+#: rule name), with a phrase its symptom must show (in numbers, on the smallest input).
+PLANTED = {
+    ch03: {
+        ("q1", "tie_to_last"): (_greedy(_MEGATRON, keep_tie=True), "tie exactly at the largest error"),
+        ("q1", "float_order"): (_greedy(lambda w, c, x: w - c / x), "a difference of rounding"),
+        ("q1", "step_zero"): (_greedy(_MEGATRON, x_of=lambda step: step), "at step 0 nothing has been taken yet"),
+        ("q1", "furthest_ahead"): (_greedy(_MEGATRON, smallest=True), "is the SMALLEST"),
+        ("q2", "not_normalised"): (_epochs_raw, "tokens read from the datasets, in a run of 8 tokens"),
+        ("q2", "upside_down"): (lambda w, n, t: [1 / e for e in expected_epochs(w, n, t)], "the run takes [4.0, 4.0]"),
+        ("q2", "tokens_not_epochs"): (lambda w, n, t: [x / sum(w) * t for x in w], "numbers of tokens the run takes"),
+        ("q3", "weight_lost"): (ch03._cap_once_no_share, "the weights add up to 0.75, not 1"),
+        ("q3", "one_round"): (ch03._cap_one_round, "dataset 1 gets 0.48, above its cap 0.35"),
+        ("q3", "ratio_not_kept"): (_cap_equal_share, "had weights 0.3 : 0.1 and now 0.375 : 0.375"),
+        ("q3", "no_value_error"): (_no_value_error, "cap_weights([1, 1], [1, 1], 4, 1) returned [0.5, 0.5]"),
+        ("q4", "epochs_upside_down"): (_exercise_2_epochs(lambda t, c, w: c / (w * t)), "b_code_epochs = 0.04"),
+        ("q4", "epochs_without_weight"): (_exercise_2_epochs(lambda t, c, w: t / c), "b_code_epochs = 50.0"),
+        ("q5", "restart_at_zero"): (_resume(from_zero=True), "those of a blend at sample 0"),
+        ("q5", "counts_frozen"): (_resume(update=False), "if the counts stayed at"),
+    },
+    ch04: {
+        ("q1", "real_share"): (lambda lengths, s: sum(lengths) / (len(lengths) * s),
+                               "padding_share([1], 4) returned 0.25"),
+        ("q1", "percentage"): (lambda lengths, s: 100 * (1 - sum(lengths) / (len(lengths) * s)), "returned 75.0"),
+        ("q1", "rows_of_longest"): (lambda lengths, s: 1 - sum(lengths) / (len(lengths) * max(lengths)),
+                                    "padding_share([1, 3], 4)"),
+        ("q2", "input_order"): (_fit(lambda lengths: lambda i: i), "first_fit_decreasing([1, 2], 2)"),
+        ("q2", "shortest_first"): (_fit(lambda lengths: lambda i: (lengths[i], i)), "the SHORTEST"),
+        ("q2", "best_fit"): (_fit(lambda lengths: lambda i: (-lengths[i], i), True),
+                             "first_fit_decreasing([5, 3, 3, 1], 7)"),
+        ("q3", "restart_at_eod"): (_positions_and_mask(eod_starts=True, mask=None), "position_ids [0, 0, 1]"),
+        ("q3", "no_restart"): (lambda t, e: (np.arange(len(t)), None), "keep counting across the EOD"),
+        ("q3", "inverted"): (lambda t, e: (_positions_and_mask()(t, e)[0], ~_positions_and_mask()(t, e)[1]),
+                             "the exact opposite"),
+        ("q3", "causal_only"): (_positions_and_mask(mask="causal"), "lets query 1 see key 0"),
+        ("q3", "eod_cut_off"): (
+            lambda t, e: (_positions_and_mask()(t, e)[0], _positions_and_mask(eod_starts=True)(t, e)[1]),
+            "hides key 0 from query 1"),
+        ("q4", "real_share"): (_q4(a_padding_share=300 / 4096), "that is 300 / 4096"),
+        ("q4", "share_percentage"): (_q4(a_padding_share=100 * (1 - 300 / 4096)), "a share above 1"),
+        ("q4", "examples_over_row"): (_q4(b_examples_per_pack=14), "14 × 300 = 4200 tokens"),
+        ("q4", "gain_over_row"): (_q4(b_speedup=14), "14 × 300 = 4200 real tokens"),
+        ("q4", "gain_counts_slots"): (_q4(b_speedup=4096 / 300), "= 4096 / 300"),
+        ("q4", "gain_upside_down"): (_q4(b_speedup=300 / 4096), "FEWER real tokens"),
+        ("q5", "stride_s_plus_1"): (_sample_documents(stride_extra=1), "sample_documents([8], [0], 2, 1)"),
+        ("q5", "s_tokens"): (lambda *a: _walk(*a, n_tokens=a[2]), "the S = 2 inputs only"),
+        ("q5", "stop_inclusive"): (lambda *a: _walk(*a, inclusive=True), "one token short"),
+        ("q5", "ignores_doc_idx"): (lambda *a: _walk(*a, order=True), "sample_documents([2, 3], [1, 0], 2, 0)"),
+    },
+}
+#: every (module, question, rule name) of the chapters' rule tables
+RULE_ROWS = [(module, q, name) for module in PLANTED for q, table in module.RULES.items() for name in table]
+
 #: (check, wrong answer, the mistake it names, a phrase of the symptom)
 MISTAKES = [
-    (ch03.q1, _greedy(_MEGATRON, keep_tie=True), "tie_to_last", "tie exactly at the largest error"),
-    (ch03.q1, _greedy(lambda w, c, x: w - c / x), "float_order", "a difference of rounding"),
-    (ch03.q1, _greedy(_MEGATRON, x_of=lambda step: step), "step_zero", "at step 0 nothing has been taken yet"),
-    (ch03.q1, _greedy(_MEGATRON, smallest=True), "furthest_ahead", "is the SMALLEST"),
-    (ch03.q2, _epochs_raw, "not_normalised", "tokens read from the datasets, in a run of 8 tokens"),
-    (ch03.q2, lambda w, n, t: [1 / e for e in expected_epochs(w, n, t)], "upside_down", "the run takes [4.0, 4.0]"),
-    (ch03.q2, lambda w, n, t: [x / sum(w) * t for x in w], "tokens_not_epochs", "numbers of tokens the run takes"),
-    (ch03.q3, ch03._cap_once_no_share, "weight_lost", "the weights add up to 0.75, not 1"),
-    (ch03.q3, ch03._cap_one_round, "one_round", "dataset 1 gets 0.48, above its cap 0.35"),
-    (ch03.q3, _cap_equal_share, "ratio_not_kept", "had weights 0.3 : 0.1 and now 0.375 : 0.375"),
-    (ch03.q3, _no_value_error, "no_value_error", "cap_weights([1, 1], [1, 1], 4, 1) returned [0.5, 0.5]"),
-    (ch03.q4, _exercise_2_epochs(lambda t, c, w: c / (w * t)), "epochs_upside_down", "b_code_epochs = 0.04"),
-    (ch03.q4, _exercise_2_epochs(lambda t, c, w: t / c), "epochs_without_weight", "b_code_epochs = 50.0"),
-    (ch03.q5, _resume(from_zero=True), "restart_at_zero", "those of a blend at sample 0"),
-    (ch03.q5, _resume(update=False), "counts_frozen", "if the counts stayed at"),
-    (ch04.q1, lambda lengths, s: sum(lengths) / (len(lengths) * s), "real_share", "padding_share([1], 4) returned 0.25"),
-    (ch04.q1, lambda lengths, s: 100 * (1 - sum(lengths) / (len(lengths) * s)), "percentage", "returned 75.0"),
-    (ch04.q1, lambda lengths, s: 1 - sum(lengths) / (len(lengths) * max(lengths)), "rows_of_longest",
-     "padding_share([1, 3], 4)"),
-    (ch04.q2, _fit(lambda lengths: lambda i: i), "input_order", "first_fit_decreasing([1, 2], 2)"),
-    (ch04.q2, _fit(lambda lengths: lambda i: (lengths[i], i)), "shortest_first", "the SHORTEST"),
-    (ch04.q2, _fit(lambda lengths: lambda i: (-lengths[i], i), True), "best_fit", "first_fit_decreasing([5, 3, 3, 1], 7)"),
-    (ch04.q3, _positions_and_mask(eod_starts=True, mask=None), "restart_at_eod", "position_ids [0, 0, 1]"),
-    (ch04.q3, lambda t, e: (np.arange(len(t)), None), "no_restart", "keep counting across the EOD"),
-    (ch04.q3, lambda t, e: (_positions_and_mask()(t, e)[0], ~_positions_and_mask()(t, e)[1]), "inverted",
-     "the exact opposite"),
-    (ch04.q3, _positions_and_mask(mask="causal"), "causal_only", "lets query 1 see key 0"),
-    (ch04.q3, lambda t, e: (_positions_and_mask()(t, e)[0], _positions_and_mask(eod_starts=True)(t, e)[1]),
-     "eod_cut_off", "hides key 0 from query 1"),
-    (ch04.q4, _q4(a_padding_share=300 / 4096), "real_share", "that is 300 / 4096"),
-    (ch04.q4, _q4(a_padding_share=100 * (1 - 300 / 4096)), "share_percentage", "a share above 1"),
-    (ch04.q4, _q4(b_examples_per_pack=14), "examples_over_row", "14 × 300 = 4200 tokens"),
-    (ch04.q4, _q4(b_speedup=14), "gain_over_row", "14 × 300 = 4200 real tokens"),
-    (ch04.q4, _q4(b_speedup=14.5), "gain_over_row", "14.5 × 300 = 4350 real tokens"),
-    (ch04.q4, _q4(b_speedup=4096 / 300), "gain_counts_slots", "= 4096 / 300"),
-    (ch04.q4, _q4(b_speedup=300 / 4096), "gain_upside_down", "FEWER real tokens"),
-    (ch04.q5, _sample_documents(stride_extra=1), "stride_s_plus_1", "sample_documents([8], [0], 2, 1)"),
-    (ch04.q5, lambda *a: _walk(*a, n_tokens=a[2]), "s_tokens", "the S = 2 inputs only"),
-    (ch04.q5, lambda *a: _walk(*a, inclusive=True), "stop_inclusive", "one token short"),
-    (ch04.q5, lambda *a: _walk(*a, order=True), "ignores_doc_idx", "sample_documents([2, 3], [1, 0], 2, 0)"),
+    (ch04.q4, _q4(b_speedup=14.5), "gain_over_row", "14.5 × 300 = 4350 real tokens"),   # a second answer for one rule
 ]
 
 
@@ -172,9 +187,7 @@ def _plain_text(text: str) -> bool:
     return not any(bad in text for bad in ("np.", "array(", "tensor(", "dtype="))
 
 
-@pytest.mark.parametrize("check, wrong, name, phrase", MISTAKES,
-                         ids=[f"{c.chapter}-{c.question}-{n}" for c, _, n, _ in MISTAKES])
-def test_a_named_mistake_teaches_in_tiers(check, wrong, name, phrase, capsys):
+def _teaches_in_tiers(check, wrong, name, phrase, capsys):
     first, second, third = check(wrong), check(wrong), check(wrong)
     for n, result in enumerate((first, second, third), start=1):
         assert (result.status, result.mistake, result.tier) == ("failed", name, n), result.message
@@ -188,35 +201,37 @@ def test_a_named_mistake_teaches_in_tiers(check, wrong, name, phrase, capsys):
     out = capsys.readouterr().out
     assert f"hint: {ask}" in out and f"hint: {fix}" in out and f"hint: {formula}" in out
     assert check(_PASS[check]).passed                                         # and a right answer passes
+    return ask, fix, formula
+
+
+@pytest.mark.parametrize("check, wrong, name, phrase", MISTAKES,
+                         ids=[f"{c.chapter}-{c.question}-{n}" for c, _, n, _ in MISTAKES])
+def test_a_named_mistake_teaches_in_tiers(check, wrong, name, phrase, capsys):
+    _teaches_in_tiers(check, wrong, name, phrase, capsys)
+
+
+@pytest.mark.parametrize("module, question, name", RULE_ROWS, ids=[f"{m.CHAPTER}-{q}-{n}" for m, q, n in RULE_ROWS])
+def test_every_rule_of_chapters_3_and_4_teaches_in_tiers(module, question, name, capsys):
+    """The planted wrong answer of each rule: tier 1 = its symptom + ask, a repeat = its fix, a third = its
+    formula — the texts of the rule's row (those that need no facts of the case are shown word for word)."""
+    wrong, phrase = PLANTED[module][(question, name)]
+    rule = module.RULES[question][name]
+    shown = _teaches_in_tiers(getattr(module, question), wrong, name, phrase, capsys)
+    for text, tier in zip((rule.ask, rule.fix, rule.formula), shown):
+        assert text and (tier == text if "{" not in text else tier.startswith(text.split("{")[0])), (text, tier)
+
+
+def test_every_rule_of_chapters_3_and_4_has_a_planted_answer_and_no_more():
+    rows = {(m, q, n) for m, q, n in RULE_ROWS}
+    planted = {(m, q, n) for m, answers in PLANTED.items() for q, n in answers}
+    assert rows == planted, (rows ^ planted)
+    assert len(rows) >= 36 and all(isinstance(m.RULES[q], Rules) for m, q, _ in rows)
 
 
 @pytest.mark.parametrize("check", list(_PASS), ids=lambda c: f"{c.chapter}-{c.question}")
 def test_a_correct_answer_passes_with_no_mistake(check, capsys):
     result = check(_PASS[check])
     assert result.passed and not result.mistake and result.tier == 0, result.message
-
-
-def test_every_named_mistake_of_chapters_3_to_5_has_a_case():
-    """The mistakes the modules name (their mistake("…") calls) are all exercised above (chapter 5's rule
-    tables: test_every_rule_of_ch05_has_a_planted_answer)."""
-    import inspect
-    import re
-
-    named = set()
-    for module in (ch03, ch04):
-        source = inspect.getsource(module)
-        named |= set(re.findall(r'mistake\("([a-z_0-9]+)"', source))
-        named |= set(re.findall(r'^\s+"([a-z_0-9]+)": \(', source, re.M))           # ch04/ch05 tables of names
-        named |= set(re.findall(r'return \("([a-z_0-9]+)", ', source))              # ch04 q4's tuples
-    named |= {n for module in (ch03, ch04) for table in ("_Q1_RULES", "_Q5_RULES", "_Q1_MODELS", "_Q2_RULES")
-              for n in getattr(module, table, {})}
-    named |= set(ch03._epochs_rules())
-    named |= {"float_order", "weight_lost", "one_round", "epochs_upside_down", "epochs_without_weight",
-              "ratio_not_kept"}
-    tested = {n for _, _, n, _ in MISTAKES}
-    missing = {n for n in named if n not in tested and n not in {"units_GB", "units_GB_inverse"}}
-    assert len(named - {"units_GB", "units_GB_inverse"}) >= 35, sorted(named)
-    assert not missing, missing
 
 
 # --- ex04 q4 (b): 13 whole examples, gain 13 ----------------------------------------------------

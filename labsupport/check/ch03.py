@@ -5,6 +5,8 @@ a blend from its per-dataset counts (a transfer exercise).
 Every check draws fresh random inputs and compares the learner's function with the
 ``labsupport.datasets.blending`` reference: :func:`~labsupport.datasets.blending.greedy_step`,
 :func:`~labsupport.datasets.blending.expected_epochs` and :func:`~labsupport.datasets.blending.cap_weights`.
+The mistakes a check recognises by name are the rows of :data:`RULES`, one table per question (see
+:mod:`labsupport.check.rules`), each shown on the smallest input where the learner's function makes it.
 """
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ from labsupport.datasets.blending import cap_weights as _cap_weights
 from labsupport.datasets.blending import expected_epochs as _expected_epochs
 from labsupport.datasets.blending import greedy_step as _greedy_step
 from labsupport.datasets.blending import reference_blending_indices
-from labsupport.check._core import chapter_summary, check, check_seed, expect, mistake, parts, Sealed, short
+from labsupport.check._core import chapter_summary, check, check_seed, expect, parts, Sealed, short
+from labsupport.check.rules import Rule, Rules, first_showing, smallest
 
 CHAPTER = "ch03"
 
@@ -95,43 +98,25 @@ def _weights(rng: random.Random, n: int) -> list[float]:
     return [r / sum(raw) for r in raw]
 
 
-def _smallest(learner: Callable, cases: Iterable[tuple], right: Callable, wrong: Callable,
-              same: Callable[[Any, Any], bool], tries: int = 6, confirm: int = 0) -> tuple[tuple, Any] | None:
-    """The first of ``cases`` (smallest first) where ``wrong`` and ``right`` differ and the learner's
-    function gives ``wrong``'s answer: the smallest input that shows a named mistake (at most
-    ``tries`` calls of the learner's function).  With ``confirm``, the learner must also give
-    ``wrong``'s answer on that many further such cases (else None: it follows another rule)."""
-    found = None
-    for args in cases:
-        if tries <= 0:
-            break
-        bad = wrong(*args)
-        if same(bad, right(*args)):
-            continue
-        tries -= 1
-        try:
-            got = learner(*copy.deepcopy(args))
-        except Exception:  # noqa: BLE001 - the learner's code on an input the check chose
-            continue
-        if not same(got, bad):
-            if found is not None:
-                return None                   # it does not follow that rule after all
-            continue
-        if found is None:
-            found = args, got
-        if confirm <= 0:
-            return found
-        confirm -= 1
-    return None if confirm > 0 else found
-
-
 def _words(items: Sequence[int]) -> str:
     """[0, 2, 3] → '0, 2 and 3'."""
     items = [str(i) for i in items]
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-# ---------------------------------------------------------------------------------------------
+def _name(learner: Callable, rules: Iterable[Rule], case: tuple, got: Any, right: Callable,
+          same: Callable[[Any, Any], bool], cases: Callable[[Rule], Iterable[tuple]],
+          facts: Callable[[tuple, Any], dict]) -> None:
+    """Fail with the first of ``rules`` whose wrong implementation gives the learner's ``got`` on the
+    failing ``case``, shown on the smallest of ``cases(rule)`` where the learner follows it too
+    (:func:`~labsupport.check.rules.smallest`), else on ``case`` itself."""
+    for rule in rules:
+        if same(got, rule.wrong(*case)) and not same(got, right(*case)):
+            found = smallest(learner, cases(rule), right, rule.wrong, same)
+            rule.fail(**facts(*(found or (case, got))))
+
+
+# --- q1: one step of the greedy rule ------------------------------------------------------------
 def _errors(w: Sequence[float], counts: Sequence[int], step: int) -> list[float]:
     x = float(max(step, 1))
     return [wd * x - c for wd, c in zip(w, counts)]
@@ -141,12 +126,41 @@ def _argmax_first(values: Sequence[float]) -> int:
     return max(range(len(values)), key=lambda d: (values[d], -d))
 
 
-#: q1's recognised wrong rules: a name and the dataset that rule picks (shown on small states).
-_Q1_RULES: dict[str, Callable[[list[float], list[int], int], int]] = {
-    "tie_to_last": lambda w, c, s: max(range(len(w)), key=lambda d: (_errors(w, c, s)[d], d)),
-    "step_zero": lambda w, c, s: _argmax_first([wd * s - cd for wd, cd in zip(w, c)]),
-    "furthest_ahead": lambda w, c, s: min(range(len(w)), key=lambda d: (_errors(w, c, s)[d], d)),
-}
+_Q1 = Rules(
+    Rule("tie_to_last", wrong=lambda w, c, s: max(range(len(w)), key=lambda d: (_errors(w, c, s)[d], d)),
+         symptom="{call}: {errors}, so datasets {tied} tie exactly at the largest error {top}, and yours gave the "
+                 "sample to dataset {got}",
+         ask="When two datasets are exactly equally far behind, which one does Megatron's rule pick, and which one "
+             "does your comparison keep?",
+         fix="On an exact tie the LOWEST index wins: scan d = 0, 1, … and replace the best only when an error is "
+             "strictly greater (>, not >=).",
+         formula="winner = the smallest d with error_d = max_j error_j, error_d = weights[d] × max(step, 1) − "
+                 "counts[d]"),
+    Rule("float_order",   # named by what the pick is (equal errors up to rounding), not by a wrong rule
+         symptom="{call}, expected {want}, in a state the blend really reaches. Computed as weights[d] * x - "
+                 "counts[d] (x = {x}) the errors are {errs}: dataset {want}'s is the largest, dataset {got}'s "
+                 "smaller by {gap}, a difference of rounding (weights[d] - counts[d] / x gives {alt}, another order)",
+         ask="Your rule is right on paper, yet picks another dataset here: in which order does your code multiply, "
+             "divide and subtract to get each error?",
+         fix="Compute each error literally as weights[d] * x - counts[d]: multiply first, then subtract, with no "
+             "division (w − c/x and w·(x − c/w) round differently).",
+         formula="x = float(max(step, 1)); error_d = weights[d] * x - counts[d]; the largest wins, the lowest index "
+                 "on an exact tie"),
+    Rule("step_zero", wrong=lambda w, c, s: _argmax_first([wd * s - cd for wd, cd in zip(w, c)]), confirm=2,
+         symptom="{call}: at step 0 nothing has been taken yet and {errors}, so dataset {want} (the largest weight) "
+                 "should supply the first sample; yours picked {got}, what x = 0 gives (every error 0, a tie)",
+         ask="What is x at step 0 — and what do all the errors become if x is 0?",
+         fix="Use x = max(step, 1): Megatron treats step 0 like step 1, so the weights decide the first sample.",
+         formula="x = max(step, 1); error_d = weights[d] × x − counts[d]"),
+    Rule("furthest_ahead", wrong=lambda w, c, s: min(range(len(w)), key=lambda d: (_errors(w, c, s)[d], d)),
+         confirm=2,
+         symptom="{call}: {errors}; yours picked dataset {got}, whose error {got_error} is the SMALLEST — the "
+                 "dataset that has had the most samples for its share",
+         ask="Which dataset should supply the next sample: the one furthest behind its share, or the one furthest "
+             "ahead?",
+         fix="Pick the largest error weights[d] × x − counts[d] (the dataset that is most behind).",
+         formula="winner = argmax_d (weights[d] × max(step, 1) − counts[d]), lowest index on a tie"),
+)
 
 
 def _q1_small_states() -> Iterator[tuple[list[float], list[int], int]]:
@@ -166,11 +180,22 @@ def _q1_name(w: list[float], counts: list[int], step: int, got: int) -> str:
         return "tie_to_last"
     if math.isclose(errs[got], errs[want], rel_tol=1e-12, abs_tol=1e-9):
         return "float_order"                  # equal up to rounding: right on paper, computed another way
-    if step == 0 and got == _Q1_RULES["step_zero"](w, counts, step):
+    if step == 0 and got == _Q1["step_zero"].wrong(w, counts, step):
         return "step_zero"
-    if got == _Q1_RULES["furthest_ahead"](w, counts, step):
+    if got == _Q1["furthest_ahead"].wrong(w, counts, step):
         return "furthest_ahead"
     return ""
+
+
+def _q1_facts(state: tuple, got: int) -> dict[str, Any]:
+    w, counts, step = state
+    errs, want, x = _errors(w, counts, step), _greedy_step(w, counts, step), max(step, 1)
+    mine = errs[got] if 0 <= got < len(errs) else math.nan
+    return {"call": f"greedy_step({short(w, 400)}, {short(counts, 200)}, {step}) returned {short(got)}",
+            "errors": f"the errors weights[d] × {x} − counts[d] are {short(errs, 400)}", "x": x, "want": want,
+            "got": short(got), "errs": short(errs, 400), "top": short(max(errs)), "got_error": short(mine),
+            "tied": _words([d for d, e in enumerate(errs) if e == max(errs)]), "gap": f"{abs(errs[want] - mine):.3g}",
+            "alt": short([wd - c / float(x) for wd, c in zip(w, counts)], 400)}
 
 
 def _q1_mistake(greedy_step: Callable, w: list[float], counts: list[int], step: int, got: int) -> None:
@@ -178,72 +203,22 @@ def _q1_mistake(greedy_step: Callable, w: list[float], counts: list[int], step: 
     name = _q1_name(w, counts, step, got)
     if not name:
         return
-    if name == "float_order":
-        found = None                          # the earliest order-sensitive state it gets wrong
-        for state in _order_sensitive_states():
-            pick = greedy_step(*copy.deepcopy(state))
-            if int(pick) != _greedy_step(*state):
-                found = state, int(pick)
-                break
+    rule = _Q1[name]
+    if rule.wrong is None:                    # float_order: the earliest order-sensitive state it gets wrong
+        found = first_showing(lambda s: int(greedy_step(*copy.deepcopy(s))), _order_sensitive_states(),
+                              lambda s, pick: pick != _greedy_step(*s), True)
     else:
-        found = _smallest(greedy_step, _q1_small_states(), _greedy_step, _Q1_RULES[name], lambda a, b: int(a) == int(b),
-                          tries=8, confirm=0 if name == "tie_to_last" else 2)
-        if found is None and name != "tie_to_last":
+        found = smallest(greedy_step, _q1_small_states(), _greedy_step, rule.wrong, lambda a, b: int(a) == int(b),
+                         tries=8, confirm=rule.confirm)
+        if found is None and rule.confirm:
             return                            # the failing case only looked like that rule
-    if found is not None:
-        (w, counts, step), got = found
-    want, errs, x = _greedy_step(w, counts, step), _errors(w, counts, step), max(step, 1)
-    call = f"greedy_step({short(w, 400)}, {short(counts, 200)}, {step}) returned {short(got)}"
-    errors = f"the errors weights[d] × {x} − counts[d] are {short(errs, 400)}"
-    if name == "tie_to_last":
-        tied = [d for d, e in enumerate(errs) if e == max(errs)]
-        mistake(name, symptom=f"{call}: {errors}, so datasets {_words(tied)} tie exactly at the largest error "
-                f"{short(max(errs))}, and yours gave the sample to dataset {short(got)}",
-                ask="When two datasets are exactly equally far behind, which one does Megatron's rule pick, "
-                    "and which one does your comparison keep?",
-                fix="On an exact tie the LOWEST index wins: scan d = 0, 1, … and replace the best only when an "
-                    "error is strictly greater (>, not >=).",
-                formula="winner = the smallest d with error_d = max_j error_j, error_d = weights[d] × max(step, 1) "
-                        "− counts[d]")
-    if name == "furthest_ahead":
-        mistake(name, symptom=f"{call}: {errors}; yours picked dataset {short(got)}, whose error "
-                f"{short(errs[int(got)])} is the SMALLEST — the dataset that has had the most samples for its "
-                "share", ask="Which dataset should supply the next sample: the one furthest behind its share, "
-                             "or the one furthest ahead?",
-                fix="Pick the largest error weights[d] × x − counts[d] (the dataset that is most behind).",
-                formula="winner = argmax_d (weights[d] × max(step, 1) − counts[d]), lowest index on a tie")
-    if name == "step_zero":
-        mistake(name, symptom=f"{call}: at step 0 nothing has been taken yet and {errors}, so dataset {want} "
-                f"(the largest weight) should supply the first sample; yours picked {short(got)}, what x = 0 "
-                "gives (every error 0, a tie)",
-                ask="What is x at step 0 — and what do all the errors become if x is 0?",
-                fix="Use x = max(step, 1): Megatron treats step 0 like step 1, so the weights decide the first "
-                    "sample.", formula="x = max(step, 1); error_d = weights[d] × x − counts[d]")
-    alt = [wd - c / float(x) for wd, c in zip(w, counts)]
-    mistake(name, symptom=f"{call}, expected {want}, in a state the blend really reaches. Computed as "
-            f"weights[d] * x - counts[d] (x = {x}) the errors are {short(errs, 400)}: dataset {want}'s is the "
-            f"largest, dataset {short(got)}'s smaller by {abs(errs[want] - errs[int(got)]):.3g}, a difference "
-            f"of rounding (weights[d] - counts[d] / x gives {short(alt, 400)}, another order)",
-            ask="Your rule is right on paper, yet picks another dataset here: in which order does your code "
-                "multiply, divide and subtract to get each error?",
-            fix="Compute each error literally as weights[d] * x - counts[d]: multiply first, then subtract, "
-                "with no division (w − c/x and w·(x − c/w) round differently).",
-            formula="x = float(max(step, 1)); error_d = weights[d] * x - counts[d]; the largest wins, the lowest "
-                    "index on an exact tie")
+    state, got = found or ((w, counts, step), got)
+    rule.fail(**_q1_facts(state, int(got)))
 
 
-@check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the formula
-    "the blend gives the next sample to the dataset furthest behind its share so far; reread chapter 3's 'The "
-    "greedy rule, by hand' for how Megatron's helpers.cpp measures 'behind' and how it breaks ties",
-    "'behind' is an error: the samples dataset d should have had by now (its weight times the step, never less "
-    "than 1) minus those it had. The largest error wins; an exact tie goes to the lowest index; and the order of "
-    "the float operations matters, because real blend states contain errors equal up to rounding.",
-    "x = max(step, 1); error_d = weights[d] * x - counts[d]; return the d with the largest error, and on an exact "
-    "tie the lowest index (scan from d = 0, replace only when strictly greater). Compute the error exactly that "
-    "way: w*x first, then subtract the count."))
-def q1(greedy_step) -> str:
-    rng = random.Random(check_seed())
-    cases = 0
+def _q1_states(rng: random.Random) -> Iterator[tuple[list[float], list[int], int]]:
+    """q1's 300 random blend states: 60 with exact ties built on purpose, 5 first samples (step 0), then
+    states the blend really reaches and any states, by turns."""
     for k in range(300):
         n = rng.choice([2, 2, 3, 3, 4, 5, 8])
         if k < 60:                                              # exact ties, built on purpose
@@ -263,10 +238,25 @@ def q1(greedy_step) -> str:
             step = rng.randint(0, 60)
             di, _ = reference_blending_indices(w, step)
             counts = [int((di == d).sum()) for d in range(n)]
-        else:                                                   # any state
+        else:                                               # any state
             w = _weights(rng, n)
             step = rng.randint(0, 10_000)
             counts = [rng.randint(0, max(1, step)) for _ in range(n)]
+        yield w, counts, step
+
+
+@check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the formula
+    "the blend gives the next sample to the dataset furthest behind its share so far; reread chapter 3's 'The "
+    "greedy rule, by hand' for how Megatron's helpers.cpp measures 'behind' and how it breaks ties",
+    "'behind' is an error: the samples dataset d should have had by now (its weight times the step, never less "
+    "than 1) minus those it had. The largest error wins; an exact tie goes to the lowest index; and the order of "
+    "the float operations matters, because real blend states contain errors equal up to rounding.",
+    "x = max(step, 1); error_d = weights[d] * x - counts[d]; return the d with the largest error, and on an exact "
+    "tie the lowest index (scan from d = 0, replace only when strictly greater). Compute the error exactly that "
+    "way: w*x first, then subtract the count."))
+def q1(greedy_step) -> str:
+    states, order_cases = list(_q1_states(random.Random(check_seed()))), _order_sensitive_states()
+    for w, counts, step in states + order_cases:
         want = _greedy_step(w, counts, step)
         args = (list(w), list(counts), step)
         got = greedy_step(*args)
@@ -278,20 +268,8 @@ def q1(greedy_step) -> str:
             _q1_mistake(greedy_step, w, counts, step, int(got))
             expect(False, f"{call} returned {short(got)}, expected {want}: the errors weights[d] × "
                    f"{max(step, 1)} − counts[d] are {short(_errors(w, counts, step), 400)}")
-        cases += 1
-    order_cases = _order_sensitive_states()
-    for w, counts, step in order_cases:
-        want = _greedy_step(w, counts, step)
-        got = greedy_step(list(w), list(counts), step)
-        expect(isinstance(got, numbers.Integral) and not isinstance(got, bool),
-               f"greedy_step({short(w, 400)}, {short(counts, 200)}, {step}) returned {short(got)}; expected a "
-               "dataset index (int)")
-        if int(got) != want:
-            _q1_mistake(greedy_step, w, counts, step, int(got))
-            expect(False, f"greedy_step({short(w, 400)}, {short(counts, 200)}, {step}) returned {short(got)}, "
-                   f"expected {want}: the errors weights[d] × {max(step, 1)} − counts[d] are "
-                   f"{short(_errors(w, counts, step), 400)}")
-    return f"{cases} random states, 60 of them with exact ties, and {len(order_cases)} states where the order of the float operations decides"
+    return (f"{len(states)} random states, 60 of them with exact ties, and {len(order_cases)} states where the order "
+            "of the float operations decides")
 
 
 def _order_sensitive_states(limit: int = 12) -> list[tuple[list[float], list[int], int]]:
@@ -311,16 +289,7 @@ def _order_sensitive_states(limit: int = 12) -> list[tuple[list[float], list[int
     return sorted(found, key=lambda state: state[2])
 
 
-# ---------------------------------------------------------------------------------------------
-def _epochs_rules() -> dict[str, Callable[[list[float], list[float], float], list[float]]]:
-    """q2's recognised wrong answers: each a name and the epochs it gives."""
-    return {
-        "not_normalised": lambda w, n, t: [wd * t / s for wd, s in zip(w, n)],
-        "upside_down": lambda w, n, t: [s / (wd / sum(w) * t) for wd, s in zip(w, n)],
-        "tokens_not_epochs": lambda w, n, t: [wd / sum(w) * t for wd in w],
-    }
-
-
+# --- q2: epochs per dataset ---------------------------------------------------------------------
 def _close(a: Any, b: Any, rel: float = 1e-9) -> bool:
     """Are ``a`` and ``b`` equal numbers, or lists of numbers equal element by element, up to ``rel``?"""
     try:
@@ -333,38 +302,33 @@ def _close(a: Any, b: Any, rel: float = 1e-9) -> bool:
 
 
 _Q2_SMALL = [([1, 1], [2, 2], 8), ([1, 1], [1, 1], 1), ([1, 3], [1, 3], 8), ([1, 1], [2, 4], 8)]
+_Q2 = Rules(
+    Rule("not_normalised", wrong=lambda w, n, t: [wd * t / s for wd, s in zip(w, n)],
+         symptom="{call}: together {read} tokens read from the datasets, in a run of {total} tokens (expected {want})",
+         ask="With weights {weights}, which share of the run does each dataset get — and do your shares add up to "
+             "the whole run?",
+         fix="Normalise the weights first: dataset d's share of the run is w_d / sum(weights)."),
+    Rule("upside_down", wrong=lambda w, n, t: [s / (wd / sum(w) * t) for wd, s in zip(w, n)],
+         symptom="{call}: the run takes {taken} tokens from datasets of {sizes} tokens (expected {want})",
+         ask="One epoch is one pass over a dataset's own tokens: which number goes on top — the tokens the run "
+             "takes from it, or the tokens it has?",
+         fix="Divide the tokens dataset d supplies (its share × total_tokens) by its own size dataset_tokens[d], "
+             "not the other way round."),
+    Rule("tokens_not_epochs", wrong=lambda w, n, t: [wd / sum(w) * t for wd in w],
+         symptom="{call}: those are the numbers of tokens the run takes from each dataset; the datasets have "
+                 "{sizes} tokens (expected {want})",
+         ask="An epoch is one pass over the dataset: how many passes over its own tokens is the number of tokens "
+             "the run takes from it?",
+         fix="Divide the tokens each dataset supplies by its size dataset_tokens[d]."),
+    formula="epochs_d = (w_d / Σ_j w_j) × total_tokens / dataset_tokens[d]")
 
 
-def _q2_mistake(epochs: Callable, got: list[float], weights: list[float], sizes: list[int], total: float) -> None:
-    for name, rule in _epochs_rules().items():
-        if not _close(got, rule(weights, sizes, total)) or _close(got, _expected_epochs(weights, sizes, total)):
-            continue
-        found = _smallest(epochs, _Q2_SMALL, _expected_epochs, rule, _close)
-        if found is not None:
-            (weights, sizes, total), got = found
-        want = _expected_epochs(weights, sizes, total)
-        call = f"epochs({short(weights, 200)}, {short(sizes, 200)}, {short(total)}) returned {short(got, 200)}"
-        formula = "epochs_d = (w_d / Σ_j w_j) × total_tokens / dataset_tokens[d]"
-        if name == "not_normalised":
-            mistake(name, symptom=f"{call}: together {short(sum(float(g) * s for g, s in zip(got, sizes)))} "
-                    f"tokens read from the datasets, in a run of {short(total)} tokens (expected {short(want, 200)})",
-                    ask=f"With weights {short(weights)}, which share of the run does each dataset get — and do "
-                        "your shares add up to the whole run?",
-                    fix="Normalise the weights first: dataset d's share of the run is w_d / sum(weights).",
-                    formula=formula)
-        if name == "upside_down":
-            taken = [wd / sum(weights) * total for wd in weights]
-            mistake(name, symptom=f"{call}: the run takes {short(taken)} tokens from datasets of {short(sizes)} "
-                    f"tokens (expected {short(want, 200)})",
-                    ask="One epoch is one pass over a dataset's own tokens: which number goes on top — the tokens "
-                        "the run takes from it, or the tokens it has?",
-                    fix="Divide the tokens dataset d supplies (its share × total_tokens) by its own size "
-                        "dataset_tokens[d], not the other way round.", formula=formula)
-        mistake(name, symptom=f"{call}: those are the numbers of tokens the run takes from each dataset; the "
-                f"datasets have {short(sizes)} tokens (expected {short(want, 200)})",
-                ask="An epoch is one pass over the dataset: how many passes over its own tokens is the number "
-                    "of tokens the run takes from it?",
-                fix="Divide the tokens each dataset supplies by its size dataset_tokens[d].", formula=formula)
+def _q2_facts(case: tuple, got: Any) -> dict[str, Any]:
+    weights, sizes, total = case
+    return {"call": f"epochs({short(weights, 200)}, {short(sizes, 200)}, {short(total)}) returned {short(got, 200)}",
+            "read": short(sum(float(g) * s for g, s in zip(got, sizes))), "total": short(total),
+            "weights": short(weights), "sizes": short(sizes), "want": short(_expected_epochs(*case), 200),
+            "taken": short([wd / sum(weights) * total for wd in weights])}
 
 
 @check(CHAPTER, "q2", hint=(
@@ -393,13 +357,14 @@ def q2(epochs) -> str:
         got = [float(v) for v in got]
         for d, (g, wv) in enumerate(zip(got, want)):
             if not math.isclose(g, wv, rel_tol=1e-9):
-                _q2_mistake(epochs, got, weights, sizes, total)
+                _name(epochs, _Q2.values(), (weights, sizes, total), got, _expected_epochs, _close,
+                      lambda rule: _Q2_SMALL, _q2_facts)
                 expect(False, f"{call}[{d}] = {short(g)}, expected {short(wv)}")
         cases += 1
     return f"{cases} random blends"
 
 
-# ---------------------------------------------------------------------------------------------
+# --- q3: weights under an epoch cap -------------------------------------------------------------
 def _close_list(got: Any, values: list[float]) -> bool:
     """Is ``got`` a list of numbers equal to ``values`` up to 1e-9?"""
     try:
@@ -428,77 +393,80 @@ def _cap_one_round(weights, sizes, total, max_epochs):
     return [c if o else (x * room / free if free else 0.0) for x, c, o in zip(w, cap, over)]
 
 
+def _uncapped_ratio(got: Any, args: tuple) -> tuple[int, int] | None:
+    """Two datasets below their caps whose weights no longer stand in their original ratio, though the weights
+    sum to 1; or None."""
+    weights, caps = args[0], _caps(*args)
+    try:
+        if abs(sum(float(g) for g in got) - 1) > 1e-9:
+            return None
+        free = [d for d, (g, c) in enumerate(zip(got, caps)) if weights[d] > 0 and float(g) < c * (1 - 1e-9)]
+        return next(((a, b) for a, b in itertools.combinations(free, 2)
+                     if not math.isclose(float(got[a]) * weights[b], float(got[b]) * weights[a], rel_tol=1e-9)), None)
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
 _Q3_CASCADE = ([0.5, 0.3, 0.2], [20, 35, 100], 100, 1)
 _Q3_SMALL = {"weight_lost": [([0.5, 0.5], [1, 10], 4, 1), _Q3_CASCADE], "one_round": [_Q3_CASCADE]}
-_Q3_FORMULA = ("cap_d = max_epochs × dataset_tokens[d] / total_tokens; normalise; repeat {every uncapped d with "
-               "w_d > cap_d gets cap_d for good; the others share 1 − Σ caps set in proportion to their original "
-               "weights} until none is over; ValueError when Σ_{d: w_d > 0} cap_d < 1")
-
-
-def _q3_mistake(cap_weights: Callable, got: list[float], args: tuple) -> None:
-    for name, rule in (("weight_lost", _cap_once_no_share), ("one_round", _cap_one_round)):
-        if not _close_list(got, rule(*args)) or _close_list(got, _cap_weights(*args)):
-            continue
-        found = _smallest(cap_weights, _Q3_SMALL[name], _cap_weights, rule, _close_list)
-        if found is not None:
-            args, got = found
-        weights, sizes, total, max_epochs = args
-        caps, want = _caps(*args), _cap_weights(*args)
-        call = (f"cap_weights({short(weights)}, {short(sizes)}, {short(total)}, {short(max_epochs)}) returned "
-                f"{short([float(g) for g in got], 200)}")
-        if name == "weight_lost":
-            mistake(name, symptom=f"{call}: the weights add up to {short(round(sum(float(g) for g in got), 12))}, "
-                    f"not 1 (the caps are {short(caps)}; expected {short(want, 200)})",
-                    ask="Your weights no longer fill the run: where did the weight go that the capped dataset "
-                        "gave up?",
-                    fix="Share 1 − (the caps set) among the datasets not capped, in proportion to their original "
-                        "weights — and check again, since that can push another one over its cap.",
-                    formula=_Q3_FORMULA)
-        over = [d for d, (g, c) in enumerate(zip(got, caps)) if float(g) > c * (1 + 1e-9)]
-        d = over[0] if over else 0
-        mistake(name, symptom=f"{call}: dataset {d} gets {short(float(got[d]))}, above its cap {short(caps[d])} — "
-                f"it is read {short(round(float(got[d]) * total / sizes[d], 6))} times with max_epochs "
-                f"{short(max_epochs)} (expected {short(want, 200)})",
-                ask="After you shared out the weight the first capped dataset gave up, is every dataset still "
-                    "under its cap?",
-                fix="Repeat: cap every dataset the sharing pushed over its cap (it keeps its cap for good) and share "
-                    "the rest again among the others, until none is over.", formula=_Q3_FORMULA)
-
-
 _Q3_RATIO_CASE = ([0.6, 0.3, 0.1], [1, 100, 100], 4, 1)     # caps [0.25, 25, 25]: 1 and 2 share 0.75 as 3 : 1
+_Q3_NO_BLEND = ([1, 1], [1, 1], 4, 1)                       # two 1-token datasets, a 4-token run
+_Q3 = Rules(
+    Rule("weight_lost", wrong=_cap_once_no_share,
+         symptom="{call}: the weights add up to {sum}, not 1 (the caps are {caps}; expected {want})",
+         ask="Your weights no longer fill the run: where did the weight go that the capped dataset gave up?",
+         fix="Share 1 − (the caps set) among the datasets not capped, in proportion to their original weights — "
+             "and check again, since that can push another one over its cap."),
+    Rule("one_round", wrong=_cap_one_round,
+         symptom="{call}: dataset {d} gets {got_d}, above its cap {cap_d} — it is read {read} times with max_epochs "
+                 "{max_epochs} (expected {want})",
+         ask="After you shared out the weight the first capped dataset gave up, is every dataset still under its "
+             "cap?",
+         fix="Repeat: cap every dataset the sharing pushed over its cap (it keeps its cap for good) and share the "
+             "rest again among the others, until none is over."),
+    Rule("ratio_not_kept",    # named by what the weights are (they sum to 1, fit the caps, lost the ratio)
+         symptom="{call}: datasets {a} and {b}, both under their caps, had weights {wa} : {wb} and now {ga} : {gb} "
+                 "(expected {want})",
+         ask="The weight the capped datasets gave up went to datasets {a} and {b}: does your result keep the ratio "
+             "they had?",
+         fix="Share 1 − (the caps set) among the datasets not capped in proportion to their ORIGINAL weights: "
+             "dataset d gets w_d × room / (sum of their original weights)."),
+    Rule("no_value_error",    # named when the reference raises and the learner's function returns
+         symptom="{args} returned {got}; the caps add up to {caps} < 1, so even every dataset at its cap fills only "
+                 "that share of the run",
+         ask="Can these datasets, each read at most max_epochs times, supply the whole run? What should the function "
+             "do when they cannot?",
+         fix="Raise ValueError when the caps of the datasets with weight > 0 add up to less than 1.",
+         formula="Σ_{{d: w_d > 0}} max_epochs × dataset_tokens[d] / total_tokens < 1  ⇒  raise ValueError"),
+    formula="cap_d = max_epochs × dataset_tokens[d] / total_tokens; normalise; repeat {{every uncapped d with w_d > "
+            "cap_d gets cap_d for good; the others share 1 − Σ caps set in proportion to their original weights}} "
+            "until none is over; ValueError when Σ_{{d: w_d > 0}} cap_d < 1")
 
 
-def _uncapped_ratio(got: list[float], args: tuple) -> tuple[int, int] | None:
-    """Two datasets below their caps whose weights no longer stand in their original ratio, or None."""
+def _q3_facts(args: tuple, got: Any) -> dict[str, Any]:
     weights, sizes, total, max_epochs = args
-    caps = _caps(*args)
-    free = [d for d, (g, c) in enumerate(zip(got, caps)) if weights[d] > 0 and float(g) < c * (1 - 1e-9)]
-    for a, b in itertools.combinations(free, 2):
-        if not math.isclose(float(got[a]) * weights[b], float(got[b]) * weights[a], rel_tol=1e-9):
-            return a, b
-    return None
+    got, caps = [float(g) for g in got], _caps(*args)
+    d = next((d for d, (g, c) in enumerate(zip(got, caps)) if g > c * (1 + 1e-9)), 0)
+    a, b = _uncapped_ratio(got, args) or (0, 0)
+    return {"call": f"cap_weights({short(weights)}, {short(sizes)}, {short(total)}, {short(max_epochs)}) returned "
+                    f"{short(got, 200)}", "sum": short(round(sum(got), 12)), "caps": short(caps),
+            "want": short(_cap_weights(*args), 200), "d": d, "got_d": short(got[d]), "cap_d": short(caps[d]),
+            "read": short(round(got[d] * total / sizes[d], 6)), "max_epochs": short(max_epochs), "a": a, "b": b,
+            "wa": short(weights[a]), "wb": short(weights[b]), "ga": short(got[a]), "gb": short(got[b])}
 
 
-def _q3_ratio_mistake(cap_weights: Callable, got: list[float], args: tuple) -> None:
+def _q3_mistake(cap_weights: Callable, got: Any, args: tuple) -> None:
+    """Name a wrong blend that a rule's wrong implementation gives, on the smallest case that shows it."""
+    _name(cap_weights, [_Q3["weight_lost"], _Q3["one_round"]], args, got, _cap_weights, _close_list,
+          lambda rule: _Q3_SMALL[rule.name], _q3_facts)
+
+
+def _q3_ratio_mistake(cap_weights: Callable, got: Any, args: tuple) -> None:
     """Named when the weights fit the caps and sum to 1 but the datasets not capped lost their proportions."""
-    if abs(sum(float(g) for g in got) - 1) > 1e-9 or _uncapped_ratio(got, args) is None:
-        return
-    try:
-        small = cap_weights(*copy.deepcopy(_Q3_RATIO_CASE))
-        if abs(sum(float(g) for g in small) - 1) <= 1e-9 and _uncapped_ratio(small, _Q3_RATIO_CASE) is not None:
-            got, args = small, _Q3_RATIO_CASE
-    except Exception:  # noqa: BLE001 - keep the check's own case
-        pass
-    a, b = _uncapped_ratio(got, args)
-    weights = args[0]
-    mistake("ratio_not_kept", symptom=f"cap_weights({short(args[0])}, {short(args[1])}, {short(args[2])}, "
-            f"{short(args[3])}) returned {short([float(g) for g in got], 200)}: datasets {a} and {b}, both under "
-            f"their caps, had weights {short(weights[a])} : {short(weights[b])} and now "
-            f"{short(float(got[a]))} : {short(float(got[b]))} (expected {short(_cap_weights(*args), 200)})",
-            ask=f"The weight the capped datasets gave up went to datasets {a} and {b}: does your result keep the "
-                "ratio they had?",
-            fix="Share 1 − (the caps set) among the datasets not capped in proportion to their ORIGINAL weights: "
-                "dataset d gets w_d × room / (sum of their original weights).", formula=_Q3_FORMULA)
+    if _uncapped_ratio(got, args):
+        found = first_showing(lambda c: cap_weights(*copy.deepcopy(c)), [_Q3_RATIO_CASE],
+                              lambda c, g: _uncapped_ratio(g, c) is not None, True)
+        _Q3.fail("ratio_not_kept", **_q3_facts(*(found or (args, got))))
 
 
 @check(CHAPTER, "q3", hint=(
@@ -544,19 +512,10 @@ def q3(cap_weights) -> str:
             except ValueError:
                 bad += 1
                 continue
-            try:                                 # the smallest case: two 1-token datasets, a 4-token run
-                small = ([1, 1], [1, 1], 4, 1)
-                got, args = cap_weights(*copy.deepcopy(small)), small
-                call = "cap_weights([1, 1], [1, 1], 4, 1)"
-            except Exception:  # noqa: BLE001 - it raises there: keep the check's own case
-                pass
-            caps = sum(_caps(*args))
-            mistake("no_value_error", symptom=f"{call} returned {short(got, 200)}; the caps add up to "
-                    f"{short(round(caps, 6))} < 1, so even every dataset at its cap fills only that share of the "
-                    "run", ask="Can these datasets, each read at most max_epochs times, supply the whole run? What "
-                               "should the function do when they cannot?",
-                    fix="Raise ValueError when the caps of the datasets with weight > 0 add up to less than 1.",
-                    formula="Σ_{d: w_d > 0} max_epochs × dataset_tokens[d] / total_tokens < 1  ⇒  raise ValueError")
+            found = first_showing(lambda c: cap_weights(*copy.deepcopy(c)), [_Q3_NO_BLEND], lambda c, g: True, True)
+            args, got = found or (args, got)       # the smallest case, unless the learner's code raises there
+            _Q3.fail("no_value_error", args=f"cap_weights({short(args[0], 200)}, {short(args[1], 200)}, {args[2]}, "
+                     f"{short(args[3])})", got=short(got, 200), caps=short(round(sum(_caps(*args)), 6)))
         got = cap_weights(*copy.deepcopy(args))
         expect(hasattr(got, "__len__") and len(got) == n, f"{call} returned {short(got)}; expected {n} weights")
         got = [float(g) for g in got]
@@ -575,38 +534,31 @@ def q3(cap_weights) -> str:
     return f"{good} random blends and {bad} impossible caps"
 
 
-# ---------------------------------------------------------------------------------------------
+# --- q4: book exercise 2 ------------------------------------------------------------------------
 _Q4_BOOK = (10**11, 2 * 10**9, 0.5)     # the book's example: 2 B code tokens at 0.5 of a 100 B-token run
+_Q4 = Rules(
+    Rule("epochs_upside_down", wrong=lambda t, c, w: c / (w * t),
+         symptom="{call}, less than one pass — yet the run takes {weight} × {total} = {taken} tokens from a code set "
+                 "of {code}{also}",
+         ask="One epoch is one pass over the code set: how many code_tokens-sized passes fit into the tokens the run "
+             "takes from it?",
+         fix="Divide the tokens the run takes from the code set (code_weight × total_tokens) by code_tokens."),
+    Rule("epochs_without_weight", wrong=lambda t, c, w: t / c,
+         symptom="{call}: that many passes would need all {total} tokens of the run to be code, but code has only the "
+                 "share {weight} of the run{also}",
+         ask="How many of the run's tokens come from the code set at weight code_weight?",
+         fix="Multiply total_tokens by code_weight before dividing by code_tokens."),
+    formula="epochs = code_weight × total_tokens / code_tokens")
 
 
-def _q4_epochs_mistake(exercise_2: Callable, got: Any, total: float, code: float, weight: float) -> tuple | None:
-    """A named wrong epoch count: (name, symptom, ask, fix, formula), shown on the book's example."""
-    if not isinstance(got, (int, float)) or isinstance(got, bool):
-        return None
-    rules = {"epochs_upside_down": lambda t, c, w: c / (w * t), "epochs_without_weight": lambda t, c, w: t / c}
-    for name, rule in rules.items():
-        if not math.isclose(got, rule(total, code, weight), rel_tol=1e-9):
-            continue
-        try:
-            book = exercise_2(*_Q4_BOOK)["b_code_epochs"]
-            if math.isclose(float(book), rule(*_Q4_BOOK), rel_tol=1e-9):
-                (total, code, weight), got = _Q4_BOOK, book
-        except Exception:  # noqa: BLE001 - keep the check's own case
-            pass
-        call = f"exercise_2({short(total)}, {short(code)}, {short(weight)}): b_code_epochs = {short(got)}"
-        formula = "epochs = code_weight × total_tokens / code_tokens"
-        if name == "epochs_upside_down":
-            return (name, f"{call}, less than one pass — yet the run takes {short(weight)} × {short(total)} = "
-                    f"{short(weight * total)} tokens from a code set of {short(code)}",
-                    "One epoch is one pass over the code set: how many code_tokens-sized passes fit into the tokens "
-                    "the run takes from it?",
-                    "Divide the tokens the run takes from the code set (code_weight × total_tokens) by code_tokens.",
-                    formula)
-        return (name, f"{call}: that many passes would need all {short(total)} tokens of the run to be code, but "
-                f"code has only the share {short(weight)} of the run",
-                "How many of the run's tokens come from the code set at weight code_weight?",
-                "Multiply total_tokens by code_weight before dividing by code_tokens.", formula)
-    return None
+def _same_number(a: Any, b: float) -> bool:
+    return isinstance(a, (int, float)) and not isinstance(a, bool) and math.isclose(a, b, rel_tol=1e-9)
+
+
+def _q4_facts(case: tuple, got: Any) -> dict[str, Any]:
+    total, code, weight = case
+    return {"call": f"exercise_2({short(total)}, {short(code)}, {short(weight)}): b_code_epochs = {short(got)}",
+            "weight": short(weight), "total": short(total), "taken": short(weight * total), "code": short(code)}
 
 
 @check(CHAPTER, "q4", hint=(
@@ -630,33 +582,31 @@ def q4(exercise_2) -> tuple[str, dict[str, str]]:
         expect(isinstance(answer, dict), f"exercise_2(...) must return a dict, got {type(answer).__name__}")
         for key in ("a", "b_code_epochs", "b", "c", "a_why", "b_why", "c_why"):
             expect(key in answer, f"missing key {key!r}")
-        for key, options in (("a", EXERCISE_2_EFFECTS), ("b", EXERCISE_2_RISKS), ("c", EXERCISE_2_STEPS)):
-            value = answer[key]
-            expect(isinstance(value, (list, tuple, set)) and all(isinstance(v, str) for v in value),
-                   f"{key} must be a list of option keys, got {short(value)}")
-            unknown = sorted(set(value) - set(options))
-            expect(not unknown, f"{key}: unknown option(s) {unknown}; choose from {sorted(options)}")
-        want = weight * total / code
-        got = answer["b_code_epochs"]
+        want, got = weight * total / code, answer["b_code_epochs"]
         problems: list[str] = []                # every failing part, named at once
-        for key, right in (("a", _EFFECTS), ("b", _RISKS), ("c", _STEPS)):
-            chosen = set(answer[key])
-            wrong = sorted(c for c in chosen if c not in right)
+        for key, options, right in (("a", EXERCISE_2_EFFECTS, _EFFECTS), ("b", EXERCISE_2_RISKS, _RISKS),
+                                    ("c", EXERCISE_2_STEPS, _STEPS)):
+            chosen = answer[key]
+            expect(isinstance(chosen, (list, tuple, set)) and all(isinstance(v, str) for v in chosen),
+                   f"{key} must be a list of option keys, got {short(chosen)}")
+            unknown = sorted(set(chosen) - set(options))
+            expect(not unknown, f"{key}: unknown option(s) {unknown}; choose from {sorted(options)}")
+            wrong = sorted(c for c in set(chosen) if c not in right)
             if wrong:
                 problems.append(f"{key}: {wrong} is not right")
-            elif len(chosen) != len(right):
-                problems.append(f"{key}: {len(right) - len(chosen)} correct option(s) missing")
+            elif len(set(chosen)) != len(right):
+                problems.append(f"{key}: {len(right) - len(set(chosen))} correct option(s) missing")
         for key in ("a_why", "b_why", "c_why"):
             text = answer[key]
             if not (isinstance(text, str) and len(text.split()) >= 10):
                 problems.append(f"{key}: a few sentences (10+ words) in your own words")
             manual[key] = text
         ok = isinstance(got, (int, float)) and not isinstance(got, bool) and math.isclose(got, want, rel_tol=1e-9)
-        named = None if ok else _q4_epochs_mistake(exercise_2, got, total, code, weight)
-        if named is not None:
-            name, symptom, ask, fix, formula = named
+        if not ok:                              # a named wrong epoch count, shown on the book's example
             also = f" | also: {' | '.join(problems)}" if problems else ""
-            mistake(name, symptom=symptom + also, ask=ask, fix=fix, formula=formula)
+            _name(lambda *a: exercise_2(*a)["b_code_epochs"], _Q4.values(), (total, code, weight), got,
+                  lambda t, c, w: w * t / c, _same_number, lambda rule: [_Q4_BOOK],
+                  lambda case, g: {**_q4_facts(case, g), "also": also})
         with parts() as part:
             part(ok, f"exercise_2({short(total)}, {short(code)}, {short(weight)}): b_code_epochs = {short(got)}, "
                  f"expected {short(want)}")
@@ -675,7 +625,7 @@ MODEL_ANSWER_Q4 = (
     "small ablations of the ratios, and check the blend the sampler actually realised.")
 
 
-# ---------------------------------------------------------------------------------------------
+# --- q5: resuming a blend -----------------------------------------------------------------------
 def _walk(weights: list[float], counts: list[int], n: int, start: int, update: bool) -> list[int]:
     c, out = list(counts), []
     for step in range(start, start + n):
@@ -689,10 +639,6 @@ def _resume_right(weights, counts, n):
     return _walk(weights, counts, n, sum(counts), True)
 
 
-_Q5_RULES = {"restart_at_zero": lambda w, c, n: _walk(w, c, n, 0, True),
-             "counts_frozen": lambda w, c, n: _walk(w, c, n, sum(c), False)}
-
-
 def _q5_small() -> Iterator[tuple[list[float], list[int], int]]:
     """Small real crash states, smallest first: a blend stopped after 1…12 samples, 1…4 more wanted."""
     for crash in range(1, 13):
@@ -703,29 +649,36 @@ def _q5_small() -> Iterator[tuple[list[float], list[int], int]]:
                 yield list(w), counts, n
 
 
-def _q5_mistake(resume_blend: Callable, got: list[int], w: list[float], counts: list[int], n: int) -> None:
-    for name, rule in _Q5_RULES.items():
-        if got != rule(w, counts, n) or got == _resume_right(w, counts, n):
-            continue
-        found = _smallest(resume_blend, _q5_small(), _resume_right, rule, lambda a, b: list(map(int, a)) == b)
-        if found is not None:
-            (w, counts, n), got = found
-            got = [int(g) for g in got]
-        want = _resume_right(w, counts, n)
-        call = f"resume_blend({short(w, 200)}, {short(counts, 200)}, {n}) returned {short(got, 200)}; the " \
-               f"uninterrupted blend goes on with {short(want, 200)}"
-        formula = "step_i = sum(counts) + i; d_i = greedy_step(weights, counts, step_i); counts[d_i] += 1"
-        if name == "restart_at_zero":
-            mistake(name, symptom=f"{call}: your choices are those of a blend at sample 0 — as if nothing had been "
-                    f"blended yet, though the counts add up to {sum(counts)}",
-                    ask="The counts say how many samples each dataset delivered: which sample number comes next?",
-                    fix="Continue from step = sum(counts) (every sample so far came from exactly one dataset), not "
-                        "from 0.", formula=formula)
-        mistake(name, symptom=f"{call}: your choices are what the greedy rule gives if the counts stayed at "
-                f"{short(counts)} for all {n} picks",
-                ask="After the first pick, what has changed in the blend's state for the second one?",
-                fix="Add 1 to the count of each dataset you pick (on a copy of counts) before the next pick.",
-                formula=formula)
+def _same_picks(a: Any, b: list[int]) -> bool:
+    try:
+        return [int(v) for v in a] == b
+    except (TypeError, ValueError):
+        return False
+
+
+_Q5 = Rules(
+    Rule("restart_at_zero", wrong=lambda w, c, n: _walk(w, c, n, 0, True),
+         symptom="{call}: your choices are those of a blend at sample 0 — as if nothing had been blended yet, though "
+                 "the counts add up to {taken}",
+         ask="The counts say how many samples each dataset delivered: which sample number comes next?",
+         fix="Continue from step = sum(counts) (every sample so far came from exactly one dataset), not from 0."),
+    Rule("counts_frozen", wrong=lambda w, c, n: _walk(w, c, n, sum(c), False),
+         symptom="{call}: your choices are what the greedy rule gives if the counts stayed at {counts} for all {n} "
+                 "picks",
+         ask="After the first pick, what has changed in the blend's state for the second one?",
+         fix="Add 1 to the count of each dataset you pick (on a copy of counts) before the next pick."),
+    formula="step_i = sum(counts) + i; d_i = greedy_step(weights, counts, step_i); counts[d_i] += 1")
+
+
+def _q5_facts(case: tuple, got: Any) -> dict[str, Any]:
+    w, counts, n = case
+    return {"call": f"resume_blend({short(w, 200)}, {short(counts, 200)}, {n}) returned "
+                    f"{short([int(g) for g in got], 200)}; the uninterrupted blend goes on with "
+                    f"{short(_resume_right(w, counts, n), 200)}", "taken": sum(counts), "counts": short(counts), "n": n}
+
+
+#: Every named mistake of this chapter's checks, by question (see labsupport.check.rules).
+RULES: dict[str, Rules] = {"q1": _Q1, "q2": _Q2, "q3": _Q3, "q4": _Q4, "q5": _Q5}
 
 
 @check(CHAPTER, "q5", hint=(
@@ -751,7 +704,8 @@ def q5(resume_blend) -> str:
         expect(hasattr(got, "__len__") and len(got) == more, f"{call} returned {short(got)}; expected {more} dataset indices")
         got = [int(g) for g in got]
         if got != want:
-            _q5_mistake(resume_blend, got, w, counts, more)
+            _name(resume_blend, _Q5.values(), (w, counts, more), got, _resume_right, _same_picks,
+                  lambda rule: _q5_small(), _q5_facts)
             first = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
             expect(False, f"{call}: choice {first} (blended sample {crash + first}) is dataset {got[first]}, the "
                    f"uninterrupted blend chose dataset {want[first]}")

@@ -1,9 +1,11 @@
 """Checks for chapter 4 (sequence packing and boundary masks): padding share, first-fit
 decreasing, position ids and block mask from EOD positions, book exercise 3, and the document
-pieces a GPT sample reads (a transfer exercise: the chapter prints the sample index, not this)."""
+pieces a GPT sample reads (a transfer exercise: the chapter prints the sample index, not this).
+
+The mistakes a check recognises by name are the rows of :data:`RULES`, one table per question (see
+:mod:`labsupport.check.rules`), each shown on the smallest input where the learner's function makes it."""
 from __future__ import annotations
 
-import copy
 import itertools
 from typing import Any, Callable, Iterable, Iterator
 
@@ -12,7 +14,8 @@ import numpy as np
 from labsupport.datasets.bin_packing import first_fit_decreasing as _ffd
 from labsupport.datasets.bin_packing import padding_share as _padding_share
 from labsupport.datasets.gpt_samples import build_sample_idx, get_ltor_masks_and_position_ids, sample_segments
-from labsupport.check._core import chapter_summary, check, check_seed, expect, mistake, parts, same_set, Sealed, short
+from labsupport.check._core import chapter_summary, check, check_seed, expect, parts, same_set, Sealed, short
+from labsupport.check.rules import Rule, Rules, smallest
 
 CHAPTER = "ch04"
 
@@ -64,35 +67,26 @@ def _number(value, what: str) -> float:
     return float(value)
 
 
-def _smallest(learner: Callable, cases: Iterable[tuple], right: Callable, wrong: Callable,
-              same: Callable[[Any, Any], bool], tries: int = 6) -> tuple[tuple, Any] | None:
-    """The first of ``cases`` (smallest first) where ``wrong`` and ``right`` differ and the learner's
-    function gives ``wrong``'s answer: the smallest input that shows a named mistake (at most
-    ``tries`` calls of the learner's function)."""
-    for args in cases:
-        if tries <= 0:
-            return None
-        bad = wrong(*args)
-        if same(bad, right(*args)):
-            continue
-        tries -= 1
-        try:
-            got = learner(*copy.deepcopy(args))
-        except Exception:  # noqa: BLE001 - the learner's code on an input the check chose
-            continue
-        if same(got, bad):
-            return args, got
-    return None
+def _name(learner: Callable, rules: Iterable[Rule], case: tuple, got: Any, right: Callable,
+          same: Callable[[Any, Any], bool], cases: Callable[[Rule], Iterable[tuple]],
+          facts: Callable[[tuple, Any], dict]) -> None:
+    """Fail with the first of ``rules`` whose wrong implementation gives the learner's ``got`` on the
+    failing ``case``, shown on the smallest of ``cases(rule)`` where the learner follows it too
+    (:func:`~labsupport.check.rules.smallest`), else on ``case`` itself."""
+    for rule in rules:
+        if same(got, rule.wrong(*case)) and not same(got, right(*case)):
+            found = smallest(learner, cases(rule), right, rule.wrong, same)
+            rule.fail(**facts(*(found or (case, got))))
 
 
-# ---------------------------------------------------------------------------------------------
-_Q1_RULES = {
-    "real_share": (lambda lengths, s: sum(lengths) / (len(lengths) * s), [([1], 4), ([1, 3], 4)]),
-    "percentage": (lambda lengths, s: 100 * _padding_share(lengths, s), [([1], 4), ([1, 3], 4)]),
-    "rows_of_longest": (lambda lengths, s: 1 - sum(lengths) / (len(lengths) * max(lengths)), [([1, 3], 4)]),
-}
+def _words_list(items: list[int]) -> str:
+    if not items:
+        return "nowhere"
+    items = [str(i) for i in items]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
+# --- q1: padding share --------------------------------------------------------------------------
 def _near(a: Any, b: float) -> bool:
     try:
         return abs(float(a) - b) <= 1e-9
@@ -100,31 +94,32 @@ def _near(a: Any, b: float) -> bool:
         return False
 
 
-def _q1_mistake(padding_share: Callable, got: float, lengths: list[int], seq_length: int) -> None:
-    for name, (rule, small) in _Q1_RULES.items():
-        if not _near(got, rule(lengths, seq_length)) or _near(got, _padding_share(lengths, seq_length)):
-            continue
-        found = _smallest(padding_share, small, _padding_share, rule, _near)
-        if found is not None:
-            (lengths, seq_length), got = found
-        want, slots = _padding_share(lengths, seq_length), len(lengths) * seq_length
-        call = f"padding_share({short(lengths, 200)}, {seq_length}) returned {short(float(got))}"
-        counts = (f"{len(lengths)} row(s) of {seq_length} slots = {slots} slots, {sum(lengths)} of them real tokens, "
-                  f"{slots - sum(lengths)} padding")
-        formula = "padding share = 1 − sum(lengths) / (len(lengths) × seq_length)"
-        if name == "real_share":
-            mistake(name, symptom=f"{call}: {counts} — yours is the share of the real tokens (expected "
-                    f"{short(want)})", ask="Which slots does the question count: the ones holding tokens, or the "
-                                           "ones holding none?",
-                    fix="Return the padded share: 1 − (real tokens) / (all slots).", formula=formula)
-        if name == "percentage":
-            mistake(name, symptom=f"{call}: {counts}, and your share is above 1 (expected {short(want)})",
-                    ask="Can a share of the slots be larger than 1 — in which unit is your number?",
-                    fix="Return a fraction between 0 and 1: do not multiply by 100.", formula=formula)
-        mistake(name, symptom=f"{call}: that is the padding of rows {max(lengths)} slots long, the longest "
-                f"example; here {counts} (expected {short(want)})",
-                ask="How long is every row when each example is padded to seq_length?",
-                fix="Count len(lengths) × seq_length slots, not len(lengths) × max(lengths).", formula=formula)
+_Q1_SMALL = {"real_share": [([1], 4), ([1, 3], 4)], "percentage": [([1], 4), ([1, 3], 4)],
+             "rows_of_longest": [([1, 3], 4)]}
+_Q1 = Rules(
+    Rule("real_share", wrong=lambda lengths, s: sum(lengths) / (len(lengths) * s),
+         symptom="{call}: {counts} — yours is the share of the real tokens (expected {want})",
+         ask="Which slots does the question count: the ones holding tokens, or the ones holding none?",
+         fix="Return the padded share: 1 − (real tokens) / (all slots)."),
+    Rule("percentage", wrong=lambda lengths, s: 100 * _padding_share(lengths, s),
+         symptom="{call}: {counts}, and your share is above 1 (expected {want})",
+         ask="Can a share of the slots be larger than 1 — in which unit is your number?",
+         fix="Return a fraction between 0 and 1: do not multiply by 100."),
+    Rule("rows_of_longest", wrong=lambda lengths, s: 1 - sum(lengths) / (len(lengths) * max(lengths)),
+         symptom="{call}: that is the padding of rows {longest} slots long, the longest example; here {counts} "
+                 "(expected {want})",
+         ask="How long is every row when each example is padded to seq_length?",
+         fix="Count len(lengths) × seq_length slots, not len(lengths) × max(lengths)."),
+    formula="padding share = 1 − sum(lengths) / (len(lengths) × seq_length)")
+
+
+def _q1_facts(case: tuple, got: Any) -> dict[str, Any]:
+    lengths, seq_length = case
+    slots = len(lengths) * seq_length
+    return {"call": f"padding_share({short(lengths, 200)}, {seq_length}) returned {short(float(got))}",
+            "counts": f"{len(lengths)} row(s) of {seq_length} slots = {slots} slots, {sum(lengths)} of them real "
+                      f"tokens, {slots - sum(lengths)} padding",
+            "want": short(_padding_share(lengths, seq_length)), "longest": max(lengths)}
 
 
 @check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the formula
@@ -141,7 +136,8 @@ def q1(padding_share) -> str:
         got = _number(padding_share(list(lengths), seq_length), f"padding_share(…{len(lengths)} lengths…, {seq_length})")
         want = _padding_share(lengths, seq_length)
         if not abs(got - want) <= 1e-9:   # NaN fails too
-            _q1_mistake(padding_share, got, lengths, seq_length)
+            _name(padding_share, _Q1.values(), (lengths, seq_length), got, _padding_share, _near,
+                  lambda rule: _Q1_SMALL[rule.name], _q1_facts)
             expect(False, f"padding_share({short(lengths, 60)}, {seq_length}) returned {short(got)}, expected "
                    f"{short(want)}")
     got = _number(padding_share([300] * 1000, 4096), "padding_share([300]*1000, 4096)")
@@ -150,7 +146,7 @@ def q1(padding_share) -> str:
     return "41 random cases"
 
 
-# ---------------------------------------------------------------------------------------------
+# --- q2: first-fit decreasing -------------------------------------------------------------------
 def _bins_of(value: Any) -> list[list[int]] | None:
     """A learner's packing as lists of ints, or None when it is not one."""
     try:
@@ -200,11 +196,26 @@ def _decreasing(lengths: list[int]) -> list[int]:
     return sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
 
 
-_Q2_RULES = {
-    "input_order": lambda lengths, p: _fit_in_order(lengths, p, list(range(len(lengths)))),
-    "shortest_first": lambda lengths, p: _fit_in_order(lengths, p, sorted(range(len(lengths)), key=lambda i: (lengths[i], i))),
-    "best_fit": lambda lengths, p: _fit_in_order(lengths, p, _decreasing(lengths), best=True),
-}
+_Q2 = Rules(
+    Rule("input_order", wrong=lambda lengths, p: _fit_in_order(lengths, p, list(range(len(lengths)))),
+         symptom="{call}; your first pack opens with example {first} ({first_tokens}), the first in the list, though "
+                 "example {longest} is longer",
+         ask="In which order does first-fit *decreasing* take the examples, and in which order does yours?",
+         fix="Sort the indices by decreasing length first (equal lengths: lower index first), then first-fit them "
+             "in that order."),
+    Rule("shortest_first",
+         wrong=lambda lengths, p: _fit_in_order(lengths, p, sorted(range(len(lengths)), key=lambda i: (lengths[i], i))),
+         symptom="{call}; your first pack opens with example {first}, the SHORTEST ({first_tokens})",
+         ask="'Decreasing': which example should open the first pack, the longest or the shortest?",
+         fix="Sort by decreasing length (key −length), not increasing."),
+    Rule("best_fit", wrong=lambda lengths, p: _fit_in_order(lengths, p, _decreasing(lengths), best=True),
+         symptom="{call}; {violation}",
+         ask="When several packs have room for an example, which one does FIRST fit choose?",
+         fix="Put each example into the first pack, in the order the packs were opened, that has room — not the "
+             "fullest one (that is best fit)."),
+    formula="order = indices sorted by (−length, index); each into the first pack (in opening order) with total + "
+            "length <= pack_size, else a new pack")
+_Q2_FIRST = {"best_fit": [([5, 3, 3, 1], 7)]}    # shown before the generated small problems
 
 
 def _q2_small() -> Iterator[tuple[list[int], int]]:
@@ -236,52 +247,31 @@ def _first_fit_violation(bins: list[list[int]], lengths: list[int], pack_size: i
     return ""
 
 
-def _q2_mistake(fn: Callable, got: list[list[int]], lengths: list[int], pack_size: int) -> None:
-    right = lambda lengths, p: _fit_in_order(lengths, p, _decreasing(lengths))                   # noqa: E731
-    for name, rule in _Q2_RULES.items():
-        mine = _pack_lengths_of(got, lengths)
-        if mine != _pack_lengths_of(rule(lengths, pack_size), lengths) or \
-                mine == _pack_lengths_of(right(lengths, pack_size), lengths):
-            continue
-        tries = 6
-        smallest = itertools.chain([([5, 3, 3, 1], 7)] if name == "best_fit" else [], _q2_small())
-        for small in smallest:                 # the smallest problem on which the learner's packs show it
-            bad = _pack_lengths_of(rule(*small), small[0])
-            if bad == _pack_lengths_of(right(*small), small[0]):
-                continue
-            tries -= 1
-            if tries < 0:
-                break
-            try:
-                packs = fn(*copy.deepcopy(small))
-            except Exception:  # noqa: BLE001 - the learner's code on an input the check chose
-                continue
-            if _pack_lengths_of(packs, small[0]) == bad:
-                (lengths, pack_size), got = small, _bins_of(packs)
-                break
-        want = right(lengths, pack_size)
-        call = (f"first_fit_decreasing({short(lengths, 200)}, {pack_size}) returned {short(got, 200)}: packs of "
-                f"lengths {short(_pack_lengths_of(got, lengths), 200)}, first-fit decreasing gives "
-                f"{short(_pack_lengths_of(want, lengths), 200)}")
-        formula = ("order = indices sorted by (−length, index); each into the first pack (in opening order) with "
-                   "total + length <= pack_size, else a new pack")
-        if name == "input_order":
-            first = got[0][0]
-            mistake(name, symptom=f"{call}; your first pack opens with example {first} ({_tokens(lengths[first])}), "
-                    f"the first in the list, though example {want[0][0]} is longer",
-                    ask="In which order does first-fit *decreasing* take the examples, and in which order does yours?",
-                    fix="Sort the indices by decreasing length first (equal lengths: lower index first), then "
-                        "first-fit them in that order.", formula=formula)
-        if name == "shortest_first":
-            first = got[0][0]
-            mistake(name, symptom=f"{call}; your first pack opens with example {first}, the SHORTEST "
-                    f"({_tokens(lengths[first])})",
-                    ask="'Decreasing': which example should open the first pack, the longest or the shortest?",
-                    fix="Sort by decreasing length (key −length), not increasing.", formula=formula)
-        mistake(name, symptom=f"{call}; {_first_fit_violation(got, lengths, pack_size)}",
-                ask="When several packs have room for an example, which one does FIRST fit choose?",
-                fix="Put each example into the first pack, in the order the packs were opened, that has room — "
-                    "not the fullest one (that is best fit).", formula=formula)
+def _packs(fn: Callable) -> Callable:
+    """``fn``'s packing as (the lengths it puts in each pack, its packs of indices): packings are compared by
+    their lengths, so equally long examples may swap."""
+    def packing(lengths: list[int], pack_size: int) -> tuple:
+        out = fn(lengths, pack_size)
+        return _pack_lengths_of(out, lengths), _bins_of(out)
+    return packing
+
+
+def _q2_facts(case: tuple, got: tuple) -> dict[str, Any]:
+    (lengths, pack_size), (packs, bins) = case, got
+    want = _fit_in_order(lengths, pack_size, _decreasing(lengths))
+    first = bins[0][0] if bins and bins[0] else 0
+    return {"call": f"first_fit_decreasing({short(lengths, 200)}, {pack_size}) returned {short(bins, 200)}: packs "
+                    f"of lengths {short(packs, 200)}, first-fit decreasing gives "
+                    f"{short(_pack_lengths_of(want, lengths), 200)}",
+            "first": first, "first_tokens": _tokens(lengths[first]), "longest": want[0][0],
+            "violation": _first_fit_violation(bins, lengths, pack_size)}
+
+
+def _q2_mistake(fn: Callable, bins: list[list[int]], lengths: list[int], pack_size: int) -> None:
+    right = _packs(lambda lengths, p: _fit_in_order(lengths, p, _decreasing(lengths)))
+    _name(_packs(fn), [rule.but(wrong=_packs(rule.wrong)) for rule in _Q2.values()], (lengths, pack_size),
+          (_pack_lengths_of(bins, lengths), bins), right, lambda a, b: a[0] == b[0],
+          lambda rule: itertools.chain(_Q2_FIRST.get(rule.name, []), _q2_small()), _q2_facts)
 
 
 @check(CHAPTER, "q2", hint=(
@@ -302,7 +292,7 @@ def q2(first_fit_decreasing) -> str:
         bins = _as_bins(first_fit_decreasing(list(lengths), pack_size), len(lengths), call)
         over = [b for b in bins if sum(lengths[i] for i in b) > pack_size]
         expect(not over, f"{call}: a pack holds {sum(lengths[i] for i in over[0]) if over else 0} > {pack_size} tokens")
-        want = _pack_lengths(_ffd(lengths, pack_size), lengths)
+        want = _pack_lengths_of(_ffd(lengths, pack_size).tolist(), lengths)
         got = [[lengths[i] for i in b] for b in bins]
         if got != want:
             _q2_mistake(first_fit_decreasing, bins, lengths, pack_size)
@@ -314,12 +304,7 @@ def q2(first_fit_decreasing) -> str:
     return f"{cases} random cases, same packs as NeMo's first_fit_decreasing"
 
 
-def _pack_lengths(bins, lengths: list[int]) -> list[list[int]]:
-    """A packing (lists of indices into ``lengths``) as the lengths it holds, pack by pack."""
-    return [[lengths[i] for i in b] for b in bins.tolist()]
-
-
-# ---------------------------------------------------------------------------------------------
+# --- q3: position ids and the block mask -----------------------------------------------------------
 def _as_array(value) -> np.ndarray:
     if hasattr(value, "detach"):
         value = value.detach().cpu().numpy()
@@ -351,15 +336,41 @@ def _right_mask(tokens, eod):
     return _block_mask(_documents(tokens, eod, eod_starts=False))
 
 
-_Q3_POSITION_RULES = {   # name: (positions it gives, the smallest (tokens, eod) that shows it)
-    "restart_at_eod": (lambda t, e: _positions(_documents(t, e, eod_starts=True)), ([1, 0, 1], 0)),
-    "no_restart": (lambda t, e: np.arange(len(t)), ([1, 0, 1], 0)),
-}
-_Q3_MASK_RULES = {
-    "inverted": (lambda t, e: ~_right_mask(t, e), ([1, 1], 0)),
-    "causal_only": (lambda t, e: np.triu(np.ones((len(t), len(t)), dtype=bool), 1), ([0, 1], 0)),
-    "eod_cut_off": (lambda t, e: _block_mask(_documents(t, e, eod_starts=True)), ([1, 0], 0)),
-}
+_POSITIONS_FORMULA = ("position_ids[i] = i − (index of the first token of i's document); a document starts right "
+                      "after an EOD")
+_MASK_FORMULA = ("masked[i, j] = (j > i) or (doc[j] != doc[i]), doc[t] = the number of EODs before token t (an EOD "
+                 "belongs to the document it ends); True = masked")
+_Q3 = Rules(
+    Rule("restart_at_eod", wrong=lambda t, e: _positions(_documents(t, e, eod_starts=True)),
+         symptom="{call}: the EOD itself gets position 0 and the token after it continues from there — your "
+                 "positions count the EOD as the first token of the next document (expected {want})",
+         ask="Which document does an EOD token belong to: the one it ends, or the one after it?",
+         fix="The EOD is the LAST token of its document: keep counting through it and restart at 0 on the token "
+             "right after it.", formula=_POSITIONS_FORMULA),
+    Rule("no_restart", wrong=lambda t, e: np.arange(len(t)),
+         symptom="{call}: token {first}, the first of a new document, has position {first_position} — the positions "
+                 "keep counting across the EOD (expected {want})",
+         ask="What position does the first token of a new document get, in a packed sample?",
+         fix="Restart the positions at 0 on the token right after every EOD (Megatron's reset_position_ids).",
+         formula=_POSITIONS_FORMULA),
+    Rule("inverted", wrong=lambda t, e: ~_right_mask(t, e),
+         symptom="{call} — and your mask is the exact opposite of Megatron's everywhere",
+         ask="In Megatron's attention_mask, what does True mean: may attend, or may NOT attend?",
+         fix="True = masked: return the negation of your 'allowed' matrix.", formula=_MASK_FORMULA),
+    Rule("causal_only", wrong=lambda t, e: np.triu(np.ones((len(t), len(t)), dtype=bool), 1),
+         symptom="{call}: your mask hides only the future, so a document attends to the documents packed before it",
+         ask="Query {i} starts a new document: which keys may it see?",
+         fix="Besides the future, mask every key of another document: key j is hidden from query i when an EOD lies "
+             "at a position in [j, i − 1].", formula=_MASK_FORMULA),
+    Rule("eod_cut_off", wrong=lambda t, e: _block_mask(_documents(t, e, eod_starts=True)),
+         symptom="{call}: the EOD is cut off from its own document, as if it belonged to the next one",
+         ask="Which tokens belong to the document an EOD ends — may the EOD attend to them?",
+         fix="The EOD is the last token of its own document: it sees its document's tokens; only the queries AFTER "
+             "it are cut off from them.", formula=_MASK_FORMULA),
+)
+#: the smallest (tokens, eod) that shows each rule
+_Q3_SMALL = {"restart_at_eod": ([1, 0, 1], 0), "no_restart": ([1, 0, 1], 0), "inverted": ([1, 1], 0),
+             "causal_only": ([0, 1], 0), "eod_cut_off": ([1, 0], 0)}
 
 
 def _span(doc: np.ndarray, d: int) -> str:
@@ -383,73 +394,33 @@ def _pair_words(tokens: np.ndarray, eod: int, i: int, j: int, masked: bool) -> s
             f"and query {i} in another ({_span(doc, doc[i])})")
 
 
-def _q3_positions_mistake(fn: Callable, pos: np.ndarray, tokens: np.ndarray, eod: int) -> None:
-    for name, (rule, small) in _Q3_POSITION_RULES.items():
-        if not np.array_equal(pos, rule(tokens, eod)):
-            continue
-        try:
-            out = fn(np.array(small[0]), small[1])
-            if np.array_equal(_as_array(out[0]), rule(*small)):
-                (tokens, eod), pos = (np.array(small[0]), small[1]), _as_array(out[0])
-        except Exception:  # noqa: BLE001 - keep the check's own case
-            pass
-        want = _right_positions(tokens, eod)
-        first = int(np.flatnonzero(pos != want)[0])
-        eods = np.flatnonzero(np.asarray(tokens) == eod).tolist()
-        call = (f"positions_and_mask({short(np.asarray(tokens).tolist(), 200)}, eod_token={eod}) gave position_ids "
-                f"{short(pos.tolist(), 200)} (the EOD at {_words_list(eods)})")
-        formula = "position_ids[i] = i − (index of the first token of i's document); a document starts right after an EOD"
-        if name == "restart_at_eod":
-            mistake(name, symptom=f"{call}: the EOD itself gets position 0 and the token after it continues from "
-                    f"there — your positions count the EOD as the first token of the next document (expected "
-                    f"{short(want.tolist(), 200)})",
-                    ask="Which document does an EOD token belong to: the one it ends, or the one after it?",
-                    fix="The EOD is the LAST token of its document: keep counting through it and restart at 0 on the "
-                        "token right after it.", formula=formula)
-        mistake(name, symptom=f"{call}: token {first}, the first of a new document, has position {int(pos[first])} "
-                f"— the positions keep counting across the EOD (expected {short(want.tolist(), 200)})",
-                ask="What position does the first token of a new document get, in a packed sample?",
-                fix="Restart the positions at 0 on the token right after every EOD (Megatron's reset_position_ids).",
-                formula=formula)
+def _q3_positions_facts(case: tuple, pos: np.ndarray) -> dict[str, Any]:
+    tokens, eod = case
+    want = _right_positions(tokens, eod)
+    first = int(np.flatnonzero(pos != want)[0])
+    eods = np.flatnonzero(np.asarray(tokens) == eod).tolist()
+    return {"call": f"positions_and_mask({short(np.asarray(tokens).tolist(), 200)}, eod_token={eod}) gave "
+                    f"position_ids {short(pos.tolist(), 200)} (the EOD at {_words_list(eods)})",
+            "want": short(want.tolist(), 200), "first": first, "first_position": int(pos[first])}
 
 
-def _words_list(items: list[int]) -> str:
-    if not items:
-        return "nowhere"
-    items = [str(i) for i in items]
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+def _q3_mask_facts(case: tuple, mask: np.ndarray) -> dict[str, Any]:
+    tokens, eod = case
+    i, j = (int(v) for v in np.argwhere(mask != _right_mask(tokens, eod))[0])
+    return {"call": f"positions_and_mask({short(np.asarray(tokens).tolist(), 200)}, eod_token={eod}): "
+                    + _pair_words(np.asarray(tokens), eod, i, j, bool(mask[i, j])), "i": i}
 
 
-def _q3_mask_mistake(fn: Callable, mask: np.ndarray, tokens: np.ndarray, eod: int) -> None:
-    for name, (rule, small) in _Q3_MASK_RULES.items():
-        if not np.array_equal(mask, rule(tokens, eod)):
-            continue
-        try:
-            out = fn(np.array(small[0]), small[1])
-            got = _as_array(out[1]).reshape(len(small[0]), len(small[0])).astype(bool)
-            if np.array_equal(got, rule(*small)):
-                (tokens, eod), mask = (np.array(small[0]), small[1]), got
-        except Exception:  # noqa: BLE001 - keep the check's own case
-            pass
-        want = _right_mask(tokens, eod)
-        i, j = (int(v) for v in np.argwhere(mask != want)[0])
-        call = (f"positions_and_mask({short(np.asarray(tokens).tolist(), 200)}, eod_token={eod}): "
-                + _pair_words(np.asarray(tokens), eod, i, j, bool(mask[i, j])))
-        formula = ("masked[i, j] = (j > i) or (doc[j] != doc[i]), doc[t] = the number of EODs before token t "
-                   "(an EOD belongs to the document it ends); True = masked")
-        if name == "inverted":
-            mistake(name, symptom=f"{call} — and your mask is the exact opposite of Megatron's everywhere",
-                    ask="In Megatron's attention_mask, what does True mean: may attend, or may NOT attend?",
-                    fix="True = masked: return the negation of your 'allowed' matrix.", formula=formula)
-        if name == "causal_only":
-            mistake(name, symptom=f"{call}: your mask hides only the future, so a document attends to the "
-                    "documents packed before it", ask=f"Query {i} starts a new document: which keys may it see?",
-                    fix="Besides the future, mask every key of another document: key j is hidden from query i when "
-                        "an EOD lies at a position in [j, i − 1].", formula=formula)
-        mistake(name, symptom=f"{call}: the EOD is cut off from its own document, as if it belonged to the next one",
-                ask="Which tokens belong to the document an EOD ends — may the EOD attend to them?",
-                fix="The EOD is the last token of its own document: it sees its document's tokens; only the queries "
-                    "AFTER it are cut off from them.", formula=formula)
+def _q3_mistake(fn: Callable, part: int, got: np.ndarray, tokens: np.ndarray, eod: int) -> None:
+    """Name a wrong ``part`` (0: the position ids, 1: the mask), on the smallest sequence that shows it."""
+    names = ("restart_at_eod", "no_restart") if part == 0 else ("inverted", "causal_only", "eod_cut_off")
+
+    def learner(t: np.ndarray, e: int) -> np.ndarray:
+        out = _as_array(fn(t, e)[part])
+        return out if part == 0 else out.reshape(len(t), len(t)).astype(bool)
+    _name(learner, [_Q3[n] for n in names], (tokens, eod), got, _right_mask if part else _right_positions,
+          np.array_equal, lambda rule: [(np.array(_Q3_SMALL[rule.name][0]), _Q3_SMALL[rule.name][1])],
+          _q3_mask_facts if part else _q3_positions_facts)
 
 
 @check(CHAPTER, "q3", hint=(
@@ -475,7 +446,7 @@ def q3(positions_and_mask) -> str:
         want_mask, want_pos = want_mask.numpy()[0], want_pos.numpy()
         expect(pos.shape == (s,), f"{call}: position_ids has shape {short(pos.shape)}, expected ({s},)")
         if not np.array_equal(pos, want_pos):
-            _q3_positions_mistake(positions_and_mask, pos, tokens, eod)
+            _q3_mistake(positions_and_mask, 0, pos, tokens, eod)
             first = int(np.flatnonzero(pos != want_pos)[0])
             expect(False, f"{call}: position_ids {short(pos.tolist(), 200)}, expected {short(want_pos.tolist(), 200)} "
                    f"(first difference at token {first})")
@@ -488,7 +459,7 @@ def q3(positions_and_mask) -> str:
         mask = mask.reshape(s, s)
         expect(mask.dtype == bool, f"{call}: attention_mask must be boolean (True = masked), got {mask.dtype}")
         if not np.array_equal(mask, want_mask):
-            _q3_mask_mistake(positions_and_mask, mask, tokens, eod)
+            _q3_mistake(positions_and_mask, 1, mask, tokens, eod)
             i, j = (int(v) for v in np.argwhere(mask != want_mask)[0])
             expect(False, f"{call}: {_pair_words(tokens, eod, i, j, bool(mask[i, j]))} (row = query {i}, "
                    f"column = key {j})")
@@ -497,7 +468,7 @@ def q3(positions_and_mask) -> str:
     return "50 random token sequences"
 
 
-# ---------------------------------------------------------------------------------------------
+# --- q4: book exercise 3 -------------------------------------------------------------------------
 #: Exercise 3's numbers: every example exactly 300 tokens, rows (packs) of 4096.
 _EXAMPLE, _ROW = 300, 4096
 _PER_PACK = _ROW // _EXAMPLE                       # 13 whole examples: 3900 real tokens in a packed row
@@ -506,40 +477,54 @@ _Q4_FORMULA = ("examples per pack = ⌊4096 / 300⌋ = 13; gain = real tokens pe
                "13 × 300 / 300 = 13")
 
 
-def _q4_named(share: float, per_pack: float, speedup: float) -> tuple[str, str, str, str, str] | None:
-    """The first recognised mistake among exercise 3's numbers: (name, symptom, ask, fix, formula)."""
-    share_formula = "padding share = 1 − 300 / 4096 (a fraction of the slots)"
-    if abs(share - _EXAMPLE / _ROW) <= 1e-3:
-        return ("real_share", f"(a) a_padding_share = {short(share)}: that is 300 / 4096, the share of a row the "
-                "example's own tokens fill", "Which slots does the question count: the ones holding tokens, or "
-                "the empty ones?", "Padding is the rest of the row: 1 − 300 / 4096.", share_formula)
-    if abs(share - 100 * (1 - _EXAMPLE / _ROW)) <= 0.1:
-        return ("share_percentage", f"(a) a_padding_share = {_num(share)}, a share above 1",
-                "Can a share of the slots be larger than 1 — in which unit is your number?",
-                "Give a fraction between 0 and 1, not a percentage.", share_formula)
-    if per_pack != _PER_PACK and per_pack * _EXAMPLE > _ROW:
-        return ("examples_over_row", f"(b) b_examples_per_pack = {_num(per_pack)}: {_num(per_pack)} × 300 = "
-                f"{_num(per_pack * _EXAMPLE)} tokens, more than the {_ROW} slots of one pack",
-                "4096 / 300 is not a whole number: does the last, incomplete example fit into the pack?",
-                "Only whole examples fit (one is never cut): round 4096 / 300 DOWN.", _Q4_FORMULA)
-    if speedup != _GAIN and speedup * _EXAMPLE > _ROW * (1 + 1e-12):
-        return ("gain_over_row", f"(b) b_speedup = {_num(speedup)}: a packed row would then hold "
-                f"{_num(speedup)} × 300 = {_num(speedup * _EXAMPLE)} real tokens, more than its {_ROW} slots",
-                "How many real tokens can one packed row of 4096 slots hold at most, with whole 300-token examples?",
-                "A packed row holds 13 whole examples = 3900 real tokens, a padded row 300: the gain is their ratio.",
-                _Q4_FORMULA)
-    if abs(speedup - _ROW / _EXAMPLE) <= 1e-3:
-        return ("gain_counts_slots", f"(b) b_speedup = {short(speedup)} = 4096 / 300: that counts all 4096 slots "
-                "of a packed row as real tokens, as if the last example were cut to fill the row",
-                "With whole 300-token examples only, how many of a packed row's 4096 slots hold real tokens?",
-                "A pack holds 13 whole examples = 3900 real tokens against 300 in a padded row: the gain is "
-                "3900 / 300.", _Q4_FORMULA)
-    if 0 < speedup < 1:
-        return ("gain_upside_down", f"(b) b_speedup = {short(speedup)} < 1: packing would put FEWER real tokens "
-                "into a step than padding", "Packed over padded, or padded over packed: which row holds more real "
-                "tokens, and which goes on top?", "Gain = real tokens per packed row / real tokens per padded row.",
-                _Q4_FORMULA)
-    return None
+_SHARE_FORMULA = "padding share = 1 − 300 / 4096 (a fraction of the slots)"
+_Q4 = Rules(   # named by what the numbers are (see _Q4_SHOWS), so no wrong implementations
+    _Q1["real_share"].but(   # q1's mistakes again, on exercise 3's numbers: the same question to ask
+        wrong=None, symptom="(a) a_padding_share = {share}: that is 300 / 4096, the share of a row the example's own "
+                            "tokens fill{also}",
+        fix="Padding is the rest of the row: 1 − 300 / 4096.", formula=_SHARE_FORMULA),
+    _Q1["percentage"].but(name="share_percentage", wrong=None,
+                          symptom="(a) a_padding_share = {share_n}, a share above 1{also}",
+                          fix="Give a fraction between 0 and 1, not a percentage.", formula=_SHARE_FORMULA),
+    Rule("examples_over_row",
+         symptom="(b) b_examples_per_pack = {per_pack}: {per_pack} × 300 = {pack_tokens} tokens, more than the 4096 "
+                 "slots of one pack{also}",
+         ask="4096 / 300 is not a whole number: does the last, incomplete example fit into the pack?",
+         fix="Only whole examples fit (one is never cut): round 4096 / 300 DOWN."),
+    Rule("gain_over_row",
+         symptom="(b) b_speedup = {gain_n}: a packed row would then hold {gain_n} × 300 = {gain_tokens} real tokens, "
+                 "more than its 4096 slots{also}",
+         ask="How many real tokens can one packed row of 4096 slots hold at most, with whole 300-token examples?",
+         fix="A packed row holds 13 whole examples = 3900 real tokens, a padded row 300: the gain is their ratio."),
+    Rule("gain_counts_slots",
+         symptom="(b) b_speedup = {gain} = 4096 / 300: that counts all 4096 slots of a packed row as real tokens, "
+                 "as if the last example were cut to fill the row{also}",
+         ask="With whole 300-token examples only, how many of a packed row's 4096 slots hold real tokens?",
+         fix="A pack holds 13 whole examples = 3900 real tokens against 300 in a padded row: the gain is 3900 / 300."),
+    Rule("gain_upside_down",
+         symptom="(b) b_speedup = {gain} < 1: packing would put FEWER real tokens into a step than padding{also}",
+         ask="Packed over padded, or padded over packed: which row holds more real tokens, and which goes on top?",
+         fix="Gain = real tokens per packed row / real tokens per padded row."),
+    formula=_Q4_FORMULA)
+#: (rule, the answer's field it is about, does (share s, examples per pack p, gain g) show it?), in this order
+_Q4_SHOWS = (
+    ("real_share", "a_padding_share", lambda s, p, g: abs(s - _EXAMPLE / _ROW) <= 1e-3),
+    ("share_percentage", "a_padding_share", lambda s, p, g: abs(s - 100 * (1 - _EXAMPLE / _ROW)) <= 0.1),
+    ("examples_over_row", "b_examples_per_pack", lambda s, p, g: p != _PER_PACK and p * _EXAMPLE > _ROW),
+    ("gain_over_row", "b_speedup", lambda s, p, g: g != _GAIN and g * _EXAMPLE > _ROW * (1 + 1e-12)),
+    ("gain_counts_slots", "b_speedup", lambda s, p, g: abs(g - _ROW / _EXAMPLE) <= 1e-3),
+    ("gain_upside_down", "b_speedup", lambda s, p, g: 0 < g < 1),
+)
+
+
+def _q4_mistake(share: float, per_pack: float, gain: float, problems: list[tuple[str, str]]) -> None:
+    """Name the first recognised mistake among exercise 3's numbers, with the other failing parts."""
+    for name, field, shows in _Q4_SHOWS:
+        if shows(share, per_pack, gain):
+            others = [text for f, text in problems if f != field]
+            _Q4.fail(name, also=f" | also: {' | '.join(others)}" if others else "", share=short(share),
+                     share_n=_num(share), per_pack=_num(per_pack), pack_tokens=_num(per_pack * _EXAMPLE),
+                     gain=short(gain), gain_n=_num(gain), gain_tokens=_num(gain * _EXAMPLE))
 
 
 @check(CHAPTER, "q4", hint=(
@@ -590,14 +575,7 @@ def q4(exercise_3) -> tuple[str, dict[str, str]]:
              "document in the middle of a pack compute something else unless its positions restart? (the "
              "chapter's four TinyCausalLM runs and its rotary head)")
     part(isinstance(why, str) and len(why.split()) >= 5, "add a 'why' field: a few sentences for (a), (b) and (c)")
-    named = _q4_named(share, per_pack, speedup)
-    if named is not None:
-        name, symptom, ask, fix, formula = named
-        field = {"real_share": "a_padding_share", "share_percentage": "a_padding_share",
-                 "examples_over_row": "b_examples_per_pack"}.get(name, "b_speedup")
-        others = [text for f, text in problems if f != field]
-        also = f" | also: {' | '.join(others)}" if others else ""
-        mistake(name, symptom=symptom + also, ask=ask, fix=fix, formula=formula)
+    _q4_mistake(share, per_pack, speedup, problems)
     with parts() as check_part:
         for _, text in problems:
             check_part(False, text)
@@ -614,7 +592,7 @@ MODEL_ANSWER_Q4 = (
     "model uses learned absolute positions (with rotary embeddings the mask alone gives the same result).")
 
 
-# ---------------------------------------------------------------------------------------------
+# --- q5: the document pieces of a GPT sample ------------------------------------------------------
 def _window(sizes: list[int], doc_idx: list[int], first: int, last: int) -> list[tuple[int, int, int]]:
     """The (document, start, stop) pieces of stream tokens [first, last)."""
     pieces, pos = [], 0
@@ -632,12 +610,6 @@ def _sample_right(sizes, doc_idx, seq, k):
     return _window(sizes, doc_idx, k * seq, k * seq + seq + 1)
 
 
-_Q5_RULES = {
-    "stride_s_plus_1": lambda sizes, doc_idx, seq, k: _window(sizes, doc_idx, k * (seq + 1), k * (seq + 1) + seq + 1),
-    "s_tokens": lambda sizes, doc_idx, seq, k: _window(sizes, doc_idx, k * seq, k * seq + seq),
-    "stop_inclusive": lambda sizes, doc_idx, seq, k: [(d, a, b - 1) for d, a, b in _sample_right(sizes, doc_idx, seq, k)],
-    "ignores_doc_idx": lambda sizes, doc_idx, seq, k: _window(sizes, list(range(len(sizes))), k * seq, k * seq + seq + 1),
-}
 #: Small streams (sizes, doc_idx, S, k), smallest first, on which the recognised mistakes show.
 _Q5_SMALL = [([8], [0], 2, 1), ([2, 3], [0, 1], 2, 0), ([2, 3], [1, 0], 2, 0), ([3, 3], [1, 0], 2, 1),
              ([5, 2, 7], [0, 1, 2], 4, 1), ([5, 2, 7], [2, 0, 1], 4, 1)]
@@ -665,37 +637,44 @@ def _stream_words(sizes: list[int], doc_idx: list[int], seq: int, k: int) -> str
             f"order) holds " + ", ".join(near))
 
 
-def _q5_mistake(fn: Callable, got: list[tuple[int, ...]], sizes: list[int], doc_idx: list[int], seq: int, k: int) -> None:
-    for name, rule in _Q5_RULES.items():
-        if got != rule(sizes, doc_idx, seq, k) or got == _sample_right(sizes, doc_idx, seq, k):
-            continue
-        found = _smallest(fn, _Q5_SMALL, _sample_right, rule, lambda a, b: _pieces(a) == b)
-        if found is not None:
-            (sizes, doc_idx, seq, k), got = found
-            got = _pieces(got)
-        want = _sample_right(sizes, doc_idx, seq, k)
-        n_tokens = sum(b - a for _, a, b in got)
-        call = (f"sample_documents({short(sizes)}, {short(doc_idx)}, {seq}, {k}) returned {short(got, 200)}: "
-                f"{n_tokens} tokens; {_stream_words(sizes, doc_idx, seq, k)} (expected {short(want, 200)})")
-        if name == "stride_s_plus_1":
-            mistake(name, symptom=f"{call}. Yours starts at stream token {k * (seq + 1)}, so sample {k - 1} and "
-                    f"sample {k} share no token", ask=f"Sample {k - 1} ends at stream token {(k - 1) * seq + seq}: "
-                    f"which token must sample {k} start with, so that that token is also an input?",
-                    fix="Sample k starts at k·S, not k·(S + 1): consecutive samples share one token (the last "
-                        "label of one is the first input of the next).", formula=_Q5_FORMULA)
-        if name == "s_tokens":
-            mistake(name, symptom=f"{call}. Yours holds the S = {seq} inputs only: the last input has no label",
-                    ask=f"A sample of S inputs also needs each input's label, the token after it: how many "
-                        "tokens is that?", fix="Read S + 1 tokens: stream tokens k·S … k·S + S, inclusive.",
-                    formula=_Q5_FORMULA)
-        if name == "stop_inclusive":
-            mistake(name, symptom=f"{call}. Each of your pieces ends one token short: {n_tokens} tokens instead of "
-                    f"{seq + 1}", ask="Is your stop the last token a piece reads, or one past it?",
-                    fix="stop is exclusive, as in Python slices: a piece (document, start, stop) reads start … "
-                        "stop − 1.", formula=_Q5_FORMULA)
-        mistake(name, symptom=f"{call}. Your pieces follow the document numbers 0, 1, 2, …, not the stream order",
-                ask="In which order does the stream concatenate the documents?",
-                fix="Walk doc_idx (the shuffled, epoch-repeated order), not range(len(sizes)).", formula=_Q5_FORMULA)
+_Q5 = Rules(
+    Rule("stride_s_plus_1",
+         wrong=lambda sizes, doc_idx, seq, k: _window(sizes, doc_idx, k * (seq + 1), k * (seq + 1) + seq + 1),
+         symptom="{call}. Yours starts at stream token {start}, so sample {before} and sample {k} share no token",
+         ask="Sample {before} ends at stream token {before_ends}: which token must sample {k} start with, so that "
+             "that token is also an input?",
+         fix="Sample k starts at k·S, not k·(S + 1): consecutive samples share one token (the last label of one is "
+             "the first input of the next)."),
+    Rule("s_tokens", wrong=lambda sizes, doc_idx, seq, k: _window(sizes, doc_idx, k * seq, k * seq + seq),
+         symptom="{call}. Yours holds the S = {seq} inputs only: the last input has no label",
+         ask="A sample of S inputs also needs each input's label, the token after it: how many tokens is that?",
+         fix="Read S + 1 tokens: stream tokens k·S … k·S + S, inclusive."),
+    Rule("stop_inclusive",
+         wrong=lambda sizes, doc_idx, seq, k: [(d, a, b - 1) for d, a, b in _sample_right(sizes, doc_idx, seq, k)],
+         symptom="{call}. Each of your pieces ends one token short: {n_tokens} tokens instead of {window}",
+         ask="Is your stop the last token a piece reads, or one past it?",
+         fix="stop is exclusive, as in Python slices: a piece (document, start, stop) reads start … stop − 1."),
+    Rule("ignores_doc_idx",
+         wrong=lambda sizes, doc_idx, seq, k: _window(sizes, list(range(len(sizes))), k * seq, k * seq + seq + 1),
+         symptom="{call}. Your pieces follow the document numbers 0, 1, 2, …, not the stream order",
+         ask="In which order does the stream concatenate the documents?",
+         fix="Walk doc_idx (the shuffled, epoch-repeated order), not range(len(sizes))."),
+    formula=_Q5_FORMULA)
+
+
+def _q5_facts(case: tuple, got: Any) -> dict[str, Any]:
+    sizes, doc_idx, seq, k = case
+    got = _pieces(got)
+    n_tokens = sum(b - a for _, a, b in got)
+    return {"call": f"sample_documents({short(sizes)}, {short(doc_idx)}, {seq}, {k}) returned {short(got, 200)}: "
+                    f"{n_tokens} tokens; {_stream_words(sizes, doc_idx, seq, k)} (expected "
+                    f"{short(_sample_right(*case), 200)})",
+            "n_tokens": n_tokens, "seq": seq, "k": k, "window": seq + 1, "start": k * (seq + 1), "before": k - 1,
+            "before_ends": (k - 1) * seq + seq}
+
+
+#: Every named mistake of this chapter's checks, by question (see labsupport.check.rules).
+RULES: dict[str, Rules] = {"q1": _Q1, "q2": _Q2, "q3": _Q3, "q4": _Q4, "q5": _Q5}
 
 
 @check(CHAPTER, "q5", hint=(
@@ -726,9 +705,11 @@ def q5(sample_documents) -> str:
                f"{call} must return a list of (document, start, stop), got {short(got)}")
         got = _pieces(got)
         if got != want:
-            _q5_mistake(sample_documents, got, sizes.tolist(), doc_idx.tolist(), seq, k)
+            _name(sample_documents, _Q5.values(), (sizes.tolist(), doc_idx.tolist(), seq, k), got, _sample_right,
+                  lambda a, b: _pieces(a) == b, lambda rule: _Q5_SMALL, _q5_facts)
             n_tokens = sum(b - a for _, a, b in got)
             expect(False, f"{call} returned {short(got, 200)} ({n_tokens} tokens), expected {short(want, 200)}: "
                    + _stream_words(sizes.tolist(), doc_idx.tolist(), seq, k))
         cases += 1
     return f"{cases} random streams with repeated documents (epochs)"
+
