@@ -5,8 +5,7 @@ raw bytes of an ``.idx`` and a ``.bin`` whose documents hold several sequences o
 
 q1 and q2 build fresh random datasets with :class:`labsupport.datasets.indexed.IndexedDatasetBuilder`
 (random dtype, lengths, multi-sequence and empty documents) and compare the learner's function
-with :class:`labsupport.datasets.indexed.IndexedDataset`. The mistakes the checks name are the rows of
-``RULES`` (see :mod:`labsupport.check.rules`).
+with :class:`labsupport.datasets.indexed.IndexedDataset`; ``RULES`` holds the mistakes the checks name.
 """
 from __future__ import annotations
 
@@ -403,6 +402,8 @@ def _read_as(ds: IndexedDataset, raw_bin: bytes, k: int, dtype: Any) -> np.ndarr
             return None
         parts.append(np.frombuffer(raw_bin, np.dtype(dtype).newbyteorder("<"), count, offset))
     return np.concatenate(parts) if parts else None
+
+
 RULES["q4"] = Rules(
     Rule("first_sequence_only", "{symptom}",
          ask="How many sequences does document {k} hold, and how many did you read?",
@@ -484,11 +485,10 @@ def q4(document_tokens) -> str:
                     kind = _q4_kind(got, ds, raw_bin, k)
                     expect(kind != "not_an_array", f"document_tokens(<{what}>, k={k}) returned {type(got).__name__}; "
                            "expected a 1-D numpy array")
+                    if kind in RULES["q4"]:
+                        RULES["q4"].fail(kind, **_q4_facts(what, ds, k, got))
                     if kind:
-                        facts = _q4_facts(what, ds, k, got)
-                        if kind in RULES["q4"]:
-                            RULES["q4"].fail(kind, **facts)
-                        expect(False, facts["symptom"])
+                        expect(False, _q4_facts(what, ds, k, got)["symptom"])
                     n += 1
                     multi += int(i >= 2 and d[k + 1] - d[k] > 1)     # the random datasets' own
                     empty += int(i >= 2 and d[k + 1] == d[k])
