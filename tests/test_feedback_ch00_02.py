@@ -99,8 +99,7 @@ def _by_vocab(out, train, serve, probes):
 
 def _bpe(order=1, first_only=False):
     def bpe_encode(text, merges):
-        ks = list(range(len(merges)))[::order]
-        return ch01._apply(list(text.encode("utf-8")), [tuple(m) for m in merges], ks, first_only=first_only)
+        return ch01._encode(text, [tuple(m) for m in merges], order, first_only=first_only)
     return bpe_encode
 
 
@@ -174,61 +173,80 @@ NAMED = [
      "returned [0, 4]: GPU 0 = (tp 0, dp 0, pp 0); GPU 4 = (tp 0, dp 0, pp 1)"),
     (ch00.q3, lambda r, tp, pp, dp: [d + dp * (r // dp % tp) + dp * tp * (r // (dp * tp)) for d in range(dp)],
      "dp_varies_fastest", "returned [0, 1, 2]: GPU 0 = (tp 0, dp 0, pp 0); GPU 1 = (tp 1, dp 0, pp 0)"),
-    (ch01.q1, _merge_step_last_tie, "tie_not_first", "merge_step([1, 2, 3], 256) merged (2, 3)"),
-    (ch01.q1, _merge_step_with(mutate=True), "modifies_input", "the caller's list is [-1]"),
-    (ch01.q1, _merge_step_with(count_overlaps=False), "overlaps_not_counted",
-     "merge_step([1, 2, 7, 7, 7], 256) merged (1, 2); the adjacent positions hold (1, 2): 1, (2, 7): 1, (7, 7): 2"),
-    (ch01.q1, _merge_step_with(step_after_match=1), "keeps_second_token",
-     "merge_step([1, 2], 256) returned ids [256, 2]: 2 tokens in, 2 out"),
-    (ch01.q1, _merge_step_with(max_replacements=1), "replaces_once",
-     "merge_step([1, 2, 1, 2], 256) returned ids [256, 1, 2]"),
-    (ch01.q2, lambda tok, texts: sum(len(tok.encode(t)) for t in texts) / sum(len(t.encode()) for t in texts),
-     "per_utf8_byte", "tokens_per_character(tok, ['한국어']) returned"),
-    (ch01.q2, lambda tok, texts: float(np.mean([len(tok.encode(t)) / len(t) for t in texts])), "mean_of_ratios",
-     "tokens_per_character(tok, ['a', 'hello world, hello'])"),
-    (ch01.q2, lambda tok, texts: 1 / tokens_per_character(tok, texts), "characters_per_token",
-     "tokens_per_character(tok, ['hello world']) returned"),
-    (ch01.q3, _diagnose_with(id_agreement=lambda o, a, b, p: o["id_agreement"] * len(p)), "agreement_is_a_count",
-     "probe texts"),
-    (ch01.q3, _diagnose_with(special_ids_differ=lambda o, a, b, p: o["special_ids_differ"][::-1]), "names_not_sorted",
-     "special_ids_differ = ["),
-    (ch01.q3, _diagnose_with(garbled=_swapped_garbled), "decoded_the_other_way", "garbled = "),
-    (ch01.q3, _diagnose_with(verdict=_by_vocab, same_fingerprint=lambda o, a, b, p: a.vocab_size == b.vocab_size),
-     "verdict_not_from_fingerprint", "verdict = 'same', but the two .model files differ"),
-    (ch01.q3, _diagnose_with(verdict=lambda o, a, b, p: "same" if a.path == b.path else "mismatch",
-                             same_fingerprint=lambda o, a, b, p: a.path == b.path),
-     "copy_called_a_mismatch", "the same file copied elsewhere: verdict = 'mismatch', but both tokenizers are the same"),
-    (ch01.q5, lambda text, merges: list(text.encode("utf-8")), "no_merge_applied",
-     "bpe_encode('aa', [(97, 97)]) returned [97, 97]"),
-    (ch01.q5, lambda text, merges: [ord(c) for c in text], "code_points",
-     "bpe_encode('é', []) returned [233]; the UTF-8 bytes of 'é' are [195, 169]"),
-    (ch01.q5, _bpe(order=-1), "merges_in_reverse",
-     "bpe_encode('hi! hi', [(104, 105), (256, 33)]) returned [256, 33, 32, 256]"),
-    (ch01.q5, _bpe(first_only=True), "first_occurrence_only", "bpe_encode('abab', [(97, 98)]) returned [256, 97, 98]"),
-    (ch02.q1, _parse_with(lengths="<i8"), "lengths_as_int64", "the golden vector (3 uint16 sequences, 102-byte .idx): "
-     "sequence_lengths = "),
-    (ch02.q1, _parse_with(pointers_at=lambda n: 34 + 8 * n), "pointers_after_8n",
-     "the golden vector (3 uint16 sequences, 102-byte .idx): sequence_pointers = "),
-    (ch02.q1, _parse_with(documents_at=lambda n: 34 + 8 * n), "documents_offset",
-     "the golden vector (3 uint16 sequences, 102-byte .idx): document_indices = "),
-    (ch02.q1, _parse_with(magic=False), "accepts_bad_magic", "parse_idx accepted the golden vector"),
-    (ch02.q2, lambda lengths, d, itemsize, k: int(np.sum(lengths[:d[k]])), "tokens_not_bytes",
-     "document_byte_offset([5, 2], [0, 1, 2], itemsize=2, k=1) returned 5"),
-    (ch02.q2, lambda lengths, d, itemsize, k: int(np.sum(lengths[:k])) * itemsize, "sequence_k",
-     "document_byte_offset([3, 2, 4], [0, 2, 3], itemsize=2, k=1) returned 6; document 1 holds sequence 2"),
-    (ch02.q2, lambda lengths, d, itemsize, k: int(np.sum(lengths[:d[k] + 1])) * itemsize, "one_sequence_too_many",
-     "document_byte_offset([5, 2], [0, 1, 2], itemsize=2, k=1) returned 14"),
-    (ch02.q3, lambda: {**GOOD_Q3_CH02, "problems": {"cpu": "tokenize_once", "padding": "packing", "memory": "mmap"}},
-     "padding_is_packing", "include 'padding'"),
-    (ch02.q4, _tokens_with(pick=lambda d, k: range(int(d[k]), int(d[k + 1]))[:1]), "first_sequence_only",
-     "document_tokens(<the hand-made x.idx, x.bin>, k=0) returned [1, 2, 3], expected [1, 2, 3, 4, 5]"),
-    (ch02.q4, _tokens_with(pick=lambda d, k: range(int(d[k]), int(d[k + 1])) if d[k + 1] - d[k] > 1 else [k]),
-     "sequence_k",
-     "document_tokens(<the hand-made x.idx, x.bin>, k=1) returned [4, 5], expected []; document 1 holds no sequence"),
-    (ch02.q4, _tokens_with(dtype=np.uint16), "wrong_dtype", "document_tokens(<a small int32 file>, k=0) returned"),
-    (ch02.q4, _tokens_with(empty_raises=True), "empty_document",
-     "document_tokens(<the hand-made x.idx, x.bin>, k=1) raised ValueError"),
 ]
+
+#: chapters 1 and 2: one planted wrong answer per rule of ch01.RULES and ch02.RULES, by (chapter, question, rule
+#: name): (the wrong answer, a phrase of its symptom — on the smallest input where one is shrunk to)
+PLANTED = {
+    ("ch01", "q1", "tie_not_first"): (_merge_step_last_tie, "merge_step([1, 2, 3], 256) merged (2, 3)"),
+    ("ch01", "q1", "modifies_input"): (_merge_step_with(mutate=True), "the caller's list is [-1]"),
+    ("ch01", "q1", "overlaps_not_counted"): (
+        _merge_step_with(count_overlaps=False),
+        "merge_step([1, 2, 7, 7, 7], 256) merged (1, 2); the adjacent positions hold (1, 2): 1, (2, 7): 1, (7, 7): 2"),
+    ("ch01", "q1", "keeps_second_token"): (_merge_step_with(step_after_match=1),
+                                           "merge_step([1, 2], 256) returned ids [256, 2]: 2 tokens in, 2 out"),
+    ("ch01", "q1", "replaces_once"): (_merge_step_with(max_replacements=1),
+                                      "merge_step([1, 2, 1, 2], 256) returned ids [256, 1, 2]"),
+    ("ch01", "q2", "per_utf8_byte"): (
+        lambda tok, texts: sum(len(tok.encode(t)) for t in texts) / sum(len(t.encode()) for t in texts),
+        "tokens_per_character(tok, ['한국어']) returned"),
+    ("ch01", "q2", "mean_of_ratios"): (lambda tok, texts: float(np.mean([len(tok.encode(t)) / len(t) for t in texts])),
+                                       "tokens_per_character(tok, ['a', 'hello world, hello'])"),
+    ("ch01", "q2", "characters_per_token"): (lambda tok, texts: 1 / tokens_per_character(tok, texts),
+                                             "tokens_per_character(tok, ['hello world']) returned"),
+    ("ch01", "q3", "agreement_is_a_count"): (
+        _diagnose_with(id_agreement=lambda o, a, b, p: o["id_agreement"] * len(p)), "probe texts"),
+    ("ch01", "q3", "names_not_sorted"): (
+        _diagnose_with(special_ids_differ=lambda o, a, b, p: o["special_ids_differ"][::-1]), "special_ids_differ = ["),
+    ("ch01", "q3", "decoded_the_other_way"): (_diagnose_with(garbled=_swapped_garbled), "garbled = "),
+    ("ch01", "q3", "verdict_not_from_fingerprint"): (
+        _diagnose_with(verdict=_by_vocab, same_fingerprint=lambda o, a, b, p: a.vocab_size == b.vocab_size),
+        "verdict = 'same', but the two .model files differ"),
+    ("ch01", "q3", "copy_called_a_mismatch"): (
+        _diagnose_with(verdict=lambda o, a, b, p: "same" if a.path == b.path else "mismatch",
+                       same_fingerprint=lambda o, a, b, p: a.path == b.path),
+        "the same file copied elsewhere: verdict = 'mismatch', but both tokenizers are the same"),
+    ("ch01", "q5", "no_merge_applied"): (lambda text, merges: list(text.encode("utf-8")),
+                                         "bpe_encode('aa', [(97, 97)]) returned [97, 97]"),
+    ("ch01", "q5", "code_points"): (lambda text, merges: [ord(c) for c in text],
+                                    "bpe_encode('é', []) returned [233]; the UTF-8 bytes of 'é' are [195, 169]"),
+    ("ch01", "q5", "merges_in_reverse"): (_bpe(order=-1),
+                                          "bpe_encode('hi! hi', [(104, 105), (256, 33)]) returned [256, 33, 32, 256]"),
+    ("ch01", "q5", "first_occurrence_only"): (_bpe(first_only=True),
+                                              "bpe_encode('abab', [(97, 98)]) returned [256, 97, 98]"),
+    ("ch02", "q1", "lengths_as_int64"): (_parse_with(lengths="<i8"),
+                                         "the golden vector (3 uint16 sequences, 102-byte .idx): sequence_lengths = "),
+    ("ch02", "q1", "pointers_after_8n"): (
+        _parse_with(pointers_at=lambda n: 34 + 8 * n),
+        "the golden vector (3 uint16 sequences, 102-byte .idx): sequence_pointers = "),
+    ("ch02", "q1", "documents_offset"): (_parse_with(documents_at=lambda n: 34 + 8 * n),
+                                         "the golden vector (3 uint16 sequences, 102-byte .idx): document_indices = "),
+    ("ch02", "q1", "accepts_bad_magic"): (_parse_with(magic=False), "parse_idx accepted the golden vector"),
+    ("ch02", "q2", "tokens_not_bytes"): (lambda lengths, d, itemsize, k: int(np.sum(lengths[:d[k]])),
+                                         "document_byte_offset([5, 2], [0, 1, 2], itemsize=2, k=1) returned 5"),
+    ("ch02", "q2", "sequence_k"): (
+        lambda lengths, d, itemsize, k: int(np.sum(lengths[:k])) * itemsize,
+        "document_byte_offset([3, 2, 4], [0, 2, 3], itemsize=2, k=1) returned 6; document 1 holds sequence 2"),
+    ("ch02", "q2", "one_sequence_too_many"): (
+        lambda lengths, d, itemsize, k: int(np.sum(lengths[:d[k] + 1])) * itemsize,
+        "document_byte_offset([5, 2], [0, 1, 2], itemsize=2, k=1) returned 14"),
+    ("ch02", "q3", "padding_is_packing"): (
+        lambda: {**GOOD_Q3_CH02, "problems": {"cpu": "tokenize_once", "padding": "packing", "memory": "mmap"}},
+        "include 'padding'"),
+    ("ch02", "q4", "first_sequence_only"): (
+        _tokens_with(pick=lambda d, k: range(int(d[k]), int(d[k + 1]))[:1]),
+        "document_tokens(<the hand-made x.idx, x.bin>, k=0) returned [1, 2, 3], expected [1, 2, 3, 4, 5]"),
+    ("ch02", "q4", "sequence_k"): (
+        _tokens_with(pick=lambda d, k: range(int(d[k]), int(d[k + 1])) if d[k + 1] - d[k] > 1 else [k]),
+        "document_tokens(<the hand-made x.idx, x.bin>, k=1) returned [4, 5], expected []; document 1 holds no "
+        "sequence"),
+    ("ch02", "q4", "wrong_dtype"): (_tokens_with(dtype=np.uint16),
+                                    "document_tokens(<a small int32 file>, k=0) returned"),
+    ("ch02", "q4", "empty_document"): (_tokens_with(empty_raises=True),
+                                       "document_tokens(<the hand-made x.idx, x.bin>, k=1) raised ValueError"),
+}
+#: every (module, question, rule name) of the rule tables of chapters 1 and 2
+RULED = [(m, q, name) for m in (ch01, ch02) for q, rules in m.RULES.items() for name in rules]
 
 CORRECT = [(ch00.q1, dp_size), (ch00.q2, training_memory_gb), (ch00.q3, _dp_group), (ch00.q4, exercise_5),
            (ch01.q1, merge_step),
@@ -264,11 +282,12 @@ def test_named_mistake_tiers(check, wrong, name, symptom, capsys):
 
 
 def test_every_named_mistake_of_ch00_02_is_tested():
-    """Each mistake(...) name in the three check modules appears in NAMED (no untested message)."""
+    """Each mistake(...) name in chapter 0's check module appears in NAMED (no untested message); chapters 1 and 2
+    name theirs in rule tables, covered by test_every_rule_of_ch01_02_has_a_planted_answer."""
     import re
 
     names = set()
-    for module in (ch00, ch01, ch02):
+    for module in (ch00,):
         source = Path(module.__file__).read_text(encoding="utf-8")
         names |= {(module.CHAPTER, n) for n in re.findall(r'mistake\("([a-z_0-9]+)"', source)}
         names |= {(module.CHAPTER, n) for n in re.findall(r'return "([a-z_0-9]+)"', source)
@@ -278,6 +297,33 @@ def test_every_named_mistake_of_ch00_02_is_tested():
                                "documents_after_16n"}}
     tested = {(c.chapter, n) for c, _, n, _ in NAMED}
     assert names <= tested, sorted(names - tested)
+
+
+@pytest.mark.parametrize("module, question, name", RULED, ids=[f"{m.CHAPTER}-{q}-{n}" for m, q, n in RULED])
+def test_every_rule_of_ch01_02_shows_its_tiers(module, question, name, capsys):
+    """The planted wrong answer of each rule: tier 1 is the symptom (on the smallest input that shows it) and
+    the rule's question, a repeat its fix, a third time its formula — the texts of the rule's table row."""
+    wrong, symptom = PLANTED[(module.CHAPTER, question, name)]
+    rule, check = module.RULES[question][name], getattr(module, question)
+    runs = [check(wrong) for _ in range(3)]
+    for n, result in enumerate(runs, 1):
+        assert (result.status, result.mistake, result.tier) == ("failed", name, n), result.message
+        assert result.message == runs[0].message                  # the symptom, every time
+        _no_numpy_repr(result.message)
+    assert symptom in runs[0].message, runs[0].message
+    ask, fix, formula = (r.hint for r in runs)
+    for shown, template in ((ask, rule.ask), (fix, rule.fix), (formula, rule.formula or rule.fix)):
+        assert shown == template or "{" in template, (shown, template)   # a template without facts: verbatim
+    assert ask.endswith("?") and fix not in runs[0].message and fix not in ask
+    assert not rule.formula or (formula not in runs[0].message and formula not in ask and formula not in fix)
+    out = capsys.readouterr().out
+    assert f"hint: {ask}" in out and f"hint: {fix}" in out and out.index(ask) < out.index(fix) < out.rindex(formula)
+
+
+def test_every_rule_of_ch01_02_has_a_planted_answer():
+    """No rule of ch01.RULES or ch02.RULES goes untested, and no planted answer names a rule that does not exist."""
+    assert set(PLANTED) == {(m.CHAPTER, q, name) for m, q, name in RULED}
+    assert {m.CHAPTER for m, _, _ in RULED} == {"ch01", "ch02"} and len(RULED) == 29
 
 
 @pytest.mark.parametrize("check, right", CORRECT, ids=[f"{c.chapter}-{c.question}" for c, _ in CORRECT])

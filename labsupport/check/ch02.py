@@ -5,7 +5,7 @@ raw bytes of an ``.idx`` and a ``.bin`` whose documents hold several sequences o
 
 q1 and q2 build fresh random datasets with :class:`labsupport.datasets.indexed.IndexedDatasetBuilder`
 (random dtype, lengths, multi-sequence and empty documents) and compare the learner's function
-with :class:`labsupport.datasets.indexed.IndexedDataset`.
+with :class:`labsupport.datasets.indexed.IndexedDataset`; ``RULES`` holds the mistakes the checks name.
 """
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from labsupport.datasets.indexed import IndexedDataset, IndexedDatasetBuilder, get_bin_path, get_idx_path
-from labsupport.check._core import Sealed, chapter_summary, check, check_seed, expect, mistake, short
+from labsupport.check._core import Sealed, chapter_summary, check, check_seed, expect, short
+from labsupport.check.rules import Rule, Rules, diagnose
 
 CHAPTER = "ch02"
 
@@ -54,6 +55,9 @@ _ANSWER = Sealed("labsupport:ch02:q3:pairs", [
     "e101945308ef1ba5f770b8dd2a7d7ecb2b9ce5cdbe7850711fd5b8ec585da5cc",
     "e93e9bef102e2682436cff3875749ea129088d7e05ce76071b0494238dcf6d6f",
 ])
+
+#: the mistakes the checks name, by question (each table sits next to its check)
+RULES: dict[str, Rules] = {}
 
 
 summary = chapter_summary(CHAPTER)
@@ -98,9 +102,28 @@ def _same_array(got, want) -> bool:
         return False
 
 
+# ---------------------------------------------------------------------------------------------
+# q1: parse an .idx
 _Q1_FORMULA = ("magic = raw[:9]; version, dtype_code, N, D = struct.unpack('<QBQQ', raw[9:34]); lengths = "
                "np.frombuffer(raw, '<i4', N, 34); pointers = np.frombuffer(raw, '<i8', N, 34 + 4N); document "
                "indices = np.frombuffer(raw, '<i8', D, 34 + 12N); raise ValueError unless magic == b'MMIDIDX\\x00\\x00'")
+_ARRAY = "{what}: {key} = {got}, expected {want}"
+RULES["q1"] = Rules(
+    Rule("lengths_as_int64", _ARRAY, ask="How many bytes does one sequence length take in the layout line?",
+         fix="the lengths are N int32 values: np.frombuffer(raw, '<i4', N, 34)"),
+    Rule("pointers_after_8n", _ARRAY,
+         ask="How many bytes do the N lengths before the pointers take, so at which byte do the pointers begin?",
+         fix="the pointers start right after N int32 lengths (4 bytes each): offset 34 + 4N, not 34 + 8N"),
+    Rule("documents_offset", _ARRAY,
+         ask="Which arrays lie before the document indices, and how many bytes does each element of each take?",
+         fix="the document indices start after N int32 lengths and N int64 pointers: 34 + 4N + 8N = 34 + 12N"),
+    Rule("accepts_bad_magic", "parse_idx accepted the golden vector with its magic changed to b'TNTIDX\\x00\\x00\\x00'",
+         ask="What does your function do with bytes that are not a Megatron MMIDIDX index at all?",
+         fix="compare raw[:9] with b'MMIDIDX\\x00\\x00' first and raise ValueError when they differ"),
+    formula=_Q1_FORMULA)
+#: q1: the wrong reads a rule names, by array — (rule, m): the array read as int64 from byte 34 + m·N
+_WRONG_READS = {"sequence_lengths": [("lengths_as_int64", 0)], "sequence_pointers": [("pointers_after_8n", 8)],
+                "document_indices": [("documents_offset", 8), ("documents_offset", 16)]}
 
 
 def _golden(folder: Path) -> str:
@@ -113,34 +136,15 @@ def _golden(folder: Path) -> str:
     return prefix
 
 
-def _q1_array_kind(key: str, got: Any, raw: bytes, n: int, d: int) -> str | None:
-    """A known wrong array, named: lengths read as int64, pointers or document indices from a wrong offset."""
-    wrong = {"sequence_lengths": [("<i8", 34, n, "lengths_as_int64")],
-             "sequence_pointers": [("<i8", 34 + 8 * n, n, "pointers_after_8n")],
-             "document_indices": [("<i8", 34 + 8 * n, d, "documents_after_8n"),
-                                  ("<i8", 34 + 16 * n, d, "documents_after_16n")]}.get(key, [])
-    for dtype, offset, count, kind in wrong:
-        if count and n and offset + 8 * count <= len(raw) and _same_array(got, np.frombuffer(raw, dtype, count, offset)):
-            return kind
-    return None
-
-
-def _q1_fail_array(kind: str | None, what: str, key: str, got: Any, want: np.ndarray) -> None:
-    symptom = f"{what}: {key} = {short(np.asarray(got).tolist())}, expected {short(want.tolist())}"
-    if kind == "lengths_as_int64":
-        mistake(kind, symptom=symptom, ask="How many bytes does one sequence length take in the layout line?",
-                fix="the lengths are N int32 values: np.frombuffer(raw, '<i4', N, 34)", formula=_Q1_FORMULA)
-    if kind == "pointers_after_8n":
-        mistake(kind, symptom=symptom,
-                ask="How many bytes do the N lengths before the pointers take, so at which byte do the pointers begin?",
-                fix="the pointers start right after N int32 lengths (4 bytes each): offset 34 + 4N, not 34 + 8N",
-                formula=_Q1_FORMULA)
-    if kind in ("documents_after_8n", "documents_after_16n"):
-        mistake("documents_offset", symptom=symptom,
-                ask="Which arrays lie before the document indices, and how many bytes does each element of each take?",
-                fix="the document indices start after N int32 lengths and N int64 pointers: 34 + 4N + 8N = 34 + 12N",
-                formula=_Q1_FORMULA)
-    expect(False, symptom)
+def _q1_array(what: str, key: str, got: Any, want: np.ndarray, raw: bytes, n: int, d: int) -> None:
+    """Fail on array ``key``: with the rule whose int64 read (``_WRONG_READS``) gives ``got``, else plainly."""
+    facts = {"what": what, "key": key, "got": short(np.asarray(got).tolist()), "want": short(want.tolist())}
+    count = d if key == "document_indices" else n
+    for name, m in _WRONG_READS[key]:
+        at = 34 + m * n
+        if count and n and at + 8 * count <= len(raw) and _same_array(got, np.frombuffer(raw, "<i8", count, at)):
+            RULES["q1"].fail(name, **facts)
+    expect(False, _ARRAY.format_map(facts))
 
 
 @check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the offsets
@@ -177,8 +181,7 @@ def q1(parse_idx) -> str:
                              ("document_indices", ds.document_indices)):
                 expect(key in got, f"the dict has no key {key!r} (keys: {sorted(got, key=str)})")
                 if not _same_array(got[key], arr):
-                    _q1_fail_array(_q1_array_kind(key, got[key], raw, len(ds), len(ds.document_indices)),
-                                   what, key, got[key], np.asarray(arr))
+                    _q1_array(what, key, got[key], np.asarray(arr), raw, len(ds), len(ds.document_indices))
             del ds
         raw = Path(get_idx_path(prefixes[0])).read_bytes()
         bad = b"TNTIDX\x00\x00\x00" + raw[9:]
@@ -187,11 +190,7 @@ def q1(parse_idx) -> str:
         except ValueError:
             pass
         else:
-            mistake("accepts_bad_magic",
-                    symptom="parse_idx accepted the golden vector with its magic changed to b'TNTIDX\\x00\\x00\\x00'",
-                    ask="What does your function do with bytes that are not a Megatron MMIDIDX index at all?",
-                    fix="compare raw[:9] with b'MMIDIDX\\x00\\x00' first and raise ValueError when they differ",
-                    formula=_Q1_FORMULA)
+            RULES["q1"].fail("accepts_bad_magic")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return "the golden vector, 12 random .idx files (4 dtypes, empty and multi-sequence documents) and a bad magic"
@@ -229,53 +228,56 @@ def q1_header(parse_idx) -> bool:
     return False
 
 
+# ---------------------------------------------------------------------------------------------
+# q2: the byte offset of document k
 _Q2_FORMULA = "offset of document k = sum(sequence_lengths[:document_indices[k]]) × itemsize"
 #: small hand-made cases, checked before the random ones: (lengths, document_indices, itemsize, k)
 _Q2_SMALL = [([5, 2], [0, 1, 2], 2, 1),           # one sequence per document
              ([3, 2, 4], [0, 2, 3], 2, 1),        # document 0 holds two sequences
              ([3, 4], [0, 1, 1, 2], 4, 2)]        # document 1 holds none
+RULES["q2"] = Rules(
+    Rule("tokens_not_bytes", "{symptom}, stored as {itemsize}-byte tokens",
+         wrong=lambda lengths, d, itemsize, k: int(lengths[:d[k]].astype(np.int64).sum()),
+         ask="In which unit are the sequence lengths, and in which unit is a byte offset?",
+         fix="the lengths count tokens: multiply by itemsize = {itemsize} for bytes"),
+    Rule("sequence_k", "{symptom}",
+         ask="Is k a document number or a sequence number? Where does the index say document {k} starts?",
+         wrong=lambda lengths, d, itemsize, k: int(lengths[:k].astype(np.int64).sum()) * itemsize,
+         fix="document k starts at sequence document_indices[k] (here {first}), not at sequence k: add the lengths "
+             "before that one"),
+    Rule("one_sequence_too_many", "{symptom}",
+         wrong=lambda lengths, d, itemsize, k: int(lengths[:d[k] + 1].astype(np.int64).sum()) * itemsize,
+         ask="Does the offset of document {k} count the bytes of its own first sequence?",
+         fix="stop before sequence document_indices[k]: sum(lengths[:d[k]]), not [:d[k] + 1]"),
+    formula=_Q2_FORMULA)
 
 
-def _q2_kind(got: Any, lengths: np.ndarray, doc_idx: np.ndarray, itemsize: int, k: int) -> str | None:
-    """What is wrong with ``got`` (None: nothing): tokens for bytes, sequence k, one sequence too many."""
-    if not isinstance(got, (int, np.integer)) or isinstance(got, bool):
-        return "not_an_int"
-    first = int(doc_idx[k])
-    tokens_before = int(lengths[:first].astype(np.int64).sum())
-    if got == tokens_before * itemsize:
-        return None
-    if itemsize > 1 and got == tokens_before:
-        return "tokens_not_bytes"
-    if k != first and got == int(lengths[:k].astype(np.int64).sum()) * itemsize:
-        return "sequence_k"
-    if first < len(lengths) and lengths[first] and got == int(lengths[:first + 1].astype(np.int64).sum()) * itemsize:
-        return "one_sequence_too_many"
-    return "wrong_offset"
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
-def _q2_fail(kind: str, lengths: np.ndarray, doc_idx: np.ndarray, itemsize: int, k: int, got: Any) -> None:
-    call = (f"document_byte_offset({short(lengths.tolist(), 60)}, {short(doc_idx.tolist(), 60)}, itemsize={itemsize}, "
-            f"k={k})")
-    expect(kind != "not_an_int", f"{call} returned {short(got)} ({type(got).__name__}); expected an int")
-    first = int(doc_idx[k])
-    last = int(doc_idx[k + 1])
+def _q2_facts(case: tuple, got: Any) -> dict[str, Any]:
+    """What the q2 messages say about ``document_byte_offset(*case)`` returning ``got``."""
+    lengths, doc_idx, itemsize, k = case
+    call = (f"document_byte_offset({short(lengths.tolist(), 60)}, {short(doc_idx.tolist(), 60)}, "
+            f"itemsize={itemsize}, k={k})")
+    first, last = int(doc_idx[k]), int(doc_idx[k + 1])
     holds = {0: "no sequence", 1: f"sequence {first}"}.get(last - first, f"sequences {first}..{last - 1}")
-    symptom = f"{call} returned {short(got)}; document {k} holds {holds}"
-    if kind == "tokens_not_bytes":
-        mistake(kind, symptom=symptom + f", stored as {itemsize}-byte tokens",
-                ask="In which unit are the sequence lengths, and in which unit is a byte offset?",
-                fix=f"the lengths count tokens: multiply by itemsize = {itemsize} for bytes", formula=_Q2_FORMULA)
-    if kind == "sequence_k":
-        mistake(kind, symptom=symptom,
-                ask=f"Is k a document number or a sequence number? Where does the index say document {k} starts?",
-                fix=f"document k starts at sequence document_indices[k] (here {first}), not at sequence k: add the "
-                    "lengths before that one", formula=_Q2_FORMULA)
-    if kind == "one_sequence_too_many":
-        mistake(kind, symptom=symptom,
-                ask=f"Does the offset of document {k} count the bytes of its own first sequence?",
-                fix="stop before sequence document_indices[k]: sum(lengths[:d[k]]), not [:d[k] + 1]",
-                formula=_Q2_FORMULA)
-    expect(False, symptom)
+    return {"call": call, "got": short(got), "type": type(got).__name__, "k": k, "first": first, "itemsize": itemsize,
+            "symptom": f"{call} returned {short(got)}; document {k} holds {holds}"}
+
+
+def _q2_case(fn: Any, case: tuple, want: int) -> None:
+    """Fail unless ``fn(*case)`` gives ``want``: with the first rule of ``RULES["q2"]`` it follows, else plainly."""
+    lengths, doc_idx, itemsize, k = case
+    got = fn(lengths.copy(), doc_idx.copy(), itemsize, k)
+    if _is_int(got) and got == want:
+        return
+    facts = _q2_facts(case, got)
+    expect(_is_int(got), "{call} returned {got} ({type}); expected an int".format_map(facts))
+    reference = lambda lengths, d, itemsize, k: int(lengths[:d[k]].astype(np.int64).sum()) * itemsize  # noqa: E731
+    diagnose(fn, RULES["q2"], [case], reference, lambda a, b: _is_int(a) and a == b, _q2_facts)
+    expect(False, facts["symptom"])
 
 
 @check(CHAPTER, "q2", hint=(
@@ -289,11 +291,8 @@ def q2(document_byte_offset) -> str:
     """Checked: 3 small hand-made cases, then 8 random documents of each of 10 random datasets plus every
     document right after an empty one, against IndexedDataset.document_byte_offset."""
     for lengths, doc_idx, itemsize, k in _Q2_SMALL:
-        lengths, doc_idx = np.array(lengths, dtype=np.int32), np.array(doc_idx, dtype=np.int64)
-        got = document_byte_offset(lengths.copy(), doc_idx.copy(), itemsize, k)
-        kind = _q2_kind(got, lengths, doc_idx, itemsize, k)
-        if kind:
-            _q2_fail(kind, lengths, doc_idx, itemsize, k, got)
+        case = (np.array(lengths, dtype=np.int32), np.array(doc_idx, dtype=np.int64), itemsize, k)
+        _q2_case(document_byte_offset, case, int(sum(lengths[:doc_idx[k]])) * itemsize)
     rng = np.random.default_rng(check_seed())
     tmp = Path(tempfile.mkdtemp(prefix="ch02_q2_"))
     n = 0
@@ -307,11 +306,7 @@ def q2(document_byte_offset) -> str:
             empty_before = [k for k in range(1, ds.num_documents)
                             if doc_idx[k] == doc_idx[k - 1] or lengths[doc_idx[k - 1]:doc_idx[k]].sum() == 0]
             for k in [int(k) for k in rng.integers(0, ds.num_documents, 8)] + empty_before:
-                want = ds.document_byte_offset(k)
-                got = document_byte_offset(lengths.copy(), doc_idx.copy(), itemsize, k)
-                kind = _q2_kind(got, lengths, doc_idx, itemsize, k)
-                if kind or got != want:
-                    _q2_fail(kind or "wrong_offset", lengths, doc_idx, itemsize, k, got)
+                _q2_case(document_byte_offset, (lengths, doc_idx, itemsize, k), ds.document_byte_offset(k))
                 n += 1
             del ds
     finally:
@@ -319,6 +314,16 @@ def q2(document_byte_offset) -> str:
     expect(n >= 80, "a checker bug: fewer than 80 documents checked")
     return "3 hand-made cases, 8 random documents of each of 10 random datasets and every document right after an empty one"
 
+
+# ---------------------------------------------------------------------------------------------
+# q3: book exercise 1
+RULES["q3"] = Rules(
+    Rule("padding_is_packing", "your problems {problems} include 'padding'",
+         ask="Does storing token ids in a .bin/.idx pair change how many pad tokens a batch holds?",
+         fix="padding is a real cost, but packing (chapter 4) solves it, not .bin/.idx; the three problems are work "
+             "repeated every step, reaching document k, and data larger than RAM",
+         formula="Book §6.2.3: re-tokenizing (CPU) → tokenize once; random access → the .idx pointers; "
+                 "memory → mmap"))
 
 
 @check(CHAPTER, "q3", hint=(
@@ -341,12 +346,7 @@ def q3(exercise_1) -> tuple[str, dict[str, str]]:
     unknown = [v for v in problems.values() if v not in EXERCISE_1_SOLUTIONS]
     expect(not unknown, f"unknown solution keys {short(unknown)}; use keys of EXERCISE_1_SOLUTIONS")
     if "padding" in problems:
-        mistake("padding_is_packing", symptom=f"your problems {short(sorted(problems))} include 'padding'",
-                ask="Does storing token ids in a .bin/.idx pair change how many pad tokens a batch holds?",
-                fix="padding is a real cost, but packing (chapter 4) solves it, not .bin/.idx; the three problems "
-                    "are work repeated every step, reaching document k, and data larger than RAM",
-                formula="Book §6.2.3: re-tokenizing (CPU) → tokenize once; random access → the .idx pointers; "
-                        "memory → mmap")
+        RULES["q3"].fail("padding_is_packing", problems=short(sorted(problems)))
     expect(len(problems) == 3, f"pick exactly three problems, got {len(problems)}")
     wrong = sorted(p for p in problems if p not in _PROBLEMS)
     expect(not wrong, f"{wrong} is not one of the three problems of tokenizing every step that "
@@ -370,6 +370,8 @@ MODEL_ANSWER_Q3 = (
     "once, in a page cache all processes share.")
 
 
+# ---------------------------------------------------------------------------------------------
+# q4: the tokens of document k, from the raw bytes
 _Q4_FORMULA = ("idx = parse_idx(raw_idx); d = idx['document_indices']; dtype from idx['dtype_code']; "
                "np.concatenate([np.frombuffer(raw_bin, dtype, idx['sequence_lengths'][s], idx['sequence_pointers'][s]) "
                "for s in range(d[k], d[k + 1])]), or an empty array when d[k] == d[k + 1]")
@@ -402,49 +404,50 @@ def _read_as(ds: IndexedDataset, raw_bin: bytes, k: int, dtype: Any) -> np.ndarr
     return np.concatenate(parts) if parts else None
 
 
+RULES["q4"] = Rules(
+    Rule("first_sequence_only", "{symptom}",
+         ask="How many sequences does document {k} hold, and how many did you read?",
+         fix="read every sequence document_indices[k] .. document_indices[k+1] - 1 and np.concatenate them"),
+    RULES["q2"]["sequence_k"].but(symptom="{symptom} — your result is sequence {k}", wrong=None, formula="",
+                                  fix="document k starts at sequence document_indices[k], not at sequence k"),
+    Rule("wrong_dtype", "{symptom}; the header's dtype code is {code}",
+         ask="Which token type does this file's header name, and which type did you read the .bin with?",
+         fix="map dtype_code to its numpy type (1 uint8, 4 int32, 5 int64, 8 uint16, …) and read with it"),
+    Rule("empty_document", "{call} raised {error}; document {k} holds no sequence (document_indices[{k}] == "
+                           "document_indices[{next}] == {first})",
+         ask="What are the tokens of a document with no sequence, and what does your code do when there is nothing "
+             "to join?",
+         fix="return an empty array (np.zeros(0, dtype)) when d[k] == d[k+1]: np.concatenate needs at least one "
+             "piece"),
+    formula=_Q4_FORMULA)
+
+
 def _q4_kind(got: Any, ds: IndexedDataset, raw_bin: bytes, k: int) -> str | None:
-    """A known wrong document, named: only its first sequence, sequence k, another token type."""
+    """What is wrong with ``got`` for document k (None: nothing): only its first sequence, sequence k, another
+    token type — a rule of ``RULES["q4"]`` —, not an array, or other tokens."""
     if not (isinstance(got, np.ndarray) and got.ndim == 1):
         return "not_an_array"
-    want = ds.document(k)
-    if _same_array(got, want):
+    if _same_array(got, ds.document(k)):
         return None
-    d = ds.document_indices
-    first, last = int(d[k]), int(d[k + 1])
+    first, last = int(ds.document_indices[k]), int(ds.document_indices[k + 1])
     if last - first > 1 and _same_array(got, ds.get(first)):
         return "first_sequence_only"
     if k < len(ds) and k != first and _same_array(got, ds.get(k)):
         return "sequence_k"
     for dtype in _DTYPES.values():
-        if np.dtype(dtype) != ds.dtype:
-            other = _read_as(ds, raw_bin, k, dtype)
-            if other is not None and _same_array(got, other):
-                return "wrong_dtype"
+        other = _read_as(ds, raw_bin, k, dtype) if np.dtype(dtype) != ds.dtype else None
+        if other is not None and _same_array(got, other):
+            return "wrong_dtype"
     return "wrong_tokens"
 
 
-def _q4_fail(kind: str, what: str, ds: IndexedDataset, k: int, got: Any) -> None:
-    d = ds.document_indices
-    first, last = int(d[k]), int(d[k + 1])
+def _q4_facts(what: str, ds: IndexedDataset, k: int, got: Any) -> dict[str, Any]:
+    first, last = int(ds.document_indices[k]), int(ds.document_indices[k + 1])
     call = f"document_tokens(<{what}>, k={k})"
-    expect(kind != "not_an_array", f"{call} returned {type(got).__name__}; expected a 1-D numpy array")
     holds = {0: "no sequence", 1: f"sequence {first}"}.get(last - first, f"sequences {first}..{last - 1}")
-    symptom = (f"{call} returned {short(np.asarray(got).tolist())}, expected {short(ds.document(k).tolist())}; "
-               f"document {k} holds {holds}")
-    if kind == "first_sequence_only":
-        mistake(kind, symptom=symptom, ask=f"How many sequences does document {k} hold, and how many did you read?",
-                fix="read every sequence document_indices[k] .. document_indices[k+1] - 1 and np.concatenate them",
-                formula=_Q4_FORMULA)
-    if kind == "sequence_k":
-        mistake(kind, symptom=symptom + f" — your result is sequence {k}",
-                ask=f"Is k a document number or a sequence number? Where does the .idx say document {k} starts?",
-                fix="document k starts at sequence document_indices[k], not at sequence k", formula=_Q4_FORMULA)
-    if kind == "wrong_dtype":
-        mistake(kind, symptom=symptom + f"; the header's dtype code is {ds.header.dtype_code}",
-                ask="Which token type does this file's header name, and which type did you read the .bin with?",
-                fix="map dtype_code to its numpy type (1 uint8, 4 int32, 5 int64, 8 uint16, …) and read with it",
-                formula=_Q4_FORMULA)
-    expect(False, symptom)
+    return {"call": call, "k": k, "next": k + 1, "first": first, "code": ds.header.dtype_code,
+            "symptom": f"{call} returned {short(np.asarray(got).tolist())}, expected {short(ds.document(k).tolist())}; "
+                       f"document {k} holds {holds}"}
 
 
 @check(CHAPTER, "q4", hint=(
@@ -477,17 +480,15 @@ def q4(document_tokens) -> str:
                     except Exception as exc:  # noqa: BLE001 - the learner's code: named only for an empty document
                         if d[k + 1] != d[k] or isinstance(exc, NotImplementedError):
                             raise
-                        mistake("empty_document",
-                                symptom=f"document_tokens(<{what}>, k={k}) raised {type(exc).__name__}: "
-                                        f"{short(str(exc), 80)}; document {k} holds no sequence "
-                                        f"(document_indices[{k}] == document_indices[{k + 1}] == {int(d[k])})",
-                                ask="What are the tokens of a document with no sequence, and what does your code do "
-                                    "when there is nothing to join?",
-                                fix="return an empty array (np.zeros(0, dtype)) when d[k] == d[k+1]: np.concatenate "
-                                    "needs at least one piece", formula=_Q4_FORMULA)
+                        RULES["q4"].fail("empty_document", **_q4_facts(what, ds, k, []),
+                                         error=f"{type(exc).__name__}: {short(str(exc), 80)}")
                     kind = _q4_kind(got, ds, raw_bin, k)
+                    expect(kind != "not_an_array", f"document_tokens(<{what}>, k={k}) returned {type(got).__name__}; "
+                           "expected a 1-D numpy array")
+                    if kind in RULES["q4"]:
+                        RULES["q4"].fail(kind, **_q4_facts(what, ds, k, got))
                     if kind:
-                        _q4_fail(kind, what, ds, k, got)
+                        expect(False, _q4_facts(what, ds, k, got)["symptom"])
                     n += 1
                     multi += int(i >= 2 and d[k + 1] - d[k] > 1)     # the random datasets' own
                     empty += int(i >= 2 and d[k + 1] == d[k])
@@ -495,3 +496,4 @@ def q4(document_tokens) -> str:
         shutil.rmtree(folder, ignore_errors=True)
     expect(multi and empty, "a checker bug: the random datasets held no multi-sequence or no empty document")
     return "every document of the hand-made file, a small int32 one and 8 random datasets, multi-sequence and empty ones included"
+
