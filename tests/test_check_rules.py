@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from labsupport.check import _core
-from labsupport.check.rules import Rule, Rules, diagnose, first_showing, smallest
+from labsupport.check.rules import Rule, Rules, diagnose, explain, first_showing, smallest
 
 
 def _share(lengths, seq):                       # the reference: padding share
@@ -89,3 +89,20 @@ def test_first_showing_returns_the_first_case_the_classifier_names():
 def test_a_table_refuses_two_rules_of_one_name():
     with pytest.raises(ValueError, match="share a name"):
         Rules(Rule("a", "s", "q", "f"), Rule("a", "s", "q", "f"))
+
+
+def test_explain_names_the_rule_that_gives_the_failing_result_shown_on_the_smallest_case():
+    learner = lambda l, s: 100 * _share(l, s)                                      # noqa: E731
+    with pytest.raises(_core.Mistake) as caught:
+        explain(learner, TABLE.values(), ([2, 2, 3], 8), learner([2, 2, 3], 8), _share, SAME, lambda r: CASES, _facts)
+    assert caught.value.name == "percentage" and caught.value.symptom.startswith("padding_share([1], 2)")
+    # a result no rule gives on the failing case: nothing is named
+    assert explain(lambda l, s: 0.0, TABLE.values(), ([1], 4), 0.0, _share, SAME, lambda r: CASES, _facts) is None
+
+
+def test_explain_knows_a_rules_other_forms_and_falls_back_to_the_failing_case():
+    half = lambda l, s: _share(l, s) / 2                                           # noqa: E731
+    with pytest.raises(_core.Mistake) as caught:                                   # no small case shows it
+        explain(half, TABLE.values(), ([1], 4), half([1], 4), _share, SAME, lambda r: [], _facts,
+                variants={"real_share": [half]})
+    assert caught.value.name == "real_share" and caught.value.symptom.startswith("padding_share([1], 4) returned 0.375")

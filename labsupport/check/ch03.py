@@ -15,14 +15,14 @@ import itertools
 import math
 import numbers
 import random
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from labsupport.datasets.blending import cap_weights as _cap_weights
 from labsupport.datasets.blending import expected_epochs as _expected_epochs
 from labsupport.datasets.blending import greedy_step as _greedy_step
 from labsupport.datasets.blending import reference_blending_indices
 from labsupport.check._core import chapter_summary, check, check_seed, expect, parts, Sealed, short
-from labsupport.check.rules import Rule, Rules, first_showing, smallest
+from labsupport.check.rules import Rule, Rules, explain, first_showing, smallest
 
 CHAPTER = "ch03"
 
@@ -102,18 +102,6 @@ def _words(items: Sequence[int]) -> str:
     """[0, 2, 3] → '0, 2 and 3'."""
     items = [str(i) for i in items]
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
-
-
-def _name(learner: Callable, rules: Iterable[Rule], case: tuple, got: Any, right: Callable,
-          same: Callable[[Any, Any], bool], cases: Callable[[Rule], Iterable[tuple]],
-          facts: Callable[[tuple, Any], dict]) -> None:
-    """Fail with the first of ``rules`` whose wrong implementation gives the learner's ``got`` on the
-    failing ``case``, shown on the smallest of ``cases(rule)`` where the learner follows it too
-    (:func:`~labsupport.check.rules.smallest`), else on ``case`` itself."""
-    for rule in rules:
-        if same(got, rule.wrong(*case)) and not same(got, right(*case)):
-            found = smallest(learner, cases(rule), right, rule.wrong, same)
-            rule.fail(**facts(*(found or (case, got))))
 
 
 # --- q1: one step of the greedy rule ------------------------------------------------------------
@@ -357,7 +345,7 @@ def q2(epochs) -> str:
         got = [float(v) for v in got]
         for d, (g, wv) in enumerate(zip(got, want)):
             if not math.isclose(g, wv, rel_tol=1e-9):
-                _name(epochs, _Q2.values(), (weights, sizes, total), got, _expected_epochs, _close,
+                explain(epochs, _Q2.values(), (weights, sizes, total), got, _expected_epochs, _close,
                       lambda rule: _Q2_SMALL, _q2_facts)
                 expect(False, f"{call}[{d}] = {short(g)}, expected {short(wv)}")
         cases += 1
@@ -457,7 +445,7 @@ def _q3_facts(args: tuple, got: Any) -> dict[str, Any]:
 
 def _q3_mistake(cap_weights: Callable, got: Any, args: tuple) -> None:
     """Name a wrong blend that a rule's wrong implementation gives, on the smallest case that shows it."""
-    _name(cap_weights, [_Q3["weight_lost"], _Q3["one_round"]], args, got, _cap_weights, _close_list,
+    explain(cap_weights, [_Q3["weight_lost"], _Q3["one_round"]], args, got, _cap_weights, _close_list,
           lambda rule: _Q3_SMALL[rule.name], _q3_facts)
 
 
@@ -604,7 +592,7 @@ def q4(exercise_2) -> tuple[str, dict[str, str]]:
         ok = isinstance(got, (int, float)) and not isinstance(got, bool) and math.isclose(got, want, rel_tol=1e-9)
         if not ok:                              # a named wrong epoch count, shown on the book's example
             also = f" | also: {' | '.join(problems)}" if problems else ""
-            _name(lambda *a: exercise_2(*a)["b_code_epochs"], _Q4.values(), (total, code, weight), got,
+            explain(lambda *a: exercise_2(*a)["b_code_epochs"], _Q4.values(), (total, code, weight), got,
                   lambda t, c, w: w * t / c, _same_number, lambda rule: [_Q4_BOOK],
                   lambda case, g: {**_q4_facts(case, g), "also": also})
         with parts() as part:
@@ -704,7 +692,7 @@ def q5(resume_blend) -> str:
         expect(hasattr(got, "__len__") and len(got) == more, f"{call} returned {short(got)}; expected {more} dataset indices")
         got = [int(g) for g in got]
         if got != want:
-            _name(resume_blend, _Q5.values(), (w, counts, more), got, _resume_right, _same_picks,
+            explain(resume_blend, _Q5.values(), (w, counts, more), got, _resume_right, _same_picks,
                   lambda rule: _q5_small(), _q5_facts)
             first = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
             expect(False, f"{call}: choice {first} (blended sample {crash + first}) is dataset {got[first]}, the "

@@ -7,7 +7,7 @@ The mistakes a check recognises by name are the rows of :data:`RULES`, one table
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -15,7 +15,7 @@ from labsupport.datasets.bin_packing import first_fit_decreasing as _ffd
 from labsupport.datasets.bin_packing import padding_share as _padding_share
 from labsupport.datasets.gpt_samples import build_sample_idx, get_ltor_masks_and_position_ids, sample_segments
 from labsupport.check._core import chapter_summary, check, check_seed, expect, parts, same_set, Sealed, short
-from labsupport.check.rules import Rule, Rules, smallest
+from labsupport.check.rules import Rule, Rules, explain
 
 CHAPTER = "ch04"
 
@@ -65,18 +65,6 @@ def _number(value, what: str) -> float:
     expect(isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool),
            f"{what} must be a number, got {short(value)} ({type(value).__name__})")
     return float(value)
-
-
-def _name(learner: Callable, rules: Iterable[Rule], case: tuple, got: Any, right: Callable,
-          same: Callable[[Any, Any], bool], cases: Callable[[Rule], Iterable[tuple]],
-          facts: Callable[[tuple, Any], dict]) -> None:
-    """Fail with the first of ``rules`` whose wrong implementation gives the learner's ``got`` on the
-    failing ``case``, shown on the smallest of ``cases(rule)`` where the learner follows it too
-    (:func:`~labsupport.check.rules.smallest`), else on ``case`` itself."""
-    for rule in rules:
-        if same(got, rule.wrong(*case)) and not same(got, right(*case)):
-            found = smallest(learner, cases(rule), right, rule.wrong, same)
-            rule.fail(**facts(*(found or (case, got))))
 
 
 def _words_list(items: list[int]) -> str:
@@ -136,7 +124,7 @@ def q1(padding_share) -> str:
         got = _number(padding_share(list(lengths), seq_length), f"padding_share(…{len(lengths)} lengths…, {seq_length})")
         want = _padding_share(lengths, seq_length)
         if not abs(got - want) <= 1e-9:   # NaN fails too
-            _name(padding_share, _Q1.values(), (lengths, seq_length), got, _padding_share, _near,
+            explain(padding_share, _Q1.values(), (lengths, seq_length), got, _padding_share, _near,
                   lambda rule: _Q1_SMALL[rule.name], _q1_facts)
             expect(False, f"padding_share({short(lengths, 60)}, {seq_length}) returned {short(got)}, expected "
                    f"{short(want)}")
@@ -269,7 +257,7 @@ def _q2_facts(case: tuple, got: tuple) -> dict[str, Any]:
 
 def _q2_mistake(fn: Callable, bins: list[list[int]], lengths: list[int], pack_size: int) -> None:
     right = _packs(lambda lengths, p: _fit_in_order(lengths, p, _decreasing(lengths)))
-    _name(_packs(fn), [rule.but(wrong=_packs(rule.wrong)) for rule in _Q2.values()], (lengths, pack_size),
+    explain(_packs(fn), [rule.but(wrong=_packs(rule.wrong)) for rule in _Q2.values()], (lengths, pack_size),
           (_pack_lengths_of(bins, lengths), bins), right, lambda a, b: a[0] == b[0],
           lambda rule: itertools.chain(_Q2_FIRST.get(rule.name, []), _q2_small()), _q2_facts)
 
@@ -418,7 +406,7 @@ def _q3_mistake(fn: Callable, part: int, got: np.ndarray, tokens: np.ndarray, eo
     def learner(t: np.ndarray, e: int) -> np.ndarray:
         out = _as_array(fn(t, e)[part])
         return out if part == 0 else out.reshape(len(t), len(t)).astype(bool)
-    _name(learner, [_Q3[n] for n in names], (tokens, eod), got, _right_mask if part else _right_positions,
+    explain(learner, [_Q3[n] for n in names], (tokens, eod), got, _right_mask if part else _right_positions,
           np.array_equal, lambda rule: [(np.array(_Q3_SMALL[rule.name][0]), _Q3_SMALL[rule.name][1])],
           _q3_mask_facts if part else _q3_positions_facts)
 
@@ -705,7 +693,7 @@ def q5(sample_documents) -> str:
                f"{call} must return a list of (document, start, stop), got {short(got)}")
         got = _pieces(got)
         if got != want:
-            _name(sample_documents, _Q5.values(), (sizes.tolist(), doc_idx.tolist(), seq, k), got, _sample_right,
+            explain(sample_documents, _Q5.values(), (sizes.tolist(), doc_idx.tolist(), seq, k), got, _sample_right,
                   lambda a, b: _pieces(a) == b, lambda rule: _Q5_SMALL, _q5_facts)
             n_tokens = sum(b - a for _, a, b in got)
             expect(False, f"{call} returned {short(got, 200)} ({n_tokens} tokens), expected {short(want, 200)}: "

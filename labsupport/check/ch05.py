@@ -8,14 +8,14 @@ with ``labsupport.distributed.collectives`` on fresh random inputs; the mistakes
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from labsupport.distributed import collectives as C
 from labsupport.distributed.hardware import H100_SXM_NODE
 from labsupport.check._core import chapter_summary, check, check_seed, expect, plain, Sealed, short
-from labsupport.check.rules import Rule, Rules, smallest
+from labsupport.check.rules import Rule, Rules, explain
 
 CHAPTER = "ch05"
 summary = chapter_summary(CHAPTER)
@@ -64,18 +64,6 @@ def _same(a: Any, b: Any) -> bool:   # the same number, within a relative 1e-6 (
 
 def _pick(key: str, yes: str, no: str) -> Callable[[dict], str]:   # a rule text: yes if facts[key], else no
     return lambda facts: (yes if facts[key] else no).format_map(facts)
-
-
-def _name(fn: Callable, rules: Iterable[Rule], case: tuple, got: Any, small: Callable[[Rule], tuple],
-          right: Callable, facts: Callable[[tuple, Any], dict]) -> None:
-    """Fail with the first of ``rules`` whose wrong implementations explain ``got`` on the check's ``case``: shown
-    on ``small(rule)`` where the learner follows one too (``smallest``; ``diagnose`` starts there), else on ``case``."""
-    for rule in rules:
-        wrongs = [w for w in (rule.wrong, *_ALSO.get(rule.name, ()))    # a rule's own and its variants
-                  if w and not _same(w(*case), right(*case)) and _same(got, w(*case))]
-        if wrongs:
-            shown = (smallest(fn, [small(rule)], right, wrong, _same) for wrong in wrongs)
-            rule.fail(**facts(*next((found for found in shown if found), (case, got))))
 
 
 def _trace(fn: Callable, n: int, steps: int | None) -> list[list[list[int]]] | None:
@@ -233,8 +221,8 @@ def q2(busbw_from_time: Callable) -> str:
                 if n == 1 and want == 0:                  # one rank: no byte crosses a link (broadcast aside)
                     RULES["q2"].fail("one_rank", **_q2_facts(case, got))
                 rules = [rule for rule in RULES["q2"].values() if n > 1 or rule.name != "wrong_factor"]
-                _name(busbw_from_time, rules, case, got, lambda rule: _Q2_SMALL.get(rule.name, (case[0], 1e9, 1.0, 4)),
-                      C.bus_bandwidth, _q2_facts)
+                explain(busbw_from_time, rules, case, got, C.bus_bandwidth, _same,
+                        lambda rule: [_Q2_SMALL.get(rule.name, (case[0], 1e9, 1.0, 4))], _q2_facts, _ALSO)
                 expect(False, f"{call} = {got:.6g}, expected {want:.6g} GB/s (algbw there is "
                        f"{nbytes / seconds / 1e9:.6g} GB/s)")
             cases += 1
@@ -329,9 +317,9 @@ def q4(global_mean_std: Callable) -> str:
         if not (np.isclose(mean, want_mean, rtol=1e-6, atol=1e-9) and np.isclose(std, want_std, rtol=1e-6, atol=1e-9)):
             for rule in RULES["q4"].values():
                 i, part = _Q4_PART[rule.name]
-                _name(lambda s: global_mean_std(s)[i], [rule], (stats,), (mean, std)[i], lambda rule: (_Q4_SMALL,),
-                      lambda s: _q4_stats(s)[part],
-                      lambda case, got: {**_q4_stats(*case), "got": got, "got_r": short(got)})
+                explain(lambda s: global_mean_std(s)[i], [rule], (stats,), (mean, std)[i], lambda s: _q4_stats(s)[part],
+                        _same, lambda rule: [(_Q4_SMALL,)],
+                        lambda case, got: {**_q4_stats(*case), "got": got, "got_r": short(got)}, _ALSO)
         expect(np.isclose(mean, want_mean, rtol=1e-6, atol=1e-9),
                f"{n} ranks with {short([len(p) for p in parts])} samples: mean {mean:.6g}, expected {want_mean:.6g}")
         expect(np.isclose(std, want_std, rtol=1e-6, atol=1e-9),
@@ -383,8 +371,8 @@ def q5(comm_seconds_per_step: Callable) -> str:
                    and np.isfinite(float(got)), f"{call} returned {short(got)}; expected a number of seconds")
             got = float(got)
             if not np.isclose(got, want, rtol=1e-9):
-                _name(comm_seconds_per_step, RULES["q5"].values(), case, got, lambda rule: _Q5_SMALL, _q5_time,
-                      _q5_facts)
+                explain(comm_seconds_per_step, RULES["q5"].values(), case, got, _q5_time, _same,
+                        lambda rule: [_Q5_SMALL], _q5_facts, _ALSO)
                 expect(False, f"{call} = {got:.6g} s, expected {want:.6g} s: at busbw {busbw:g} GB/s your time moves "
                        f"{got * busbw * 1e9:.4g} bytes over the bus, {got * busbw * 1e9 / (ops * message):.4g} × the "
                        f"{ops} × {message:g} bytes of the step's messages")

@@ -161,3 +161,18 @@ def diagnose(learner: Callable, rules: Rules, cases: Sequence[Case] | Callable[[
             case, got = found
             rule.fail(**facts(case, got))
     return None
+
+
+def explain(learner: Callable, rules: Iterable[Rule], case: Case, got: Any, right: Callable, same: Same,
+            cases: Callable[[Rule], Iterable[Case]], facts: Callable[[Case, Any], Mapping[str, Any]],
+            variants: Mapping[str, Sequence[Callable]] | None = None) -> None:
+    """Fail with the first of ``rules`` whose wrong implementation — or one of its ``variants[rule.name]``
+    (other forms of the same mistake) — gives the learner's ``got`` on the failing ``case``: shown on
+    the smallest of ``cases(rule)`` where the learner follows it too (:func:`smallest`), else on
+    ``case`` itself.  Returns when no rule explains ``got`` (the check then fails plainly)."""
+    for rule in rules:
+        wrongs = [w for w in (rule.wrong, *(variants or {}).get(rule.name, ()))
+                  if w is not None and same(got, w(*case)) and not same(got, right(*case))]
+        if wrongs:
+            shown = (smallest(learner, cases(rule), right, wrong, same) for wrong in wrongs)
+            rule.fail(**facts(*next((found for found in shown if found), (case, got))))
