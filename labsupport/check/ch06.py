@@ -1,23 +1,20 @@
 """Exercise checks of chapter 6 (end to end): ``from labsupport.check import ch06 as check``.
 
-q1 the data-parallel sampler's slice · q2 the global-batch arithmetic of a config · q3 diagnose
-a symptom from a measured log (which row of §6.2.7's table, which fix) · q4 which step, rank and
-micro-batch read a domain's k-th sample after a resume (chapter 3's blend + the sampler +
-``consumed_samples``) · q5, a transfer exercise: a restart with a changed blend — does the data-plan
-guard refuse it, and what would the first micro-batch be if it were accepted.  (The book's exercise
-5, NeMo or Hugging Face, is chapter 0's q4, where that trade-off is taught.)  Each check calls the
-learner's function on fresh random inputs and compares with ``labsupport.training`` /
-``labsupport.config`` / ``labsupport.datasets.blending``.
-
-The module holds, per question, the input generators, the reference and a table of named mistakes
-(``RULES``, see :mod:`labsupport.check.rules`; q2's layout mistakes are chapter 0's, from
-:mod:`labsupport.check.layout_mistakes`): a failure shows the symptom — q1 and q2 on the smallest
-hand-picked input that shows it, q3 on a calm log with one field sick — and asks a question; the fix
-comes on a repeat of the same mistake, the formula after that.
+q1 the data-parallel sampler's slice · q2 the global-batch arithmetic of a config · q3 diagnose a symptom from
+a measured log (which row of §6.2.7's table, which fix) · q4 which step, rank and micro-batch read a domain's
+k-th sample after a resume (chapter 3's blend + the sampler + ``consumed_samples``) · q5, a transfer exercise:
+a restart with a changed blend — does the data-plan guard refuse it, and what would the first micro-batch be
+if it were accepted.  (The book's exercise 5, NeMo or Hugging Face, is chapter 0's q4.)  Each check calls the
+learner's function on fresh random inputs and compares with ``labsupport.training`` / ``labsupport.config`` /
+``labsupport.datasets.blending``.  Per question: the input generators, the reference, and the named mistakes
+in ``RULES`` (:mod:`labsupport.check.rules`; q2's layout mistakes are chapter 0's, from
+:mod:`labsupport.check.layout_mistakes`), each shown on the smallest hand-picked input that shows it (q3: a
+calm log with one field sick).
 """
 from __future__ import annotations
 
 import functools
+from types import SimpleNamespace
 from typing import Any, Callable
 
 import numpy as np
@@ -32,23 +29,23 @@ from labsupport.training.data_plan import DataPlanError, check_plan, consumed_di
 from labsupport.training.sampler import MegatronPretrainingSampler, num_microbatches
 
 CHAPTER = "ch06"
-
-_SAMPLER = "labsupport.training.sampler"
-_BLENDING = "labsupport.datasets.blending"
+_SAMPLER, _BLENDING = "labsupport.training.sampler", "labsupport.datasets.blending"
 _SAMPLER_REFS = [f"{_SAMPLER}:rank_slice", f"{_SAMPLER}:MegatronPretrainingSampler",
                  f"{_SAMPLER}:MegatronPretrainingSampler.__iter__"]
 _BLEND_REFS = [f"{_BLENDING}:build_blending_indices", f"{_BLENDING}:reference_blending_indices",
                f"{_BLENDING}:greedy_step"]
 #: The labsupport functions each question's check compares with: the grader flags an answer that
 #: uses them, and hides them from the student's process while it grades (labsupport.workbook.grading).
-REFERENCES = {
-    "q1": _SAMPLER_REFS, "q2": [f"{_SAMPLER}:num_microbatches"], "q4": _SAMPLER_REFS + _BLEND_REFS,
-    "q5": _SAMPLER_REFS + _BLEND_REFS + ["labsupport.training.data_plan:check_plan",
-                                         "labsupport.training.data_plan:consumed_digest"],
-}
+REFERENCES = {"q1": _SAMPLER_REFS, "q2": [f"{_SAMPLER}:num_microbatches"], "q4": _SAMPLER_REFS + _BLEND_REFS,
+              "q5": _SAMPLER_REFS + _BLEND_REFS + ["labsupport.training.data_plan:check_plan",
+                                                   "labsupport.training.data_plan:consumed_digest"]}
+#: every named mistake of each question, by question: see labsupport.check.rules
 RULES: dict[str, Rules] = {}
-
 summary = chapter_summary(CHAPTER)
+
+
+def _call(name: str, **args: Any) -> str:
+    return f"{name}({', '.join(f'{k}={v}' for k, v in args.items())})"
 
 
 # ------------------------------------------------------------------------------------- q1
@@ -64,6 +61,11 @@ def _slice(consumed: int, micro: int, rank: int, dp: int) -> list[int]:
     return next(iter(MegatronPretrainingSampler(consumed + 10 * micro * dp, consumed, micro, rank, dp)))
 
 
+def _q1_call(consumed: int, micro: int, rank: int, dp: int) -> str:
+    return _call("dp_slice", consumed_samples=consumed, micro_batch_size=micro, rank=rank, data_parallel_size=dp)
+
+
+#: each rule's wrong slice of (consumed, micro, rank, DP), tried in this order; wrong_length is any other length
 RULES["q1"] = Rules(
     Rule("strided", "{call} returned {got}{also}: the ranks' indices interleave",
          "Look at the chapter's sampler table: are the indices rank 0 reads in one micro-batch next to each other?",
@@ -92,30 +94,26 @@ _Q1_SMALL = sorted(((g * m * dp, m, r, dp) for dp in (1, 2, 3, 4) for m in (1, 2
 
 
 def _q1_kind(case: tuple[int, ...], got: list[int] | None) -> str | None:
-    """The first rule of q1 whose wrong slice ``got`` is (one that differs from the right one), else None."""
+    """The first rule whose wrong slice (where it differs from the right one) ``got`` is, else None."""
     want = _slice(*case)
     if got is None or got == want:
         return None
-    for rule in RULES["q1"].values():
-        if rule.wrong is not None and rule.wrong(*case) != want and got == rule.wrong(*case):
-            return rule.name
-    return "wrong_length" if len(got) != case[1] else None
+    named = [r.name for r in RULES["q1"].values() if r.wrong and got == r.wrong(*case) != want]
+    return named[0] if named else "wrong_length" if len(got) != case[1] else None
 
 
 def _q1_fail(fn: Callable, case: tuple[int, ...], got: list[int]) -> None:
     """Name the mistake on the smallest case that shows one (the random case when none does)."""
-    case, got = first_showing(lambda c: _ints(fn(*c)), _Q1_SMALL, lambda c, g: _q1_kind(c, g) is not None,
-                              True) or (case, got)
+    shown = first_showing(lambda c: _ints(fn(*c)), _Q1_SMALL, lambda c, g: bool(_q1_kind(c, g)), True)
+    case, got = shown or (case, got)
     consumed, micro, rank, dp = case
     other = (rank + 1) % dp
     theirs = _ints(try_call(fn, consumed, micro, other, dp))
     shared = sorted(set(got) & set(theirs or []))
-    RULES["q1"].fail(
-        _q1_kind(case, got), got=short(got), n=len(got), micro=micro, consumed=consumed,
-        call=f"dp_slice(consumed_samples={consumed}, micro_batch_size={micro}, rank={rank}, data_parallel_size={dp})",
-        also=f"; for rank {other} it returns {short(theirs)}" if theirs is not None and other != rank else "",
-        shared=f": both ranks read {short(shared)}" if shared else "",
-        before="index 0 was" if consumed == 1 else f"indices 0 … {consumed - 1} were")
+    RULES["q1"].fail(_q1_kind(case, got), call=_q1_call(*case), got=short(got), n=len(got), micro=micro,
+                     consumed=consumed, shared=f": both ranks read {short(shared)}" if shared else "",
+                     also="" if theirs is None or other == rank else f"; for rank {other} it returns {short(theirs)}",
+                     before="index 0 was" if consumed == 1 else f"indices 0 … {consumed - 1} were")
 
 
 @check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the formula
@@ -132,16 +130,13 @@ def q1(dp_slice: Callable) -> str:
     for _ in range(60):
         micro, dp = int(rng.integers(1, 9)), int(rng.choice([1, 2, 3, 4, 8, 16]))
         rank = int(rng.integers(0, dp))
-        consumed = int(rng.integers(0, 50)) * micro * dp * int(rng.integers(1, 4))
-        want = _slice(consumed, micro, rank, dp)
-        got = dp_slice(consumed, micro, rank, dp)
-        call = f"dp_slice(consumed_samples={consumed}, micro_batch_size={micro}, rank={rank}, data_parallel_size={dp})"
-        expect(isinstance(got, (list, tuple, range, np.ndarray)), f"{call} returned {short(got)}; expected a list of ints")
-        got = [int(x) for x in got]
-        if got != want:
-            if _q1_kind((consumed, micro, rank, dp), got):
-                _q1_fail(dp_slice, (consumed, micro, rank, dp), got)
-            expect(False, f"{call} returned {short(got)}, expected {want}")
+        case = (int(rng.integers(0, 50)) * micro * dp * int(rng.integers(1, 4)), micro, rank, dp)
+        got, want = dp_slice(*case), _slice(*case)
+        expect(_ints(got) is not None, f"{_q1_call(*case)} returned {short(got)}; expected a list of ints")
+        if _ints(got) != want:
+            if _q1_kind(case, _ints(got)):
+                _q1_fail(dp_slice, case, _ints(got))
+            expect(False, f"{_q1_call(*case)} returned {short(_ints(got))}, expected {want}")
     return "60 random (consumed, micro, rank, DP) cases"
 
 
@@ -159,17 +154,17 @@ def _arith_reference(cfg, steps: int) -> dict[str, int] | None:
         acc = num_microbatches(cfg.model.global_batch_size, cfg.model.micro_batch_size, dp)
     except (ConfigError, ValueError):
         return None
-    return {"data_parallel_size": dp, "accumulation_steps": acc,
-            "tokens_per_step": cfg.model.global_batch_size * cfg.model.encoder_seq_length,
-            "consumed_samples": steps * cfg.model.global_batch_size}
+    return {"data_parallel_size": dp, "accumulation_steps": acc, "tokens_per_step": cfg.model.global_batch_size
+            * cfg.model.encoder_seq_length, "consumed_samples": steps * cfg.model.global_batch_size}
 
 
+_DP = ("{said}: {g} replica(s) of TP × PP = {tp_pp_gpus} would need {need}; the run has {devices} per node × {nodes} "
+       "= {world}")
 _TOKENS = ("{said} = {per_seq} × {seq} tokens, but one optimizer step trains on global_batch_size = {global_bs} "
            "sequences of {seq} (DP {dp}, accumulation {acc})")
 _CONSUMED = "{said} after {steps} steps{per}; one step reads global_batch_size = {global_bs} samples"
-_DP = "{said}: {g} replica(s) of TP × PP = {tp_pp_gpus} would need {need}; the run has {devices} per node × {nodes} = {world}"
-#: q2's value rules: ``wrong(devices, nodes, tp, pp, micro, global, seq, steps, dp)`` is the wrong value of one
-#: field of the answer (the field is _Q2_FIELD[name]); then the layout rules, shared with chapter 0's q1
+#: the value rules: ``wrong(devices, nodes, TP, PP, micro, global, seq, steps, DP)`` is the wrong value of the
+#: answer's field _Q2_FIELD[name]; then the layout rules (chapter 0's q1 names them too)
 RULES["q2"] = Rules(
     layout.DIVIDES_BY_TP_ONLY.but(name="dp_ignores_pp", symptom=_DP, formula="DP = devices × num_nodes // (TP × PP)",
                                   wrong=lambda d, n, t, p, m, g, s, k, dp: d * n // t),
@@ -187,7 +182,8 @@ RULES["q2"] = Rules(
          "Count the whole global batch, every micro-batch on every rank, not one micro-batch.",
          lambda d, n, t, p, m, g, s, k, dp: m * s),
         ("tokens_one_rank", "Does an optimizer step's token count cover one DP rank or all of them?",
-         "Count all DP ranks together: multiply one rank's tokens by DP.", lambda d, n, t, p, m, g, s, k, dp: g // dp * s),
+         "Count all DP ranks together: multiply one rank's tokens by DP.",
+         lambda d, n, t, p, m, g, s, k, dp: g // dp * s),
         ("tokens_without_accumulation", "How many micro-batches does each rank run before the optimizer steps?",
          "Count every accumulation micro-step too, not one micro-step of all ranks.",
          lambda d, n, t, p, m, g, s, k, dp: m * dp * s)]),
@@ -214,14 +210,19 @@ RULES["q2"] = Rules(
         fix="Raise only when (devices × num_nodes) % (TP × PP) != 0 or global_batch_size % (micro × DP) != 0."),
     formula="raise ValueError when (devices × num_nodes) % (TP × PP) != 0 or global_batch_size % (micro_batch_size × "
             "DP) != 0, and only then (TP wider than a node is legal, only slow)")
-_Q2_FIELD = {name: field for field, names in [
-    ("data_parallel_size", ("dp_ignores_pp", "dp_one_node")), ("accumulation_steps", ("accumulation_without_dp",)),
-    ("tokens_per_step", ("tokens_one_microbatch", "tokens_one_rank", "tokens_without_accumulation")),
-    ("consumed_samples", ("consumed_is_steps", "consumed_steps_times_micro", "consumed_without_accumulation"))]
-    for name in names}
+_Q2_FIELD = {"dp_ignores_pp": "data_parallel_size", "dp_one_node": "data_parallel_size",
+             "accumulation_without_dp": "accumulation_steps", **dict.fromkeys(
+                 ("tokens_one_microbatch", "tokens_one_rank", "tokens_without_accumulation"), "tokens_per_step"),
+             **dict.fromkeys(("consumed_is_steps", "consumed_steps_times_micro", "consumed_without_accumulation"),
+                             "consumed_samples")}
+#: the small configs a q2 failure is shrunk to: up to 4 GPUs, fewest first (sequence length 16, 2 steps)
+_Q2_SMALL = sorted(((d, n, t, p, m, m * k, 16, 2) for d in (1, 2, 4) for n in (1, 2) for t in (1, 2, 4)
+                    for p in (1, 2, 3) for m in (1, 2) for k in (1, 2, 3, 4, 6, 8)
+                    if d * n <= 4 and t * p <= 2 * d * n),
+                   key=lambda c: (c[0] * c[1], c[2] * c[3], c[5], c[4], c[2], c[3], c[0]))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=4096)
 def _small_cfg(case: tuple[int, ...]) -> tuple[Any, dict[str, int] | None]:
     """A (read-only) config for ``case`` and its reference answer, built once: failures are shrunk often."""
     cfg = _arith_cfg(*case[:7])
@@ -247,28 +248,18 @@ def _q2_kind(case: tuple[int, ...], got: Any, unambiguous: bool = False) -> str 
             "accepts_indivisible_layout" if (devices * nodes) % (tp * pp) else "accepts_indivisible_batch"
     if isinstance(got, ValueError):
         return "refuses_tp_across_nodes" if tp > devices else "raises_legal_layout"
-    if not isinstance(got, dict):
-        return None
     values = {name: RULES["q2"][name].wrong(*case, want["data_parallel_size"]) for name in _Q2_FIELD}
     for name, value in values.items():
         key = _Q2_FIELD[name]
-        others = [v for n, v in values.items() if n != name and _Q2_FIELD[n] == key]
-        if key in got and got[key] != want[key] and value != want[key] and got[key] == value \
-                and not (unambiguous and value in others):
+        if isinstance(got, dict) and key in got and got[key] == value != want[key] and not (unambiguous and value in [
+                v for n, v in values.items() if n != name and _Q2_FIELD[n] == key]):
             return name
     return None
 
 
-#: the small configs a q2 failure is shrunk to: up to 4 GPUs, fewest first (sequence length 16, 2 steps)
-_Q2_SMALL = sorted(((d, n, t, p, m, m * k, 16, 2) for d in (1, 2, 4) for n in (1, 2) for t in (1, 2, 4)
-                    for p in (1, 2, 3) for m in (1, 2) for k in (1, 2, 3, 4, 6, 8) if d * n <= 4 and t * p <= 2 * d * n),
-                   key=lambda c: (c[0] * c[1], c[2] * c[3], c[5], c[4], c[2], c[3], c[0]))
-
-
 def _q2_call(case: tuple[int, ...]) -> str:
-    devices, nodes, tp, pp, micro, global_bs, seq, steps = case
-    return (f"batch_arithmetic(devices={devices}, num_nodes={nodes}, TP={tp}, PP={pp}, micro={micro}, "
-            f"global={global_bs}, seq={seq}; steps={steps})")
+    return ("batch_arithmetic(devices={}, num_nodes={}, TP={}, PP={}, micro={}, global={}, seq={}; "
+            "steps={})").format(*case)
 
 
 def _q2_fail(fn: Callable, case: tuple[int, ...], got: Any) -> None:
@@ -281,12 +272,12 @@ def _q2_fail(fn: Callable, case: tuple[int, ...], got: Any) -> None:
     kind = _q2_kind(case, got, unambiguous=found is not None)
     devices, nodes, tp, pp, micro, global_bs, seq, steps = case
     want, world = _small_cfg(case)[1], devices * nodes
-    dp = want["data_parallel_size"] if want else world // (tp * pp) if world % (tp * pp) == 0 else None
+    dp = want["data_parallel_size"] if want else world // (tp * pp) if world % (tp * pp) == 0 else 0
     facts = {**layout.layout_facts(devices, nodes, tp, pp, upper=True), "call": _q2_call(case), "got": short(got),
-             "error": short(str(got)), "micro": micro, "dp": dp, "micro_dp": micro * (dp or 0), "global_bs": global_bs,
+             "error": short(str(got)), "micro": micro, "dp": dp, "micro_dp": micro * dp, "global_bs": global_bs,
              "seq": seq, "steps": steps, "acc": want and want["accumulation_steps"],
              "tp_pp_gpus": layout.many(tp * pp, "GPU"),
-             "also_divides": f" and micro × DP = {micro * (dp or 0)} divides global_batch_size = {global_bs}"}
+             "also_divides": f" and micro × DP = {micro * dp} divides global_batch_size = {global_bs}"}
     if kind in _Q2_FIELD:
         g = got[_Q2_FIELD[kind]]
         facts.update(said=f"{facts['call']}: {_Q2_FIELD[kind]} = {short(g)}", g=short(g), per_seq=short(g // seq),
@@ -311,20 +302,16 @@ def q2(batch_arithmetic: Callable) -> str:
     rng = np.random.default_rng(check_seed())
     good = bad = 0
     while good < 30 or bad < 15:
-        devices, nodes = int(rng.choice([1, 2, 4, 8])), int(rng.choice([1, 2, 4, 16]))
-        tp, pp = int(rng.choice([1, 2, 4, 8])), int(rng.choice([1, 2, 3, 4]))
-        micro = int(rng.choice([1, 2, 4]))
-        global_bs = micro * int(rng.choice([1, 2, 3, 4, 8, 16, 32, 64, 256]))
-        seq = int(rng.choice([512, 2048, 4096]))
-        steps = int(rng.integers(0, 10_000))
-        cfg = _arith_cfg(devices, nodes, tp, pp, micro, global_bs, seq)
-        want = _arith_reference(cfg, steps)
+        d, n, t, p, m = (int(rng.choice(v)) for v in ([1, 2, 4, 8], [1, 2, 4, 16], [1, 2, 4, 8], [1, 2, 3, 4],
+                                                       [1, 2, 4]))
+        case = (d, n, t, p, m, m * int(rng.choice([1, 2, 3, 4, 8, 16, 32, 64, 256])),
+                int(rng.choice([512, 2048, 4096])), int(rng.integers(0, 10_000)))
+        cfg = _arith_cfg(*case[:7])
+        want, call = _arith_reference(cfg, case[7]), _q2_call(case)
         if (want is None and bad >= 15) or (want is not None and good >= 30):
             continue
-        case = (devices, nodes, tp, pp, micro, global_bs, seq, steps)
-        call = _q2_call(case)
         try:
-            got = batch_arithmetic(cfg, steps)
+            got = batch_arithmetic(cfg, case[7])
         except ValueError as exc:
             if want is None:
                 bad += 1
@@ -334,7 +321,7 @@ def q2(batch_arithmetic: Callable) -> str:
             _q2_fail(batch_arithmetic, case, got)
         expect(want is not None, f"{call} returned {short(got)}; that layout cannot run, expected ValueError")
         expect(isinstance(got, dict), f"{call} returned {type(got).__name__}; expected a dict")
-        for key in want:
+        for key, value in want.items():
             expect(key in got, f"{call}: the dict lacks {key!r}")
         for key, value in want.items():
             expect(got[key] == value, f"{call}: {key} = {short(got[key])}, expected {value}")
@@ -367,15 +354,25 @@ _FIX = Sealed("labsupport:ch06:q3:fix", [
     "8c68839f601e65e69918b0ad8b42bc43ba383805b08fcf0992a51cb16a1f6af6",
     "956ceccaecab38ef961c9a893bb69be8d4a4d4ad398a7992316f607eaa4c706c",
 ])
+#: the healthy ranges of the measured fields (as the question's table states them; a healthy log draws from
+#: them), the ranges a sick field draws from, a calm log (in the logs' field order) and a sick value for each
+_BOUNDS = {"data_share": (0.01, 0.15), "real_token_share": (0.93, 1.0), "small_domain_gap": (0.0, 0.8),
+           "rss_over_corpus": (0.001, 0.2)}
+_HEALTHY = {**{f: f"{lo} – {hi}" for f, (lo, hi) in _BOUNDS.items()}, "cross_document_attention": "0.0",
+            "decode_roundtrip_ok": "True"}
+_SICK_DRAW = {"data_share": (0.5, 0.95), "real_token_share": (0.1, 0.6), "cross_document_attention": (0.01, 0.3),
+              "small_domain_gap": (2.0, 6.0), "rss_over_corpus": (1.0, 1.5)}
+_CALM = {"data_share": 0.08, "real_token_share": 0.97, "cross_document_attention": 0.0, "decode_roundtrip_ok": True,
+         "small_domain_gap": 0.4, "rss_over_corpus": 0.05, "attention_path": "unfused", "reset_attention_mask": True}
+_SICK = {"data_share": 0.7, "real_token_share": 0.35, "cross_document_attention": 0.12, "decode_roundtrip_ok": False,
+         "small_domain_gap": 4.0, "rss_over_corpus": 1.2}
 
 
 def _healthy_log(rng: np.random.Generator) -> dict[str, Any]:
     path = str(rng.choice(ATTENTION_PATHS))
-    return {"data_share": float(rng.uniform(0.01, 0.15)), "real_token_share": float(rng.uniform(0.93, 1.0)),
-            "cross_document_attention": 0.0, "decode_roundtrip_ok": True,
-            "small_domain_gap": float(rng.uniform(0.0, 0.8)),
-            "rss_over_corpus": float(rng.uniform(0.001, 0.2)),
-            "attention_path": path, "reset_attention_mask": True if path == "unfused" else bool(rng.integers(2))}
+    drawn = {f: float(rng.uniform(lo, hi)) for f, (lo, hi) in _BOUNDS.items()}
+    return {**_CALM, **drawn, "attention_path": path,
+            "reset_attention_mask": True if path == "unfused" else bool(rng.integers(2))}
 
 
 def make_symptom_log(suspect: str, rng: np.random.Generator | None = None) -> dict[str, Any]:
@@ -390,31 +387,18 @@ def make_symptom_log(suspect: str, rng: np.random.Generator | None = None) -> di
     path the flag does not matter."""
     rng = np.random.default_rng() if rng is None else rng
     log = _healthy_log(rng)
-    field = _FIELD[suspect]
-    log[field] = {"data_share": float(rng.uniform(0.5, 0.95)), "real_token_share": float(rng.uniform(0.1, 0.6)),
-                  "cross_document_attention": float(rng.uniform(0.01, 0.3)), "decode_roundtrip_ok": False,
-                  "small_domain_gap": float(rng.uniform(2.0, 6.0)),
-                  "rss_over_corpus": float(rng.uniform(1.0, 1.5))}[field]
+    sick = {f: float(rng.uniform(lo, hi)) for f, (lo, hi) in _SICK_DRAW.items()}
+    log[_FIELD[suspect]] = sick.get(_FIELD[suspect], False)        # decode_roundtrip_ok: False
     if suspect == "no_boundary_mask":
         log["reset_attention_mask"] = False if log["attention_path"] == "unfused" else bool(rng.integers(2))
     return log
 
 
-#: healthy ranges of the measured fields (as the question's table states them), a calm log and a sick value each
-_HEALTHY = {"data_share": "0.01 – 0.15", "real_token_share": "0.93 – 1.0", "cross_document_attention": "0.0",
-            "decode_roundtrip_ok": "True", "small_domain_gap": "0.0 – 0.8", "rss_over_corpus": "0.001 – 0.2"}
-_BOUNDS = {"data_share": (0.01, 0.15), "real_token_share": (0.93, 1.0), "small_domain_gap": (0.0, 0.8),
-           "rss_over_corpus": (0.001, 0.2)}
-_CALM = {"data_share": 0.08, "real_token_share": 0.97, "cross_document_attention": 0.0, "decode_roundtrip_ok": True,
-         "small_domain_gap": 0.4, "rss_over_corpus": 0.05, "attention_path": "unfused", "reset_attention_mask": True}
-_SICK = {"data_share": 0.7, "real_token_share": 0.35, "cross_document_attention": 0.12, "decode_roundtrip_ok": False,
-         "small_domain_gap": 4.0, "rss_over_corpus": 1.2}
 #: for each suspect: what its fix must do (tier 2 of a wrong fix) and the rule behind it (tier 3)
 _Q3_REMEDY = {
     "tokenize_every_step": ("Tokenize once, offline, into chapter 2's binary .bin/.idx and read ids from it each step: "
-                            "'binary_index'.",
-                            "data_share falls when a step only reads ids: tokenizing is done once, before training "
-                            "(chapter 2)"),
+                            "'binary_index'.", "data_share falls when a step only reads ids: tokenizing is done "
+                            "once, before training (chapter 2)"),
     "padding": ("Fill each row with whole documents back to back (chapter 4) instead of padding one: 'packing'.",
                 "real_token_share = tokens with a loss / tokens computed; packing leaves almost no pad tokens "
                 "(chapter 4)"),
@@ -428,8 +412,7 @@ _Q3_REMEDY = {
     "small_set_oversampled": ("Cap how many epochs of the small domain the blend may draw (chapter 3): 'cap_epochs'.",
                               "a domain drawn for many epochs is memorised: cap its epochs and give its weight to the "
                               "others (chapter 3)"),
-    "load_everything": ("Memory-map the .bin (chapter 2), so only the pages that samples touch are resident: "
-                        "'mmap'.",
+    "load_everything": ("Memory-map the .bin (chapter 2), so only the pages that samples touch are resident: 'mmap'.",
                         "rss_over_corpus stays far below 1 when the corpus is mapped, not read into memory "
                         "(chapter 2)"),
 }
@@ -458,21 +441,20 @@ RULES["q3"] = Rules(
          "Which field measures whether attention crosses documents — and does the flag say anything on the fused path?",
          "Decide no_boundary_mask from cross_document_attention > 0, not from reset_attention_mask: on the fused path "
          "a healthy run may have the flag off.",
-         "no_boundary_mask ⇔ cross_document_attention > 0; attention_path and reset_attention_mask only choose its fix"),
+         "no_boundary_mask ⇔ cross_document_attention > 0; attention_path and reset_attention_mask only choose its "
+         "fix"),
     *(Rule(f"false_alarm_{f}", _NAMED + ", but {field} = {value} lies inside its healthy range {healthy}",
            "Where does your function's threshold for {field} sit, compared with the healthy range the question's "
            "table gives?", "Flag {field} only well outside {healthy} (a sick run shows about {sick}): put the "
-           "threshold between the two.",
-           "a field is sick only outside its healthy range, and then far from its edge: data_share > 0.15, "
-           "real_token_share < 0.93, cross_document_attention > 0, decode_roundtrip_ok false, small_domain_gap > 0.8, "
-           "rss_over_corpus > 0.2") for f in _BOUNDS))
+           "threshold between the two.", "a field is sick only outside its healthy range, and then far from its "
+           "edge: data_share > 0.15, real_token_share < 0.93, cross_document_attention > 0, decode_roundtrip_ok "
+           "false, small_domain_gap > 0.8, rss_over_corpus > 0.2") for f in _BOUNDS))
 
 
 def _q3_calm(suspect: str, like: dict[str, Any]) -> dict[str, Any]:
     """The hand-picked log for ``suspect``: calm values, its one field sick; for no_boundary_mask the
     attention path and flag of ``like`` (the fix depends on them)."""
-    log = dict(_CALM)
-    log[_FIELD[suspect]] = _SICK[_FIELD[suspect]]
+    log = {**_CALM, _FIELD[suspect]: _SICK[_FIELD[suspect]]}
     if suspect == "no_boundary_mask":
         log["attention_path"] = like["attention_path"]
         log["reset_attention_mask"] = False if like["attention_path"] == "unfused" else like["reset_attention_mask"]
@@ -486,14 +468,10 @@ _Q3_CALM_LOGS = [(s, _q3_calm(s, like)) for s in SUSPECTS for like in (
      {"attention_path": "fused", "reset_attention_mask": False}] if s == "no_boundary_mask" else [_CALM])]
 
 
-def _q3_answer(fn: Callable, log: dict[str, Any]) -> dict | None:
+def _q3_named(fn: Callable, log: dict[str, Any]) -> Any:
+    """The suspect the learner names for ``log`` (None when the answer is not a dict of suspect and fix)."""
     got = try_call(fn, dict(log))
-    return got if isinstance(got, dict) and {"suspect", "fix"} <= set(got) else None
-
-
-def _q3_facts(log: dict[str, Any], named: str, field: str, **more: Any) -> dict[str, Any]:
-    return {"log": short(log, 400), "named": named, "field": field, "value": short(log[field]),
-            "healthy": _HEALTHY[field], **more}
+    return got["suspect"] if isinstance(got, dict) and {"suspect", "fix"} <= set(got) else None
 
 
 def _fix_key(suspect: str, log: dict[str, Any], fix: Any) -> list:
@@ -504,49 +482,45 @@ def _q3_fail(fn: Callable, log: dict[str, Any], suspect: str, got: dict) -> None
     """Name what is wrong (raises a Mistake): first on the hand-picked logs (the same mistake whatever the
     random log was), else on this random log, whose answer ``got`` was wrong."""
     for truth, calm in _Q3_CALM_LOGS:
-        again = _q3_answer(fn, calm)
-        if again is None or not isinstance(again["suspect"], str) or not isinstance(again["fix"], str):
+        again = try_call(fn, dict(calm))
+        if not (isinstance(again, dict) and all(isinstance(again.get(k), str) for k in ("suspect", "fix"))):
             continue
         if again["suspect"] != truth and again["suspect"] in SUSPECTS:
-            own = _FIELD[truth]
-            RULES["q3"].fail(f"missed_{truth}", **_q3_facts(calm, again["suspect"], _FIELD[again["suspect"]],
-                             own=own, own_value=short(calm[own]), own_healthy=_HEALTHY[own], suspect=truth))
+            RULES["q3"].fail(f"missed_{truth}", **_q3_facts(calm, again["suspect"], _FIELD[again["suspect"]]),
+                             own=_FIELD[truth], own_value=short(calm[_FIELD[truth]]),
+                             own_healthy=_HEALTHY[_FIELD[truth]], suspect=truth)
         if again["suspect"] == truth and _fix_key(truth, calm, again["fix"]) not in _FIX and again["fix"] in FIXES:
             _q3_wrong_fix(calm, truth, again["fix"])
     if got["suspect"] == suspect:
         _q3_wrong_fix(log, suspect, got["fix"])
-    _q3_false_alarm(fn, log, suspect, got["suspect"])
+    named, calm = got["suspect"], _q3_calm(suspect, log)     # a false alarm: blamed on a value no calm log has
+    field = _FIELD[named]
+    if named == "no_boundary_mask":                          # the flag read as the measurement
+        shown = dict(calm, attention_path=log["attention_path"], reset_attention_mask=log["reset_attention_mask"])
+        log = shown if _q3_named(fn, shown) == named else log
+        RULES["q3"].fail("flag_read_as_symptom", **_q3_facts(log, named, field), path=log["attention_path"],
+                         flag=log["reset_attention_mask"])
+    expect(field in _BOUNDS, f"diagnose({short(log, 400)}) named suspect {named!r}, but {field} = "
+                             f"{short(log[field])} is healthy in this log; which field is not?")
+    for value in (round(log[field], 2), round(log[field], 3), log[field]):   # the same healthy value, in the
+        shown = dict(calm, **{field: value})                                  # calm log, as short as it goes
+        if _BOUNDS[field][0] <= value <= _BOUNDS[field][1] and _q3_named(fn, shown) == named:
+            log = shown
+            break
+    RULES["q3"].fail(f"false_alarm_{field}", **_q3_facts(log, named, field), sick=short(_SICK[field]))
+
+
+def _q3_facts(log: dict[str, Any], named: str, field: str) -> dict[str, Any]:
+    return {"log": short(log, 400), "named": named, "field": field, "value": short(log[field]),
+            "healthy": _HEALTHY[field]}
 
 
 def _q3_wrong_fix(log: dict[str, Any], suspect: str, fix: str) -> None:
     """``suspect`` is right and ``fix`` (one of FIXES) does not remove it (raises a Mistake)."""
-    path = log["attention_path"]
-    name = f"wrong_fix_{suspect}"
-    if suspect == "no_boundary_mask" and fix in ("reset_attention_mask", "cu_seqlens"):
-        name = "flag_on_fused" if fix == "reset_attention_mask" else "cu_seqlens_on_unfused"
-    RULES["q3"].fail(name, **_q3_facts(log, suspect, _FIELD[suspect], fix=fix,
-                                       path=f"; attention_path = {path!r}" if suspect == "no_boundary_mask" else ""))
-
-
-def _q3_false_alarm(fn: Callable, log: dict[str, Any], suspect: str, named: str) -> None:
-    """``named`` (not ``suspect``) was blamed on a value a calm log does not have: a healthy value near the
-    edge of its range, or the flag read as the measurement."""
-    calm = _q3_calm(suspect, log)
-    field = _FIELD[named]
-    if named == "no_boundary_mask":
-        shown = dict(calm, attention_path=log["attention_path"], reset_attention_mask=log["reset_attention_mask"])
-        log = shown if (_q3_answer(fn, shown) or {}).get("suspect") == named else log
-        RULES["q3"].fail("flag_read_as_symptom", **_q3_facts(log, named, field, path=log["attention_path"],
-                                                              flag=log["reset_attention_mask"]))
-    expect(field in _BOUNDS, f"diagnose({short(log, 400)}) named suspect {named!r}, but {field} = "
-                             f"{short(log[field])} is healthy in this log; which field is not?")
-    lo, hi = _BOUNDS[field]
-    for value in (round(log[field], 2), round(log[field], 3), log[field]):   # the same healthy value, in the
-        shown = dict(calm, **{field: value})                                  # calm log, as short as it goes
-        if lo <= value <= hi and (_q3_answer(fn, shown) or {}).get("suspect") == named:
-            log = shown
-            break
-    RULES["q3"].fail(f"false_alarm_{field}", **_q3_facts(log, named, field, sick=short(_SICK[field])))
+    name = {"reset_attention_mask": "flag_on_fused", "cu_seqlens": "cu_seqlens_on_unfused"}.get(fix, "") \
+        if suspect == "no_boundary_mask" else ""
+    RULES["q3"].fail(name or f"wrong_fix_{suspect}", **_q3_facts(log, suspect, _FIELD[suspect]), fix=fix,
+                     path=f"; attention_path = {log['attention_path']!r}" if suspect == "no_boundary_mask" else "")
 
 
 @check(CHAPTER, "q3", hint=(
@@ -602,20 +576,15 @@ def _locate_reference(weights: list[float], domain: int, k: int, consumed: int, 
                       global_bs: int) -> dict[str, int] | None:
     """Where the sampler of a run resumed at ``consumed`` reads ``domain``'s sample ``k``: each
     rank's MegatronPretrainingSampler is walked from ``consumed`` until it hands out that index."""
-    size = max(consumed, 1) * 2 + 64
-    while True:
-        di, si = _blend(weights, size)
-        hit = np.flatnonzero((di == domain) & (si == k))
-        if hit.size:
-            break
-        size *= 2
-    index = int(hit[0])
+    di, si = _blend(weights, size := max(consumed, 1) * 2 + 64)
+    while not ((di == domain) & (si == k)).any():          # a blend long enough to hold that sample
+        di, si = _blend(weights, size := size * 2)
+    index = int(np.flatnonzero((di == domain) & (si == k))[0])
     if index < consumed:
         return None
     group, acc = micro * dp, num_microbatches(global_bs, micro, dp)
-    total = (index // group + 1) * group
     for rank in range(dp):
-        for j, batch in enumerate(MegatronPretrainingSampler(total, consumed, micro, rank, dp)):
+        for j, batch in enumerate(MegatronPretrainingSampler((index // group + 1) * group, consumed, micro, rank, dp)):
             if index in batch:
                 return {"blend_index": index, "step": consumed // global_bs + j // acc + 1, "rank": rank,
                         "microbatch": j % acc}
@@ -650,31 +619,28 @@ RULES["q4"] = Rules(
          "the second group start over?",
          "Take the position inside its micro × DP group first: rank = (i mod (micro × DP)) // micro.",
          "rank = (i mod (micro × DP)) // micro; microbatch = (i mod global) // (micro × DP)"))
-#: what a wrong answer of q4 shows for each rule (tried in RULES order): (answer, facts of the case) → bool
-_Q4_SHOWS = {
-    "k_off_by_one": lambda got, f: got["blend_index"] != f["i"] and got["blend_index"] in (f["next"], f["previous"]),
-    "step_from_zero": lambda got, f: got["step"] == f["want_step"] - 1,
-    "step_from_resume": lambda got, f: got["step"] == (f["i"] - f["consumed"]) // f["global_bs"] + 1,
-    "step_is_microstep": lambda got, f: got["step"] == f["i"] // (f["micro"] * f["dp"]) + 1,
-    "rank_strided": lambda got, f: got["rank"] == f["within"] % f["dp"] and f["micro"] > 1,
-    "rank_beyond_dp": lambda got, f: got["rank"] == f["within"] // f["micro"] and f["within"] // f["micro"] >= f["dp"],
-}
+#: for each rule of q4 (tried in RULES order): the field it gets wrong, and its wrong values from the case's facts
+_Q4_WRONG = {"k_off_by_one": ("blend_index", lambda f: (f["next"], f["previous"])),
+             "step_from_zero": ("step", lambda f: (f["want_step"] - 1,)),
+             "step_from_resume": ("step", lambda f: ((f["i"] - f["consumed"]) // f["global_bs"] + 1,)),
+             "step_is_microstep": ("step", lambda f: (f["i"] // (f["micro"] * f["dp"]) + 1,)),
+             "rank_strided": ("rank", lambda f: (f["within"] % f["dp"],) if f["micro"] > 1 else ()),
+             "rank_beyond_dp": ("rank", lambda f: (f["within"] // f["micro"],) if f["within"] // f["micro"] >= f["dp"]
+                                else ())}
 
 
 def _q4_mistake(got: dict, want: dict, case: dict) -> None:
     """Name a wrong field the check recognises (raises a Mistake), or return to fail plainly."""
-    i, g = want["blend_index"], case["global_bs"]
-    di, _ = _blend(case["weights"], i + 4 * max(case["weights"]) * len(case["weights"]) + 64)
-    occ = np.flatnonzero(di == case["domain"])
-    k = case["k"]
+    i, g, k = want["blend_index"], case["global_bs"], case["k"]
+    occ = np.flatnonzero(_blend(case["weights"], i + 4 * max(case["weights"]) * len(case["weights"]) + 64)[0]
+                         == case["domain"])
     f = {**case, "i": i, "want_step": want["step"], "within": i - (want["step"] - 1) * g, "last": g - 1,
          "next": int(occ[k + 1]) if k + 1 < occ.size else -1, "previous": int(occ[k - 1]) if k else -1,
          "resumed": case["consumed"] // g, "groups": g // (case["micro"] * case["dp"]), "dp_last": case["dp"] - 1,
          "index": short(got["blend_index"]), "step": short(got["step"]), "rank": short(got["rank"])}
     f["held"] = k + (1 if got["blend_index"] == f["next"] else -1)
-    for name, shows in _Q4_SHOWS.items():
-        key = {"k": "blend_index", "s": "step", "r": "rank"}[name[0]]
-        if got[key] != want[key] and shows(got, f):
+    for name, (key, wrong) in _Q4_WRONG.items():
+        if got[key] != want[key] and got[key] in wrong(f):
             RULES["q4"].fail(name, **f)
 
 
@@ -699,22 +665,25 @@ def q4(locate_sample: Callable) -> str:
         micro, dp = int(rng.integers(1, 6)), int(rng.choice([1, 2, 3, 4, 5, 6]))
         global_bs = micro * dp * int(rng.integers(1, 5))
         domain, k = int(rng.integers(0, n)), int(rng.integers(0, 80))
-        consumed = global_bs * int(rng.choice([0, 2, 3, 5, 7, 11]))   # not 1 step: 'counted from 1' and
-        # 'counted from the resume' would give the same wrong step
-        want = _locate_reference(weights, domain, k, consumed, micro, dp, global_bs)
+        # not 1 step: 'counted from 1' and 'counted from the resume' would give the same wrong step
+        case = dict(weights=weights, domain=domain, k=k, consumed=global_bs * int(rng.choice([0, 2, 3, 5, 7, 11])),
+                    micro=micro, dp=dp, global_bs=global_bs)
+        want = _locate_reference(*case.values())             # the arguments, in the signature's order
         if (want is None and before >= 5) or (want is not None and after >= 25):
             continue
         before, after = before + (want is None), after + (want is not None)
-        cases.append((weights, n, micro, dp, global_bs, domain, k, consumed, want))
-    # smallest first, so that a failure shows the smallest input that shows it
-    cases.sort(key=lambda c: (c[6] + c[7] + c[4], sum(c[0]), c[1]))
-    for weights, n, micro, dp, global_bs, domain, k, consumed, want in cases:
-        call = (f"locate_sample(weights={weights}, domain={domain}, k={k}, consumed_samples={consumed}, "
-                f"micro_batch_size={micro}, data_parallel_size={dp}, global_batch_size={global_bs})")
-        got = locate_sample(list(weights), domain, k, consumed, micro, dp, global_bs)
+        cases.append((case, want))
+    cases.sort(key=lambda c: (c[0]["k"] + c[0]["consumed"] + c[0]["global_bs"], sum(c[0]["weights"]),
+                              len(c[0]["weights"])))
+    for case, want in cases:        # smallest first, so that a failure shows the smallest input that shows it
+        call = case["call"] = _call("locate_sample", weights=case["weights"], domain=case["domain"], k=case["k"],
+                                    consumed_samples=case["consumed"], micro_batch_size=case["micro"],
+                                    data_parallel_size=case["dp"], global_batch_size=case["global_bs"])
+        got = locate_sample(list(case["weights"]), case["domain"], case["k"], case["consumed"], case["micro"],
+                            case["dp"], case["global_bs"])
         if want is None:
             expect(got is None, f"{call} returned {short(got)}; that sample sits before consumed_samples = "
-                                f"{consumed}: it was read before the checkpoint, expected None")
+                                f"{case['consumed']}: it was read before the checkpoint, expected None")
             continue
         expect(isinstance(got, dict), f"{call} returned {short(got)}; expected a dict with blend_index, step, "
                                       "rank, microbatch (None only for a sample read before the resume)")
@@ -722,38 +691,24 @@ def q4(locate_sample: Callable) -> str:
             expect(key in got, f"{call}: the dict lacks {key!r}")
         got = {key: got[key] for key in want}
         if got != want:
-            _q4_mistake(got, want, {"call": call, "weights": weights, "consumed": consumed, "micro": micro, "dp": dp,
-                                    "global_bs": global_bs, "domain": domain, "k": k})
-            wrong = ", ".join(f"{key} = {short(got[key])} (expected {want[key]})"
-                              for key in want if got[key] != want[key])
-            expect(False, f"{call}: {wrong}")
+            _q4_mistake(got, want, case)
+            expect(False, f"{call}: " + ", ".join(f"{key} = {short(got[key])} (expected {want[key]})"
+                                                  for key in want if got[key] != want[key]))
     return f"{after} samples read after a resume and {before} read before it, random blends and layouts"
 
 
 # ------------------------------------------------------------------------------------- q5
-class _Samples:
-    """One domain's GPT samples as the data-plan guard sees them: sample s is document s (one
-    epoch, no shuffle), so a sample's identity is (domain, s)."""
-
-    def __init__(self, n: int) -> None:
-        self.num_samples, self.num_epochs = n, 1
-        self.shuffle_index = np.arange(n)
-        self.sample_index = np.stack([np.arange(n + 1), np.zeros(n + 1, dtype=np.int64)], axis=1)
-        self.document_index = np.arange(n + 2)
-
-    def __len__(self) -> int:
-        return self.num_samples
-
-
 class _Blend:
-    """A blend of :class:`_Samples` with chapter 3's indices, for :func:`check_plan`."""
+    """Chapter 3's blend of one-epoch, unshuffled domains (sample s is document s, so a sample's identity is
+    (domain, s)), as the data-plan guard (:func:`check_plan`) sees it."""
 
     def __init__(self, weights: list[float], size: int) -> None:
         self.dataset_index, self.dataset_sample_index = _blend(weights, size)
-        self.weights = normalize_weights(weights)
-        self.names = [f"domain{d}" for d in range(len(weights))]
-        self.datasets = [_Samples(size + 1) for _ in weights]
-        self.size = size
+        self.weights, self.names, self.size = normalize_weights(weights), [f"d{d}" for d in range(len(weights))], size
+        n = size + 1
+        self.datasets = [SimpleNamespace(num_samples=n, num_epochs=1, shuffle_index=np.arange(n),
+                                         sample_index=np.stack([np.arange(n + 1), np.zeros(n + 1, dtype=np.int64)], 1),
+                                         document_index=np.arange(n + 2)) for _ in weights]
 
     def __len__(self) -> int:
         return self.size
@@ -765,20 +720,17 @@ def _restart_reference(old: list[float], new: list[float], consumed: int, micro:
     MegatronPretrainingSampler hands ``rank`` first from the new blend at ``consumed``."""
     size = consumed + micro * dp
     before, after = _Blend(old, size), _Blend(new, size)
-    settings = type("S", (), {"seed": 1234, "seq_length": 128, "flags": {}, "max_steps": 1,
-                              "global_batch_size": micro * dp, "names": before.names, "weights": before.weights})
+    settings = SimpleNamespace(seed=1234, seq_length=128, flags={}, max_steps=1, global_batch_size=micro * dp,
+                               names=before.names, weights=before.weights)
     saved = plan_of(settings, before, consumed, consumed_digest(before, consumed).hexdigest())
     try:
-        check_plan(saved, settings, after, consumed, "checkpoint", allow=False)
-        refused = False
+        refused = check_plan(saved, settings, after, consumed, "checkpoint", allow=False) is None
     except DataPlanError:
         refused = True
     batch = next(iter(MegatronPretrainingSampler(size, consumed, micro, rank, dp)))
     first = [[int(after.dataset_index[i]), int(after.dataset_sample_index[i])] for i in batch]
-    trained = {(int(d), int(s))
-               for d, s in zip(before.dataset_index[:consumed], before.dataset_sample_index[:consumed])}
-    return {"refused": refused, "first_microbatch": first,
-            "already_trained": sum((d, s) in trained for d, s in first)}
+    trained = set(zip(before.dataset_index[:consumed].tolist(), before.dataset_sample_index[:consumed].tolist()))
+    return {"refused": refused, "first_microbatch": first, "already_trained": sum((d, s) in trained for d, s in first)}
 
 
 def _pairs(value: Any) -> list[list[int]] | None:
@@ -816,13 +768,13 @@ def _q5_mistake(got: dict, want: dict, case: dict) -> None:
     changed = np.flatnonzero((di0[:consumed] != di1[:consumed]) | (si0[:consumed] != si1[:consumed]))
     p = int(changed[0]) if changed.size else 0
     positions = list(range(consumed + rank * micro, consumed + (rank + 1) * micro))
+    first = _pairs(got["first_microbatch"])
     same = ("nothing had been trained on yet (consumed_samples = 0)" if not consumed else
             "the first consumed_samples blend positions hold the same samples under both weights"
             + (" (they normalise to the same shares)" if normalize_weights(old) == normalize_weights(new) else ""))
     facts = {**case, "p": p, "was": [int(di0[p]), int(si0[p])] if consumed else None, "same": same,
              "now": [int(di1[p]), int(si1[p])] if consumed else None, "positions": positions,
              "start": rank * micro, "end": (rank + 1) * micro - 1}
-    first = _pairs(got["first_microbatch"])
     if got["refused"] != want["refused"]:
         RULES["q5"].fail("refusal_missed" if want["refused"] else "refused_weights_not_samples", **facts)
     if first == [[int(di0[i]), int(si0[i])] for i in positions]:
@@ -858,18 +810,17 @@ def q5(restart_with_new_blend: Callable) -> str:
             new = _dyadic_weights(rng, n, int(rng.choice([1, 3])))
         micro, dp = int(rng.integers(1, 5)), int(rng.choice([1, 2, 3, 4, 5]))
         consumed = micro * dp * int(rng.integers(0, 9))
-        rank = int(rng.integers(0, dp))
-        want = _restart_reference(old, new, consumed, micro, rank, dp)
+        case = (old, new, consumed, micro, int(rng.integers(0, dp)), dp)
+        want = _restart_reference(*case)
         kind = (("refused, re-read" if want["already_trained"] else "refused") if want["refused"] else
                 "rescaled" if normalize_weights(old) == normalize_weights(new) else "accepted")
         if room[kind]:
             room[kind] -= 1
-            cases.append((old, new, consumed, micro, rank, dp, want))
-    # smallest first, so that a failure shows the smallest input that shows it
-    cases.sort(key=lambda c: (c[2] + c[3] * c[5], sum(c[0]) + sum(c[1]), len(c[0])))
-    for old, new, consumed, micro, rank, dp, want in cases:
-        call = (f"restart_with_new_blend(old_weights={old}, new_weights={new}, consumed_samples={consumed}, "
-                f"micro_batch_size={micro}, rank={rank}, data_parallel_size={dp})")
+            cases.append((case, want))
+    cases.sort(key=lambda c: (c[0][2] + c[0][3] * c[0][5], sum(c[0][0]) + sum(c[0][1]), len(c[0][0])))
+    for (old, new, consumed, micro, rank, dp), want in cases:   # smallest first: a failure shows the smallest input
+        call = _call("restart_with_new_blend", old_weights=old, new_weights=new, consumed_samples=consumed,
+                     micro_batch_size=micro, rank=rank, data_parallel_size=dp)
         got = restart_with_new_blend(list(old), list(new), consumed, micro, rank, dp)
         expect(isinstance(got, dict) and {"refused", "first_microbatch", "already_trained"} <= set(got),
                f"{call} returned {short(got)}; expected {{'refused': bool, 'first_microbatch': [[domain, sample], "
@@ -880,9 +831,8 @@ def q5(restart_with_new_blend: Callable) -> str:
         expect(first is not None, f"{call}: first_microbatch = {short(got['first_microbatch'])}; expected a list "
                                   "of [domain, sample] pairs")
         if bool(got["refused"]) != want["refused"] or first != want["first_microbatch"]:
-            _q5_mistake({**got, "refused": bool(got["refused"])}, want,
-                        {"call": call, "old": old, "new": new, "consumed": consumed, "micro": micro, "rank": rank,
-                         "dp": dp})
+            _q5_mistake({**got, "refused": bool(got["refused"])}, want, dict(
+                call=call, old=old, new=new, consumed=consumed, micro=micro, rank=rank, dp=dp))
             expect(bool(got["refused"]) == want["refused"], f"{call}: refused = {short(got['refused'])}, "
                                                            f"expected {want['refused']}")
             expect(False, f"{call}: first_microbatch = {short(first)}, expected {want['first_microbatch']}")

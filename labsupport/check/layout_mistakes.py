@@ -24,7 +24,8 @@ def layout_facts(devices: int, nodes: int, tp: int, pp: int, upper: bool) -> dic
     world = devices * nodes
     return {"devices": devices, "nodes": nodes, "tp": tp, "pp": pp, "world": world, "tp_pp": tp * pp,
             "world_gpus": many(world, "GPU"), "devices_gpus": many(devices, "GPU"), "nodes_count": many(nodes, "node"),
-            "tp_x_pp": "TP × PP" if upper else "tp × pp", "pp_is": f"{'PP' if upper else 'pp'} = {pp}"}
+            "tp_x_pp": "TP × PP" if upper else "tp × pp", "tp_name": "TP" if upper else "tp",
+            "pp_is": f"{'PP' if upper else 'pp'} = {pp}"}
 
 
 ACCEPTS_INDIVISIBLE = Rule(
@@ -57,4 +58,4 @@ DIVIDES_BY_TP_ONLY = Rule(
     "divides_by_tp_only",
     symptom=ONE_NODE_ONLY.symptom,
     ask="How many GPUs does ONE model replica take when it is also cut into {pp_is} pipeline stages?",
-    fix="One replica takes {tp_x_pp} GPUs: divide the world by {tp_x_pp}, not by TP alone.")
+    fix="One replica takes {tp_x_pp} GPUs: divide the world by {tp_x_pp}, not by {tp_name} alone.")
