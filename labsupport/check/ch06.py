@@ -141,23 +141,26 @@ def q1(dp_slice: Callable) -> str:
 
 
 # ------------------------------------------------------------------------------------- q2
-def _arith_cfg(devices: int, nodes: int, tp: int, pp: int, micro: int, global_bs: int, seq: int):
-    return OmegaConf.create({"trainer": {"devices": devices, "num_nodes": nodes},
-                             "model": {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp,
-                                       "micro_batch_size": micro, "global_batch_size": global_bs,
-                                       "encoder_seq_length": seq}})
-
-
-def _arith_reference(cfg, steps: int) -> dict[str, int] | None:
+def _arith(case: tuple[int, ...], readonly: bool = False) -> tuple[Any, dict[str, int] | None]:
+    """The config of ``case`` (devices, nodes, TP, PP, micro, global, seq, steps) and the reference answer (None: the
+    layout cannot run)."""
+    devices, nodes, tp, pp, micro, global_bs, seq, steps = case
+    cfg = OmegaConf.create({"trainer": {"devices": devices, "num_nodes": nodes},
+                            "model": {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp,
+                                      "micro_batch_size": micro, "global_batch_size": global_bs,
+                                      "encoder_seq_length": seq}})
+    OmegaConf.set_readonly(cfg, readonly)
     try:
         dp = parallel_layout(cfg).data_parallel
-        acc = num_microbatches(cfg.model.global_batch_size, cfg.model.micro_batch_size, dp)
+        acc = num_microbatches(global_bs, micro, dp)
     except (ConfigError, ValueError):
-        return None
-    return {"data_parallel_size": dp, "accumulation_steps": acc, "tokens_per_step": cfg.model.global_batch_size
-            * cfg.model.encoder_seq_length, "consumed_samples": steps * cfg.model.global_batch_size}
+        return cfg, None
+    return cfg, {"data_parallel_size": dp, "accumulation_steps": acc, "tokens_per_step": global_bs * seq,
+                 "consumed_samples": steps * global_bs}
 
 
+#: a (read-only) config of a small case and its reference, built once: failures are shrunk often
+_small_cfg = functools.lru_cache(maxsize=4096)(functools.partial(_arith, readonly=True))
 _DP = ("{said}: {g} replica(s) of TP × PP = {tp_pp_gpus} would need {need}; the run has {devices} per node × {nodes} "
        "= {world}")
 _TOKENS = ("{said} = {per_seq} × {seq} tokens, but one optimizer step trains on global_batch_size = {global_bs} "
@@ -220,14 +223,6 @@ _Q2_SMALL = sorted(((d, n, t, p, m, m * k, 16, 2) for d in (1, 2, 4) for n in (1
                     for p in (1, 2, 3) for m in (1, 2) for k in (1, 2, 3, 4, 6, 8)
                     if d * n <= 4 and t * p <= 2 * d * n),
                    key=lambda c: (c[0] * c[1], c[2] * c[3], c[5], c[4], c[2], c[3], c[0]))
-
-
-@functools.lru_cache(maxsize=4096)
-def _small_cfg(case: tuple[int, ...]) -> tuple[Any, dict[str, int] | None]:
-    """A (read-only) config for ``case`` and its reference answer, built once: failures are shrunk often."""
-    cfg = _arith_cfg(*case[:7])
-    OmegaConf.set_readonly(cfg, True)
-    return cfg, _arith_reference(cfg, case[7])
 
 
 def _q2_run(fn: Callable, case: tuple[int, ...]) -> Any:
@@ -306,8 +301,7 @@ def q2(batch_arithmetic: Callable) -> str:
                                                        [1, 2, 4]))
         case = (d, n, t, p, m, m * int(rng.choice([1, 2, 3, 4, 8, 16, 32, 64, 256])),
                 int(rng.choice([512, 2048, 4096])), int(rng.integers(0, 10_000)))
-        cfg = _arith_cfg(*case[:7])
-        want, call = _arith_reference(cfg, case[7]), _q2_call(case)
+        (cfg, want), call = _arith(case), _q2_call(case)
         if (want is None and bad >= 15) or (want is not None and good >= 30):
             continue
         try:

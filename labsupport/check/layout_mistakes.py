@@ -23,7 +23,7 @@ def layout_facts(devices: int, nodes: int, tp: int, pp: int, upper: bool) -> dic
     """The numbers a layout mistake is explained with; ``upper``: the chapter writes TP × PP, else tp × pp."""
     world = devices * nodes
     return {"devices": devices, "nodes": nodes, "tp": tp, "pp": pp, "world": world, "tp_pp": tp * pp,
-            "world_gpus": many(world, "GPU"), "devices_gpus": many(devices, "GPU"), "nodes_count": many(nodes, "node"),
+            "world_gpus": many(world, "GPU"), "devices_gpus": many(devices, "GPU"),
             "tp_x_pp": "TP × PP" if upper else "tp × pp", "tp_name": "TP" if upper else "tp",
             "pp_is": f"{'PP' if upper else 'pp'} = {pp}"}
 
