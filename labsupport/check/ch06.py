@@ -246,8 +246,8 @@ def _q2_kind(case: tuple[int, ...], got: Any, unambiguous: bool = False) -> str 
     values = {name: RULES["q2"][name].wrong(*case, want["data_parallel_size"]) for name in _Q2_FIELD}
     for name, value in values.items():
         key = _Q2_FIELD[name]
-        if isinstance(got, dict) and key in got and got[key] == value != want[key] and not (unambiguous and value in [
-                v for n, v in values.items() if n != name and _Q2_FIELD[n] == key]):
+        shared = unambiguous and value in [v for n, v in values.items() if n != name and _Q2_FIELD[n] == key]
+        if isinstance(got, dict) and key in got and got[key] == value != want[key] and not shared:
             return name
     return None
 
