@@ -185,3 +185,18 @@ def test_q4_q5_compare_with_the_real_sampler_and_guard():
         "refused": True, "first_microbatch": [[0, 5], [1, 5]], "already_trained": 1}
     assert check._restart_reference([3, 1], [6, 2], 8, 2, 1, 2)["refused"] is False   # same shares: same samples
     assert check._restart_reference([3, 1], [1, 1], 0, 2, 0, 2)["refused"] is False   # nothing trained yet
+
+
+def test_the_layout_mistakes_are_defined_once_for_chapters_0_and_6():
+    """ch00 q1 and ch06 q2 name the same layout mistakes from labsupport.check.layout_mistakes: chapter 0 uses
+    them as they are, chapter 6 a variant that keeps at least one of their texts."""
+    from labsupport.check import ch00, layout_mistakes as layout
+
+    pairs = [(layout.ACCEPTS_INDIVISIBLE, "accepts_indivisible_layout"), (layout.ONE_NODE_ONLY, "dp_one_node"),
+             (layout.REFUSES_TP_ACROSS_NODES, "refuses_tp_across_nodes"), (layout.DIVIDES_BY_TP_ONLY, "dp_ignores_pp"),
+             (layout.RAISES_LEGAL_LAYOUT, "raises_legal_layout")]
+    for shared, name in pairs:
+        in_ch00, in_ch06 = ch00.RULES["q1"][shared.name], check.RULES["q2"][name]
+        assert in_ch00 == shared.but(formula=in_ch00.formula), shared.name
+        assert any(getattr(in_ch06, f) == getattr(shared, f) for f in ("symptom", "ask", "fix")), name
+        assert in_ch06.formula and in_ch06.formula != in_ch00.formula       # each chapter's own formula

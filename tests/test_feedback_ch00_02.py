@@ -138,42 +138,47 @@ def document_tokens(raw_idx, raw_bin, k):
 
 
 # ------------------------------------------------------------------------------------------
-#: (check, wrong answer, mistake name, a phrase of the symptom — the smallest input where one is shrunk to)
-NAMED = [
-    (ch00.q1, _dp_with(raise_if=lambda d, n, t, p: False), "accepts_indivisible",
+#: chapter 0: each rule (question, name) of ch00.RULES → (the wrong answer planted for it, mistake name, a phrase
+#: of the symptom — the smallest input where one is shrunk to)
+CH00_PLANTED = {(q, n): (wrong, n, symptom) for q, wrong, n, symptom in [
+    ("q1", _dp_with(raise_if=lambda d, n, t, p: False), "accepts_indivisible",
      "data_parallel_size(devices=1, num_nodes=1, tp=1, pp=2) returned 0, but 1 GPU cannot"),
-    (ch00.q1, _dp_with(raise_if=lambda d, n, t, p: (d * n) % (t * p) or t > d, warn=lambda *a: 0),
+    ("q1", _dp_with(raise_if=lambda d, n, t, p: (d * n) % (t * p) or t > d, warn=lambda *a: 0),
      "refuses_tp_across_nodes", "data_parallel_size(devices=1, num_nodes=2, tp=2, pp=1) raised ValueError('no')"),
-    (ch00.q1, _dp_with(raise_if=lambda d, n, t, p: d % (t * p)), "raises_legal_layout",
+    ("q1", _dp_with(raise_if=lambda d, n, t, p: d % (t * p)), "raises_legal_layout",
      "data_parallel_size(devices=1, num_nodes=2, tp=1, pp=2) raised ValueError('no'), but tp × pp = 2 divides"),
-    (ch00.q1, _dp_with(value=lambda d, n, t, p: d * n / (t * p)), "float_division",
+    ("q1", _dp_with(value=lambda d, n, t, p: d * n / (t * p)), "float_division",
      "data_parallel_size(devices=1, num_nodes=1, tp=1, pp=1) returned 1.0, a float"),
-    (ch00.q1, _dp_with(value=lambda d, n, t, p: d // (t * p)), "one_node_only",
+    ("q1", _dp_with(value=lambda d, n, t, p: d // (t * p)), "one_node_only",
      "num_nodes=2, tp=1, pp=1) returned 1: 1 replica × tp × pp = 1 GPU, but the job has 2"),
-    (ch00.q1, _dp_with(value=lambda d, n, t, p: d * n // t), "divides_by_tp_only",
+    ("q1", _dp_with(value=lambda d, n, t, p: d * n // t), "divides_by_tp_only",
      "returned 2: 2 replicas × tp × pp = 4 GPUs, but the job has 2"),
-    (ch00.q1, _dp_with(warn=lambda *a: 0), "never_warns",
+    ("q1", _dp_with(warn=lambda *a: 0), "never_warns",
      "data_parallel_size(devices=1, num_nodes=2, tp=2, pp=1) returned 1 without a warning"),
-    (ch00.q1, _dp_with(warn=lambda d, n, t, p: 2 * (t > d)), "warns_more_than_once", "warned 2 times"),
-    (ch00.q1, _dp_with(warn=lambda d, n, t, p: int(t >= d)), "warns_inside_a_node",
+    ("q1", _dp_with(warn=lambda d, n, t, p: 2 * (t > d)), "warns_more_than_once", "warned 2 times"),
+    ("q1", _dp_with(warn=lambda d, n, t, p: int(t >= d)), "warns_inside_a_node",
      "data_parallel_size(devices=1, num_nodes=1, tp=1, pp=1) warned ('slow'), but its TP group of 1 GPU fits"),
-    (ch00.q2, lambda n, m, dp=1: training_memory_gb(n, m, dp) * 1e9, "bytes_not_gb",
+    ("q2", lambda n, m, dp=1: training_memory_gb(n, m, dp) * 1e9, "bytes_not_gb",
      "memory_gb(1e9, 'bf16_weights', dp=1) returned 2e9"),
-    (ch00.q2, lambda n, m, dp=1: training_memory_gb(n, m, dp) * 1e9 / 2 ** 30, "gib_not_gb", "returned 1.86265"),
-    (ch00.q2, _memory_with(_per_param(adam=16, distopt=lambda dp: 16)), "zero_16_bytes",
+    ("q2", lambda n, m, dp=1: training_memory_gb(n, m, dp) * 1e9 / 2 ** 30, "gib_not_gb", "returned 1.86265"),
+    ("q2", _memory_with(_per_param(adam=16, distopt=lambda dp: 16)), "zero_16_bytes",
      "memory_gb(1e9, 'megatron_adam', dp=1) returned 16: 16 bytes per parameter"),
-    (ch00.q2, _memory_with(_per_param(distopt=lambda dp: 18)), "no_sharding",
+    ("q2", _memory_with(_per_param(distopt=lambda dp: 18)), "no_sharding",
      "memory_gb(1e9, 'megatron_distopt', dp=4) returned 18"),
-    (ch00.q2, _memory_with(_per_param(distopt=lambda dp: 18 / dp)), "shards_everything",
+    ("q2", _memory_with(_per_param(distopt=lambda dp: 18 / dp)), "shards_everything",
      "memory_gb(1e9, 'megatron_distopt', dp=4) returned 4.5"),
-    (ch00.q2, _memory_with(_per_param(adam=12, distopt=lambda dp: 12)), "bytes_per_param", "12 bytes per parameter"),
-    (ch00.q3, lambda r, tp, pp, dp: [r // tp * tp + t for t in range(tp)], "tensor_parallel_group",
+    ("q2", _memory_with(_per_param(adam=12, distopt=lambda dp: 12)), "bytes_per_param", "12 bytes per parameter"),
+    ("q3", lambda r, tp, pp, dp: [r // tp * tp + t for t in range(tp)], "tensor_parallel_group",
      "data_parallel_group(rank=0, tp=2, pp=2, dp=2) returned [0, 1]: GPU 0 = (tp 0, dp 0, pp 0); GPU 1 = (tp 1"),
-    (ch00.q3, lambda r, tp, pp, dp: [r % (tp * dp) + tp * dp * p for p in range(pp)], "pipeline_group",
+    ("q3", lambda r, tp, pp, dp: [r % (tp * dp) + tp * dp * p for p in range(pp)], "pipeline_group",
      "returned [0, 4]: GPU 0 = (tp 0, dp 0, pp 0); GPU 4 = (tp 0, dp 0, pp 1)"),
-    (ch00.q3, lambda r, tp, pp, dp: [d + dp * (r // dp % tp) + dp * tp * (r // (dp * tp)) for d in range(dp)],
+    ("q3", lambda r, tp, pp, dp: [d + dp * (r // dp % tp) + dp * tp * (r // (dp * tp)) for d in range(dp)],
      "dp_varies_fastest", "returned [0, 1, 2]: GPU 0 = (tp 0, dp 0, pp 0); GPU 1 = (tp 1, dp 0, pp 0)"),
-]
+]}
+CH00_RULED = [(q, n) for q, rules in ch00.RULES.items() for n in rules]
+
+#: (check, wrong answer, mistake name, a phrase of the symptom — the smallest input where one is shrunk to)
+NAMED = [(getattr(ch00, q), *CH00_PLANTED[(q, n)]) for q, n in CH00_RULED if (q, n) in CH00_PLANTED]
 
 #: chapters 1 and 2: one planted wrong answer per rule of ch01.RULES and ch02.RULES, by (chapter, question, rule
 #: name): (the wrong answer, a phrase of its symptom — on the smallest input where one is shrunk to)
@@ -324,6 +329,13 @@ def test_every_rule_of_ch01_02_has_a_planted_answer():
     """No rule of ch01.RULES or ch02.RULES goes untested, and no planted answer names a rule that does not exist."""
     assert set(PLANTED) == {(m.CHAPTER, q, name) for m, q, name in RULED}
     assert {m.CHAPTER for m, _, _ in RULED} == {"ch01", "ch02"} and len(RULED) == 29
+
+
+def test_every_rule_of_ch00_has_a_planted_answer_and_every_planted_answer_a_rule():
+    """The ch00 part of NAMED is ch00.RULES: one planted wrong answer per rule, none for a name it lacks."""
+    assert set(CH00_PLANTED) == set(CH00_RULED), (sorted(set(CH00_RULED) - set(CH00_PLANTED)),
+                                                  sorted(set(CH00_PLANTED) - set(CH00_RULED)))
+    assert {c.question for c, _, _, _ in NAMED if c.chapter == "ch00"} == {"q1", "q2", "q3"}
 
 
 @pytest.mark.parametrize("check, right", CORRECT, ids=[f"{c.chapter}-{c.question}" for c, _ in CORRECT])

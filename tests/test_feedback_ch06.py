@@ -131,14 +131,29 @@ Q3 = ([(f"missed_{s}", _misses(s), _named(s)) for s in check.SUSPECTS]
 
 Q4 = [("step_from_zero", {"step_base": 0}), ("step_from_resume", {"from_resume": True}),
       ("rank_strided", {"rank_rule": "strided"}), ("rank_beyond_dp", {"rank_rule": "no_wrap"}),
-      ("k_off_by_one", {"sample_shift": 1}), ("step_is_microstep", "micro × DP")]
+      ("k_off_by_one", {"sample_shift": 1}), ("step_is_microstep", {"step_size": "micro × DP"})]
 Q5 = [("refusal_missed", {"refuse": lambda a, b: False}),
       ("refused_weights_not_samples", {"refuse": lambda a, b: a != b}),          # compares weights, not samples
       ("old_blend", {"read_from": "old"}), ("from_zero", {"start": lambda c, m, r: r * m})]
 
 
-NAMED = ([(check.q1, dp_slice, n, w, p) for n, w, p in Q1] + [(check.q2, batch_arithmetic, n, w, p) for n, w, p in Q2]
-         + [(check.q3, diagnose, n, w, p) for n, w, p in Q3])
+def _locate_with(wrong):
+    if wrong.get("step_size") == "micro × DP":   # steps of one micro × DP group: gradient accumulation forgotten
+        return lambda w, d, k, c, m, dp, g: locate_sample(w, d, k, c, m, dp, g, step_size=m * dp)
+    return lambda *a: locate_sample(*a, **wrong)
+
+
+#: (question, rule name) → (the wrong answer planted for that rule of check.RULES, a phrase of its symptom)
+PLANTED = {**{("q1", n): (w, p) for n, w, p in Q1}, **{("q2", n): (w, p) for n, w, p in Q2},
+           **{("q3", n): (w, p) for n, w, p in Q3},
+           **{("q4", n): (_locate_with(w), "locate_sample(weights=") for n, w in Q4},
+           **{("q5", n): (lambda *a, w=w: restart_with_new_blend(*a, **w), "restart_with_new_blend(old_weights=")
+              for n, w in Q5}}
+RIGHT = {"q1": dp_slice, "q2": batch_arithmetic, "q3": diagnose, "q4": locate_sample, "q5": restart_with_new_blend}
+#: how each question's symptom starts: the call, on the smallest input that shows the mistake
+CALL = {"q1": "dp_slice(", "q2": "batch_arithmetic(", "q3": "diagnose(", "q4": "locate_sample(weights=",
+        "q5": "restart_with_new_blend(old_weights="}
+RULED = [(q, n) for q, rules in check.RULES.items() for n in rules]
 
 
 def _plain_text(text: str) -> bool:
@@ -157,49 +172,28 @@ def _tiers(question, answer, name, capsys):
     return runs
 
 
-def _check_tiers(runs):
-    (first, out1), (second, _), (third, _) = runs
+@pytest.mark.parametrize("question, name", RULED, ids=[f"{q}-{n}" for q, n in RULED])
+def test_every_rule_is_named_in_its_tiers(question, name, capsys):
+    """The answer planted for each rule of check.RULES: tier 1 the symptom and a question, a repeat the fix, the
+    third time the formula; then the right answer passes."""
+    check_q, (wrong, symptom) = getattr(check, question), PLANTED[(question, name)]
+    (first, out1), (second, _), (third, _) = _tiers(check_q, wrong, name, capsys)
     assert first.message == second.message == third.message            # the symptom, every time
+    assert first.message.startswith(CALL[question]) and symptom in first.message, first.message
     assert first.message in out1 and f"hint: {first.hint}" in out1
     assert first.hint.rstrip().endswith("?")                           # tier 1 asks
     assert second.hint not in out1 and third.hint not in out1          # neither the fix nor the formula yet
     assert len({first.hint, second.hint, third.hint}) == 3
-
-
-@pytest.mark.parametrize("name, wrong", Q4, ids=[n for n, _ in Q4])
-def test_q4_named_mistakes_in_tiers(name, wrong, capsys):
-    if wrong == "micro × DP":          # steps of one micro × DP group: gradient accumulation forgotten
-        def answer(w, d, k, c, m, dp, g):
-            return locate_sample(w, d, k, c, m, dp, g, step_size=m * dp)
-    else:
-        def answer(*a):
-            return locate_sample(*a, **wrong)
-    runs = _tiers(check.q4, answer, name, capsys)
-    _check_tiers(runs)
-    assert runs[0][0].message.startswith("locate_sample(weights=")     # the smallest call that shows it
-    assert check.q4(locate_sample).passed                               # the right answer after the mistakes
-
-
-@pytest.mark.parametrize("name, wrong", Q5, ids=[n for n, _ in Q5])
-def test_q5_named_mistakes_in_tiers(name, wrong, capsys):
-    runs = _tiers(check.q5, lambda *a: restart_with_new_blend(*a, **wrong), name, capsys)
-    _check_tiers(runs)
-    assert runs[0][0].message.startswith("restart_with_new_blend(old_weights=")
-    assert check.q5(restart_with_new_blend).passed
-
-
-@pytest.mark.parametrize("question, right, name, wrong, symptom", NAMED,
-                         ids=[f"{q.question}-{n}" for q, _, n, _, _ in NAMED])
-def test_q1_q3_named_mistakes_in_tiers(question, right, name, wrong, symptom, capsys):
-    runs = _tiers(question, wrong, name, capsys)
-    _check_tiers(runs)
-    first, second, third = (result for result, _ in runs)
-    assert symptom in first.message, first.message                      # on the smallest input that shows it
     assert second.hint not in first.hint and third.hint not in second.hint   # the fix, then the formula, new
     assert not second.hint.rstrip().endswith("?")
-    passed = question(right)                                            # the right answer after the mistakes
+    passed = check_q(RIGHT[question])                                   # the right answer after the mistakes
     assert passed.passed and passed.mistake == "" and passed.tier == 0, passed.message
     capsys.readouterr()
+
+
+def test_every_rule_has_a_planted_answer_and_every_planted_answer_a_rule():
+    assert set(PLANTED) == set(RULED), (sorted(set(RULED) - set(PLANTED)), sorted(set(PLANTED) - set(RULED)))
+    assert len(RULED) >= 45
 
 
 def test_the_same_wrong_answer_is_named_alike_whatever_the_random_inputs(monkeypatch, capsys):
@@ -207,31 +201,14 @@ def test_the_same_wrong_answer_is_named_alike_whatever_the_random_inputs(monkeyp
     which random case failed first."""
     for seed in ("a", "b", "c"):
         monkeypatch.setenv("LABSUPPORT_CHECK_SEED", seed)
-        for question, _, name, wrong, _ in NAMED:
-            if name.startswith(("false_alarm", "flag_read")):         # those show only on some random logs
+        for (question, name), (wrong, _) in PLANTED.items():
+            if question in ("q4", "q5") or name.startswith(("false_alarm", "flag_read")):  # only on some inputs
                 continue
-            result = question(wrong)
+            result = getattr(check, question)(wrong)
             # a fix wrong on one attention path only: all of a run's logs may take the other path
             assert result.mistake == name or (result.passed and name in ("flag_on_fused", "cu_seqlens_on_unfused")), \
                 (seed, name, result.message)
     capsys.readouterr()
-
-
-def test_every_mistake_name_of_ch06_is_tested():
-    """Each name the check module gives a mistake (mistake("…"), its kinds and tables) has a case above."""
-    import inspect
-    import re
-
-    source = inspect.getsource(check)
-    names = set(re.findall(r'mistake\("([a-z_0-9]+)"', source))
-    names |= set(re.findall(r'kinds\.append\("([a-z_0-9]+)"\)', source))
-    names |= set(re.findall(r'"((?:accepts|refuses|raises)_[a-z_]+)"', source))
-    names |= {"flag_on_fused", "cu_seqlens_on_unfused"}
-    names |= {name for wrong in check._Q2_WRONG.values() for name, _ in wrong}
-    names |= {f"missed_{s}" for s in check.SUSPECTS} | {f"wrong_fix_{s}" for s in check.SUSPECTS}
-    names |= {f"false_alarm_{f}" for f in check._BOUNDS}
-    tested = {n for _, _, n, _, _ in NAMED} | {n for n, _ in Q4} | {n for n, _ in Q5}
-    assert len(names) >= 45 and names <= tested, sorted(names - tested)
 
 
 def test_unrecognised_wrong_answers_fall_back_to_the_question_tiers(capsys):

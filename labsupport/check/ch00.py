@@ -2,9 +2,10 @@
 the data-parallel group of a GPU in Megatron's rank order, and q4, the book's exercise 5 (NeMo or
 Hugging Face for three scenarios, §6.2.8) as structured answers with a free-text "why" graded by hand.
 
-Each recognised wrong answer of q1–q3 is a named mistake (:func:`labsupport.check._core.mistake`): its
-first failure shows the symptom on the smallest layout that shows it and asks a question; the fix comes
-on a repeat of the same mistake, the formula after that.  q4 names each failing scenario with a question."""
+The named mistakes of q1–q3 are the tables of ``RULES`` (see :mod:`labsupport.check.rules`; q1's layout
+mistakes are chapter 6's too, from :mod:`labsupport.check.layout_mistakes`): a failure shows the symptom on
+the smallest layout that shows it and asks a question; the fix comes on a repeat of the same mistake, the
+formula after that.  q4 names each failing scenario with a question."""
 from __future__ import annotations
 
 import itertools
@@ -17,8 +18,10 @@ from omegaconf import OmegaConf
 from labsupport.config import ConfigError, ParallelLayout, parallel_layout
 from labsupport.distributed.gpu_grid import megatron_coords
 from labsupport.distributed.training_memory import training_memory_gb
-from labsupport.check._core import (chapter_summary, check, check_seed, expect, mistake,
-                                    parts, RAISED, Sealed, short, try_call)
+from labsupport.check import layout_mistakes as layout
+from labsupport.check._core import chapter_summary, check, check_seed, expect, parts, Sealed, short
+from labsupport.check.layout_mistakes import many
+from labsupport.check.rules import first_showing, Rule, Rules
 
 CHAPTER = "ch00"
 
@@ -27,10 +30,6 @@ summary = chapter_summary(CHAPTER)
 
 # ---------------------------------------------------------------------------------------------
 # q1: the data-parallel size
-_Q1_FORMULA = ("world = devices × num_nodes; DP = world // (tp × pp); raise ValueError when world % (tp × pp) != 0; "
-               "when tp > devices return DP and call warnings.warn(...) once; otherwise do not warn")
-
-
 def _layout_cfg(devices: int, nodes: int, tp: int, pp: int):
     return OmegaConf.create({"trainer": {"devices": devices, "num_nodes": nodes},
                              "model": {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp}})
@@ -54,32 +53,48 @@ def _q1_run(fn: Callable, case: tuple[int, int, int, int]) -> tuple[Any, list[st
     return got, [str(w.message) for w in caught]
 
 
+#: q1's named mistakes; the layout ones are chapter 6's q2's too (labsupport.check.layout_mistakes)
+RULES: dict[str, Rules] = {"q1": Rules(
+    layout.ACCEPTS_INDIVISIBLE, layout.REFUSES_TP_ACROSS_NODES, layout.RAISES_LEGAL_LAYOUT,
+    Rule("float_division", "{call} returned {got}, a {type}",
+         "What type does Python's / return, even when the division comes out whole?",
+         "use integer division: world // (tp × pp)"),
+    layout.ONE_NODE_ONLY, layout.DIVIDES_BY_TP_ONLY,
+    Rule("never_warns", "{call} returned {got} without a warning; {spans}",
+         "This layout is legal but slow: how will the person who runs it find out?",
+         "call warnings.warn(...) once when tp > devices (TP wider than one node)"),
+    Rule("warns_more_than_once", "{call} warned {times} times; {spans}",
+         "How many warnings does the exercise ask for per call, and which of your lines warn?",
+         "one warnings.warn(...) call, under `if tp > devices:`"),
+    Rule("warns_inside_a_node", "{call} warned ({warning}), but its TP group of {tp_gpus} fits in one node of "
+         "{devices_gpus}", "Evaluate your warning condition by hand for this layout: does a TP group of tp GPUs leave "
+         "a node of devices GPUs?", "warn only when tp > devices (strictly: tp == devices fills one node exactly); "
+         "never for a layout inside one node"),
+    formula="world = devices × num_nodes; DP = world // (tp × pp); raise ValueError when world % (tp × pp) != 0; "
+            "when tp > devices return DP and call warnings.warn(...) once; otherwise do not warn")}
+
+
 def _q1_kind(case: tuple[int, int, int, int], got: Any, warned: list[str]) -> str | None:
-    """What is wrong with ``got`` for this layout (None: nothing): one name per distinct wrong behaviour."""
+    """What is wrong with ``got`` for this layout (None: nothing): one name per distinct wrong behaviour (a
+    rule of RULES["q1"], or not_an_int / wrong_size, which fail plainly)."""
     devices, nodes, tp, pp = case
-    layout = _reference_layout(*case)
+    layout_ = _reference_layout(*case)
     number = isinstance(got, (int, float, np.integer, np.floating)) and not isinstance(got, bool)
-    if layout is None:
+    if layout_ is None:
         return None if isinstance(got, ValueError) else "accepts_indivisible" if number else "not_an_int"
     if isinstance(got, ValueError):
-        return "refuses_tp_across_nodes" if layout.tp_spans_nodes else "raises_legal_layout"
-    if isinstance(got, (float, np.floating)) and got == layout.data_parallel:
+        return "refuses_tp_across_nodes" if layout_.tp_spans_nodes else "raises_legal_layout"
+    if isinstance(got, (float, np.floating)) and got == layout_.data_parallel:
         return "float_division"
     if not isinstance(got, (int, np.integer)) or isinstance(got, bool):
         return "not_an_int"
-    if got != layout.data_parallel:
+    if got != layout_.data_parallel:
         if nodes > 1 and got == devices // (tp * pp):
             return "one_node_only"
-        if pp > 1 and got == devices * nodes // tp:
-            return "divides_by_tp_only"
-        return "wrong_size"
-    if layout.tp_spans_nodes and not warned:
-        return "never_warns"
-    if layout.tp_spans_nodes and len(warned) > 1:
-        return "warns_more_than_once"
-    if not layout.tp_spans_nodes and warned:
-        return "warns_inside_a_node"
-    return None
+        return "divides_by_tp_only" if pp > 1 and got == devices * nodes // tp else "wrong_size"
+    if layout_.tp_spans_nodes and len(warned) != 1:
+        return "warns_more_than_once" if warned else "never_warns"
+    return "warns_inside_a_node" if not layout_.tp_spans_nodes and warned else None
 
 
 #: the small layouts a failure is shrunk to: fewest GPUs first
@@ -87,86 +102,26 @@ _Q1_SMALL = sorted(itertools.product([1, 2, 4], [1, 2, 3], [1, 2, 3, 4], [1, 2, 
                    key=lambda c: (c[0] * c[1], c[2] * c[3], c[2], c[3], c[0]))
 
 
-def _many(n: Any, what: str) -> str:
-    """``n`` and ``what``, plural unless n is 1: '1 replica', '4 GPUs'."""
-    return f"{short(n)} {what}" + ("" if n == 1 else "s")
-
-
 def _q1_fail(fn: Callable, kind: str, case: tuple[int, int, int, int], got: Any, warned: list[str]) -> None:
     """Fail with ``kind`` shown on the smallest layout that shows it (the random one when none does)."""
-    for small in _Q1_SMALL:
-        try:
-            g, w = _q1_run(fn, small)
-        except Exception:  # noqa: BLE001 - the learner's code fails on this small layout: try the next one
-            continue
-        if _q1_kind(small, g, w) == kind:
-            case, got, warned = small, g, w
-            break
+    shown = first_showing(lambda c: _q1_run(fn, c), _Q1_SMALL, lambda c, r: _q1_kind(c, *r), kind)
+    (case, (got, warned)) = shown or (case, (got, warned))
     devices, nodes, tp, pp = case
-    world = devices * nodes
     call = f"data_parallel_size(devices={devices}, num_nodes={nodes}, tp={tp}, pp={pp})"
-    layout = _reference_layout(*case)
-    if kind == "accepts_indivisible":
-        mistake(kind, symptom=f"{call} returned {short(got)}, but {_many(world, 'GPU')} cannot be cut into whole replicas "
-                              f"of tp × pp = {tp * pp} GPUs",
-                ask="What should your function do with a layout whose GPUs do not split into whole replicas?",
-                fix="test (devices × num_nodes) % (tp × pp) and raise ValueError when it is not 0",
-                formula=_Q1_FORMULA)
-    if kind == "refuses_tp_across_nodes":
-        mistake(kind, symptom=f"{call} raised ValueError({short(str(got))}); tp × pp = {tp * pp} divides the {world} "
-                              f"GPUs — only TP = {tp} is wider than one node of {_many(devices, 'GPU')}",
-                ask="Is a TP group that spans nodes impossible, or only slow? What does the exercise ask for it?",
-                fix="do not raise when tp > devices: return the data-parallel size and call warnings.warn(...) once",
-                formula=_Q1_FORMULA)
-    if kind == "raises_legal_layout":
-        mistake(kind, symptom=f"{call} raised ValueError({short(str(got))}), but tp × pp = {tp * pp} divides the "
-                              f"{_many(world, 'GPU')} ({_many(nodes, 'node')} × {devices})",
-                ask="Work out your raise condition by hand for this layout: which number must tp × pp divide?",
-                fix="raise only when (devices × num_nodes) % (tp × pp) != 0 — all the GPUs of all nodes",
-                formula=_Q1_FORMULA)
-    if kind == "float_division":
-        mistake(kind, symptom=f"{call} returned {short(got)}, a {type(got).__name__}",
-                ask="What type does Python's / return, even when the division comes out whole?",
-                fix="use integer division: world // (tp × pp)", formula=_Q1_FORMULA)
+    layout_ = _reference_layout(*case)
     expect(kind != "not_an_int", f"{call} returned {short(got)} ({type(got).__name__}); expected "
-                                 + ("an int" if layout else "ValueError, or an int for a layout that divides"))
+                                 + ("an int" if layout_ else "ValueError, or an int for a layout that divides"))
+    facts = {**layout.layout_facts(devices, nodes, tp, pp, upper=False), "call": call, "got": short(got),
+             "error": short(str(got)), "type": type(got).__name__,
+             "also_divides": f" ({many(nodes, 'node')} × {devices})",
+             "times": len(warned), "warning": short(warned[0], 80) if warned else "", "tp_gpus": many(tp, "GPU")}
+    if layout_ is not None:
+        facts["spans"] = f"its TP group of {tp} GPUs spans {layout_.tp_nodes} nodes of {many(devices, 'GPU')}"
     if kind in ("one_node_only", "divides_by_tp_only", "wrong_size"):
-        used = f"{_many(got, 'replica')} × tp × pp = {_many(got * tp * pp, 'GPU')}, but the job has {world}"
-        if kind == "one_node_only":
-            mistake(kind, symptom=f"{call} returned {short(got)}: {used}",
-                    ask=f"How many GPUs does the job have in all, over its {nodes} nodes?",
-                    fix="the world is devices × num_nodes GPUs, not one node's devices; DP = world // (tp × pp)",
-                    formula=_Q1_FORMULA)
-        if kind == "divides_by_tp_only":
-            mistake(kind, symptom=f"{call} returned {short(got)}: {used}",
-                    ask=f"How many GPUs does ONE replica take when it is also cut into pp = {pp} pipeline stages?",
-                    fix="one replica takes tp × pp GPUs: divide the world by tp × pp, not by tp alone",
-                    formula=_Q1_FORMULA)
-        expect(False, f"{call} returned {short(got)}: {used}")
-    _q1_fail_warning(kind, call, case, got, warned, layout)
-
-
-def _q1_fail_warning(kind: str, call: str, case: tuple[int, int, int, int], got: Any, warned: list[str],
-                     layout: ParallelLayout) -> None:
-    """The right size, the wrong warnings: none, several, or one for a layout inside a node."""
-    devices, _, tp, _ = case
-    spans = f"its TP group of {tp} GPUs spans {layout.tp_nodes} nodes of {_many(devices, 'GPU')}"
-    if kind == "never_warns":
-        mistake(kind, symptom=f"{call} returned {short(got)} without a warning; {spans}",
-                ask="This layout is legal but slow: how will the person who runs it find out?",
-                fix="call warnings.warn(...) once when tp > devices (TP wider than one node)", formula=_Q1_FORMULA)
-    if kind == "warns_more_than_once":
-        mistake(kind, symptom=f"{call} warned {len(warned)} times; {spans}",
-                ask="How many warnings does the exercise ask for per call, and which of your lines warn?",
-                fix="one warnings.warn(...) call, under `if tp > devices:`", formula=_Q1_FORMULA)
-    mistake("warns_inside_a_node",
-            symptom=f"{call} warned ({short(warned[0], 80)}), but its TP group of {_many(tp, 'GPU')} fits in one "
-                    f"node of {_many(devices, 'GPU')}",
-            ask="Evaluate your warning condition by hand for this layout: does a TP group of tp GPUs leave a node of "
-                "devices GPUs?",
-            fix="warn only when tp > devices (strictly: tp == devices fills one node exactly); never for a layout "
-                "inside one node",
-            formula=_Q1_FORMULA)
+        facts.update(replicas=many(got, "replica"), need=many(got * tp * pp, "GPU"))
+        expect(kind != "wrong_size", f"{call} returned {short(got)}: {facts['replicas']} × tp × pp = {facts['need']}, "
+                                     f"but the job has {devices * nodes}")
+    RULES["q1"].fail(kind, **facts)
 
 
 @check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the formula
@@ -201,8 +156,30 @@ def q1(data_parallel_size) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # q2: memory per model size
-_Q2_FORMULA = ("GB = n_params × bytes per parameter / 1e9: bf16_weights 2; megatron_adam 18 (bf16 weights 2 + fp32 "
-               "grads 4 + fp32 master 4 + Adam m 4 + v 4); megatron_distopt 6 + 12/dp")
+RULES["q2"] = Rules(
+    Rule("bytes_not_gb", "{call} returned {got_num}",
+         "In which unit does your number come out, and in which unit does the exercise ask for it?",
+         "that is bytes: divide by 1e9 for decimal GB"),
+    Rule("gib_not_gb", "{call} returned {got_6g}, {ratio} times the expected {want}",
+         "How many bytes is one GB in the exercise: 1e9 or 2**30?",
+         "that is GiB (2**30 bytes); divide bytes by 1e9 for decimal GB"),
+    Rule("zero_16_bytes", "{call} returned {got_4g}: {kept}, the ZeRO paper's count",
+         "In which precision does Megatron with --bf16 keep the gradients (chapter 0, and the exercise text)?",
+         "Megatron with --bf16 keeps fp32 gradients (4 bytes, not 2) unless --grad-reduce-in-bf16: "
+         "2 + 4 + 4 + 4 + 4 = 18 bytes"),
+    Rule("no_sharding", "{call} returned {got_4g}: {kept}, the same as megatron_adam",
+         "What does the distributed optimizer split over the dp = {dp} replicas?",
+         "the optimizer state (fp32 master + Adam m + v = 12 bytes) is split over dp: 6 + 12/{dp}"),
+    Rule("shards_everything", "{call} returned {got_4g}: {kept}, all 18 bytes divided by dp = {dp}",
+         "Which of the five things kept per parameter does the distributed optimizer split over dp, and which does "
+         "every replica keep whole?", "every replica keeps its bf16 weights (2) and fp32 gradients (4); only the 12 "
+         "bytes of optimizer state are split: 6 + 12/dp"),
+    Rule("bytes_per_param", "{call} returned {got_4g}: {kept}",
+         "List what this method keeps for each parameter (weights, gradients, master weights, Adam's moments) and the "
+         "bytes of each: what do they add up to?", "bf16 weights 2 bytes; Megatron's Adam with --bf16 adds fp32 "
+         "gradients 4, an fp32 master copy 4 and Adam's m and v, 4 each"),
+    formula="GB = n_params × bytes per parameter / 1e9: bf16_weights 2; megatron_adam 18 (bf16 weights 2 + fp32 "
+            "grads 4 + fp32 master 4 + Adam m 4 + v 4); megatron_distopt 6 + 12/dp")
 _Q2_SMALL = [(1e9, "bf16_weights", 1), (1e9, "megatron_adam", 1), (1e9, "megatron_distopt", 4)]
 
 
@@ -236,51 +213,17 @@ def _q2_kind(got: Any, n: float, method: str, dp: int) -> str | None:
 
 
 def _q2_fail(fn: Callable, kind: str, n: float, method: str, dp: int, got: Any) -> None:
-    for small in _Q2_SMALL:     # one billion parameters: the result reads as bytes per parameter
-        if small[1] == method:
-            g = try_call(fn, *small)
-            if g is not RAISED and _q2_kind(g, *small) == kind:
-                n, method, dp, got = *small, g
-            break
+    """Fail with ``kind`` on one billion parameters (the result reads as bytes per parameter) when that shows it."""
+    small = [c for c in _Q2_SMALL if c[1] == method]
+    shown = first_showing(lambda c: fn(*c), small, lambda c, g: _q2_kind(g, *c), kind)
+    (n, method, dp), got = shown or ((n, method, dp), got)
     call = f"memory_gb({_num(n)}, {method!r}, dp={dp})"
     want = training_memory_gb(n, method, dp)
     expect(kind != "not_a_number", f"{call} returned {short(got)}; expected a number (decimal GB)")
-    per_param = float(got) * 1e9 / n
-    kept = f"{per_param:.4g} bytes per parameter"
-    if kind == "bytes_not_gb":
-        mistake(kind, symptom=f"{call} returned {_num(float(got))}",
-                ask="In which unit does your number come out, and in which unit does the exercise ask for it?",
-                fix="that is bytes: divide by 1e9 for decimal GB", formula=_Q2_FORMULA)
-    if kind == "gib_not_gb":
-        mistake(kind, symptom=f"{call} returned {float(got):.6g}, {float(got) / want:.4f} times the expected {want:.4g}",
-                ask="How many bytes is one GB in the exercise: 1e9 or 2**30?",
-                fix="that is GiB (2**30 bytes); divide bytes by 1e9 for decimal GB", formula=_Q2_FORMULA)
-    if kind == "zero_16_bytes":
-        mistake(kind, symptom=f"{call} returned {float(got):.4g}: {kept}, the ZeRO paper's count",
-                ask="In which precision does Megatron with --bf16 keep the gradients (chapter 0, and the exercise text)?",
-                fix="Megatron with --bf16 keeps fp32 gradients (4 bytes, not 2) unless --grad-reduce-in-bf16: "
-                    "2 + 4 + 4 + 4 + 4 = 18 bytes",
-                formula=_Q2_FORMULA)
-    if kind == "no_sharding":
-        mistake(kind, symptom=f"{call} returned {float(got):.4g}: {kept}, the same as megatron_adam",
-                ask=f"What does the distributed optimizer split over the dp = {dp} replicas?",
-                fix=f"the optimizer state (fp32 master + Adam m + v = 12 bytes) is split over dp: 6 + 12/{dp}",
-                formula=_Q2_FORMULA)
-    if kind == "shards_everything":
-        mistake(kind, symptom=f"{call} returned {float(got):.4g}: {kept}, all 18 bytes divided by dp = {dp}",
-                ask="Which of the five things kept per parameter does the distributed optimizer split over dp, "
-                    "and which does every replica keep whole?",
-                fix="every replica keeps its bf16 weights (2) and fp32 gradients (4); only the 12 bytes of optimizer "
-                    "state are split: 6 + 12/dp",
-                formula=_Q2_FORMULA)
-    if kind == "bytes_per_param":
-        mistake(kind, symptom=f"{call} returned {float(got):.4g}: {kept}",
-                ask="List what this method keeps for each parameter (weights, gradients, master weights, Adam's "
-                    "moments) and the bytes of each: what do they add up to?",
-                fix="bf16 weights 2 bytes; Megatron's Adam with --bf16 adds fp32 gradients 4, an fp32 master copy 4 "
-                    "and Adam's m and v, 4 each",
-                formula=_Q2_FORMULA)
-    expect(False, f"{call} returned {short(got)}, expected {want:.4g}")
+    expect(kind in RULES["q2"], f"{call} returned {short(got)}, expected {want:.4g}")
+    RULES["q2"].fail(kind, call=call, got_num=_num(float(got)), got_6g=f"{float(got):.6g}", got_4g=f"{float(got):.4g}",
+                     ratio=f"{float(got) / want:.4f}", want=f"{want:.4g}", dp=dp,
+                     kept=f"{float(got) * 1e9 / n:.4g} bytes per parameter")
 
 
 @check(CHAPTER, "q2", hint=(
@@ -310,8 +253,17 @@ def q2(memory_gb) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # q3: the data-parallel group
-_Q3_FORMULA = ("rank = tp_rank + TP·(dp_rank + DP·pp_rank): tp_rank = rank % TP, pp_rank = rank // (TP·DP); "
-               "the DP group is [tp_rank + TP·(d + DP·pp_rank) for d in range(DP)]")
+_SAME_SLICE = "the DP group keeps tp_rank and pp_rank of rank and takes every dp_rank"
+RULES["q3"] = Rules(
+    Rule("tensor_parallel_group", "{symptom}",
+         "Which coordinate differs between the GPUs of your list? Do they hold the same slice of the model?",
+         f"those GPUs split one layer (the tensor-parallel group); {_SAME_SLICE}"),
+    Rule("pipeline_group", "{symptom}", "Do the GPUs of your list hold the same layers, or different stages of one "
+         "replica?", f"those are the pipeline stages of one replica; {_SAME_SLICE}"),
+    Rule("dp_varies_fastest", "{symptom}", "In the order tp-cp-ep-dp-pp, which coordinate changes from one rank to "
+         "the next?", "TP varies fastest, then DP, then PP: rank = tp_rank + TP·(dp_rank + DP·pp_rank), not DP first"),
+    formula="rank = tp_rank + TP·(dp_rank + DP·pp_rank): tp_rank = rank % TP, pp_rank = rank // (TP·DP); the DP "
+            "group is [tp_rank + TP·(d + DP·pp_rank) for d in range(DP)]")
 #: small layouts (tp, pp, dp) a failure is shrunk to; a named group needs every size ≥ 2 to be told apart
 _Q3_SMALL = [(1, 1, 2), (2, 1, 2), (1, 2, 2), (2, 2, 2), (2, 1, 3), (2, 2, 3), (3, 2, 2), (2, 3, 2), (4, 2, 2)]
 
@@ -351,40 +303,18 @@ def _coords(ranks: list[int], tp: int, pp: int, dp: int) -> str:
 
 
 def _q3_fail(fn: Callable, kind: str, case: tuple[int, int, int, int], got: Any) -> None:
-    for tp, pp, dp in _Q3_SMALL:
-        if kind != "wrong_group" and min(tp, pp, dp) < 2:
-            continue
-        found = False
-        for rank in range(tp * pp * dp):
-            g = try_call(fn, rank, tp, pp, dp)
-            if g is not RAISED and _q3_kind(g, rank, tp, pp, dp) == kind:
-                case, got, found = (rank, tp, pp, dp), g, True
-                break
-        if found:
-            break
+    """Fail with ``kind`` on the smallest layout and rank that shows it (a named group needs every size ≥ 2)."""
+    small = [(rank, tp, pp, dp) for tp, pp, dp in _Q3_SMALL if kind == "wrong_group" or min(tp, pp, dp) >= 2
+             for rank in range(tp * pp * dp)]
+    case, got = first_showing(lambda c: fn(*c), small, lambda c, g: _q3_kind(g, *c), kind) or (case, got)
     rank, tp, pp, dp = case
     call = f"data_parallel_group(rank={rank}, tp={tp}, pp={pp}, dp={dp})"
     expect(kind != "not_a_list", f"{call} returned {short(got)}; expected a list of ints")
     got = sorted(int(x) for x in got)
     t, p, d = megatron_coords(rank, tp, pp, dp)
     symptom = f"{call} returned {short(got)}: {_coords(got, tp, pp, dp)}"
-    if kind == "tensor_parallel_group":
-        mistake(kind, symptom=symptom,
-                ask="Which coordinate differs between the GPUs of your list? Do they hold the same slice of the model?",
-                fix="those GPUs split one layer (the tensor-parallel group); the DP group keeps tp_rank and pp_rank "
-                    "of rank and takes every dp_rank", formula=_Q3_FORMULA)
-    if kind == "pipeline_group":
-        mistake(kind, symptom=symptom,
-                ask="Do the GPUs of your list hold the same layers, or different stages of one replica?",
-                fix="those are the pipeline stages of one replica; the DP group keeps tp_rank and pp_rank of rank "
-                    "and takes every dp_rank", formula=_Q3_FORMULA)
-    if kind == "dp_varies_fastest":
-        mistake(kind, symptom=symptom,
-                ask="In the order tp-cp-ep-dp-pp, which coordinate changes from one rank to the next?",
-                fix="TP varies fastest, then DP, then PP: rank = tp_rank + TP·(dp_rank + DP·pp_rank), not DP first",
-                formula=_Q3_FORMULA)
-    expect(False, f"{call} returned {short(got)}: {_coords(got, tp, pp, dp)}"
-                  + ("" if rank in got else f"; GPU {rank} itself = (tp {t}, dp {d}, pp {p})"))
+    expect(kind in RULES["q3"], symptom + ("" if rank in got else f"; GPU {rank} itself = (tp {t}, dp {d}, pp {p})"))
+    RULES["q3"].fail(kind, symptom=symptom)
 
 
 @check(CHAPTER, "q3", hint=(

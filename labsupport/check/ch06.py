@@ -1,55 +1,51 @@
 """Exercise checks of chapter 6 (end to end): ``from labsupport.check import ch06 as check``.
 
-q1 the data-parallel sampler's slice · q2 the global-batch arithmetic of a config · q3 diagnose
-a symptom from a measured log (which row of §6.2.7's table, which fix) · q4 which step, rank and
-micro-batch read a domain's k-th sample after a resume (chapter 3's blend + the sampler +
-``consumed_samples``) · q5, a transfer exercise: a restart with a changed blend — does the data-plan
-guard refuse it, and what would the first micro-batch be if it were accepted.  (The book's exercise
-5, NeMo or Hugging Face, is chapter 0's q4, where that trade-off is taught.)  Each check calls the
-learner's function on fresh random inputs and compares with ``labsupport.training`` /
-``labsupport.config`` / ``labsupport.datasets.blending``.
-
-Each recognised wrong answer is a named mistake (:func:`labsupport.check._core.mistake`): its first
-failure shows the symptom — q1 and q2 rerun the learner's function on small hand-picked inputs and show
-the smallest that shows it, q3 on a calm log with one field sick — and asks a question; the fix comes on
-a repeat of the same mistake, the formula after that.
+q1 the data-parallel sampler's slice · q2 the global-batch arithmetic of a config · q3 diagnose a symptom from
+a measured log (which row of §6.2.7's table, which fix) · q4 which step, rank and micro-batch read a domain's
+k-th sample after a resume (chapter 3's blend + the sampler + ``consumed_samples``) · q5, a transfer exercise:
+a restart with a changed blend — does the data-plan guard refuse it, and what would the first micro-batch be
+if it were accepted.  (The book's exercise 5, NeMo or Hugging Face, is chapter 0's q4.)  Each check calls the
+learner's function on fresh random inputs and compares with ``labsupport.training`` / ``labsupport.config`` /
+``labsupport.datasets.blending``.  Per question: the input generators, the reference, and the named mistakes
+in ``RULES`` (:mod:`labsupport.check.rules`; q2's layout mistakes are chapter 0's, from
+:mod:`labsupport.check.layout_mistakes`), each shown on the smallest hand-picked input that shows it (q3: a
+calm log with one field sick).
 """
 from __future__ import annotations
 
 import functools
+from types import SimpleNamespace
 from typing import Any, Callable
 
 import numpy as np
 from omegaconf import OmegaConf
 
-from labsupport.check._core import (chapter_summary, check, check_seed, expect,
-                                    mistake, RAISED, Sealed, short, try_call)
+from labsupport.check import layout_mistakes as layout
+from labsupport.check._core import chapter_summary, check, check_seed, expect, Sealed, short, try_call
+from labsupport.check.rules import first_showing, Rule, Rules
 from labsupport.config import ConfigError, parallel_layout
 from labsupport.datasets.blending import build_blending_indices, normalize_weights
 from labsupport.training.data_plan import DataPlanError, check_plan, consumed_digest, plan_of
 from labsupport.training.sampler import MegatronPretrainingSampler, num_microbatches
 
 CHAPTER = "ch06"
-
-_SAMPLER = "labsupport.training.sampler"
-_BLENDING = "labsupport.datasets.blending"
+_SAMPLER, _BLENDING = "labsupport.training.sampler", "labsupport.datasets.blending"
+_SAMPLER_REFS = [f"{_SAMPLER}:rank_slice", f"{_SAMPLER}:MegatronPretrainingSampler",
+                 f"{_SAMPLER}:MegatronPretrainingSampler.__iter__"]
+_BLEND_REFS = [f"{_BLENDING}:build_blending_indices", f"{_BLENDING}:reference_blending_indices",
+               f"{_BLENDING}:greedy_step"]
 #: The labsupport functions each question's check compares with: the grader flags an answer that
 #: uses them, and hides them from the student's process while it grades (labsupport.workbook.grading).
-REFERENCES = {
-    "q1": [f"{_SAMPLER}:rank_slice", f"{_SAMPLER}:MegatronPretrainingSampler",
-           f"{_SAMPLER}:MegatronPretrainingSampler.__iter__"],
-    "q2": [f"{_SAMPLER}:num_microbatches"],
-    "q4": [f"{_SAMPLER}:rank_slice", f"{_SAMPLER}:MegatronPretrainingSampler",
-           f"{_SAMPLER}:MegatronPretrainingSampler.__iter__", f"{_BLENDING}:build_blending_indices",
-           f"{_BLENDING}:reference_blending_indices", f"{_BLENDING}:greedy_step"],
-    "q5": [f"{_SAMPLER}:rank_slice", f"{_SAMPLER}:MegatronPretrainingSampler",
-           f"{_SAMPLER}:MegatronPretrainingSampler.__iter__", f"{_BLENDING}:build_blending_indices",
-           f"{_BLENDING}:reference_blending_indices", f"{_BLENDING}:greedy_step",
-           "labsupport.training.data_plan:check_plan", "labsupport.training.data_plan:consumed_digest"],
-}
-
-
+REFERENCES = {"q1": _SAMPLER_REFS, "q2": [f"{_SAMPLER}:num_microbatches"], "q4": _SAMPLER_REFS + _BLEND_REFS,
+              "q5": _SAMPLER_REFS + _BLEND_REFS + ["labsupport.training.data_plan:check_plan",
+                                                   "labsupport.training.data_plan:consumed_digest"]}
+#: every named mistake of each question, by question: see labsupport.check.rules
+RULES: dict[str, Rules] = {}
 summary = chapter_summary(CHAPTER)
+
+
+def _call(name: str, **args: Any) -> str:
+    return f"{name}({', '.join(f'{k}={v}' for k, v in args.items())})"
 
 
 # ------------------------------------------------------------------------------------- q1
@@ -60,82 +56,64 @@ def _ints(value: Any) -> list[int] | None:
         return None
 
 
-_Q1_FORMULA = ("rank r reads range(consumed + r × micro, consumed + (r + 1) × micro): the group consumed … consumed "
-               "+ micro × DP − 1 cut into DP contiguous blocks of micro, in rank order")
+def _slice(consumed: int, micro: int, rank: int, dp: int) -> list[int]:
+    """The reference: the first micro-batch the sampler hands ``rank``."""
+    return next(iter(MegatronPretrainingSampler(consumed + 10 * micro * dp, consumed, micro, rank, dp)))
 
 
-def _q1_kinds(got: list[int], consumed: int, micro: int, rank: int, dp: int) -> list[str]:
-    """The named mistakes a wrong slice shows, most telling first (empty: right, or not recognised)."""
-    start = consumed + rank * micro
-    if got == list(range(start, start + micro)):
-        return []
-    kinds = []
-    if micro > 1 and dp > 1 and got == [consumed + rank + j * dp for j in range(micro)]:
-        kinds.append("strided")
-    if micro > 1 and rank > 0 and got == list(range(consumed + rank, consumed + rank + micro)):
-        kinds.append("ranks_overlap")
-    if consumed and got == list(range(rank * micro, (rank + 1) * micro)):
-        kinds.append("from_zero")
-    if dp > 1 and got == list(range(consumed, consumed + micro * dp)):
-        kinds.append("whole_group")
-    if len(got) != micro:
-        kinds.append("wrong_length")
-    return kinds
+def _q1_call(consumed: int, micro: int, rank: int, dp: int) -> str:
+    return _call("dp_slice", consumed_samples=consumed, micro_batch_size=micro, rank=rank, data_parallel_size=dp)
 
 
+#: each rule's wrong slice of (consumed, micro, rank, DP), tried in this order; wrong_length is any other length
+RULES["q1"] = Rules(
+    Rule("strided", "{call} returned {got}{also}: the ranks' indices interleave",
+         "Look at the chapter's sampler table: are the indices rank 0 reads in one micro-batch next to each other?",
+         "Give each rank one contiguous block of micro_batch_size indices of the group, in rank order.",
+         wrong=lambda c, m, r, d: [c + r + j * d for j in range(m)]),
+    Rule("ranks_overlap", "{call} returned {got}{also}{shared}",
+         "If each rank reads micro_batch_size samples, how far apart are the first indices of two neighbouring ranks?",
+         "Rank r's block starts r × micro_batch_size after consumed_samples, not r after it.",
+         wrong=lambda c, m, r, d: list(range(c + r, c + r + m))),
+    Rule("from_zero", "{call} returned {got}; consumed_samples = {consumed} says {before} read before this micro-batch",
+         "After a run has consumed consumed_samples samples, at which index does the sampler go on?",
+         "Start the group at consumed_samples: add consumed_samples to every index of your block.",
+         wrong=lambda c, m, r, d: list(range(r * m, (r + 1) * m))),
+    Rule("whole_group", "{call} returned {got}: {n} indices for micro_batch_size = {micro}{also}",
+         "Is the group of micro × DP indices one rank's micro-batch, or shared by all the DP ranks?",
+         "Return only rank's part: cut the group into DP blocks of micro_batch_size indices and take block number "
+         "rank.", wrong=lambda c, m, r, d: list(range(c, c + m * d))),
+    Rule("wrong_length", "{call} returned {got}: {n} indices for micro_batch_size = {micro}",
+         "How many samples does one micro-batch hold — and does your range include its end?",
+         "Return exactly micro_batch_size indices: range(start, start + micro_batch_size) stops before its end."),
+    formula="rank r reads range(consumed + r × micro, consumed + (r + 1) × micro): the group consumed … consumed + "
+            "micro × DP − 1 cut into DP contiguous blocks of micro, in rank order")
 #: the small cases a q1 failure is shrunk to: the smallest group first
 _Q1_SMALL = sorted(((g * m * dp, m, r, dp) for dp in (1, 2, 3, 4) for m in (1, 2, 3) for g in (0, 1, 2)
                     for r in range(dp)), key=lambda c: (c[1] * c[3], c[0], c[1], c[2]))
 
 
-def _q1_fail(fn: Callable, kind: str, case: tuple[int, int, int, int], got: list[int]) -> None:
-    """Fail with the named mistake the smallest (consumed, micro, rank, DP) shows (the same one whatever the
-    random case was), or with ``kind`` on the random case when no small case shows one."""
-    for small in _Q1_SMALL:
-        g = _ints(try_call(fn, *small))
-        found = _q1_kinds(g, *small) if g is not None else []
-        if found:
-            case, got, kind = small, g, found[0]
-            break
+def _q1_kind(case: tuple[int, ...], got: list[int] | None) -> str | None:
+    """The first rule whose wrong slice (where it differs from the right one) ``got`` is, else None."""
+    want = _slice(*case)
+    if got is None or got == want:
+        return None
+    named = [r.name for r in RULES["q1"].values() if r.wrong and got == r.wrong(*case) != want]
+    return named[0] if named else "wrong_length" if len(got) != case[1] else None
+
+
+def _q1_fail(fn: Callable, case: tuple[int, ...], got: list[int]) -> None:
+    """Name the mistake on the smallest case that shows one (the random case when none does)."""
+    shown = first_showing(lambda c: _ints(fn(*c)), _Q1_SMALL, lambda c, g: bool(_q1_kind(c, g)), True)
+    case, got = shown or (case, got)
     consumed, micro, rank, dp = case
-    call = f"dp_slice(consumed_samples={consumed}, micro_batch_size={micro}, rank={rank}, data_parallel_size={dp})"
     other = (rank + 1) % dp
     theirs = _ints(try_call(fn, consumed, micro, other, dp))
-    also = f"; for rank {other} it returns {short(theirs)}" if theirs is not None and other != rank else ""
-    if kind == "strided":
-        mistake(kind, symptom=f"{call} returned {short(got)}{also}: the ranks' indices interleave",
-                ask="Look at the chapter's sampler table: are the indices rank 0 reads in one micro-batch next to "
-                    "each other?",
-                fix="Give each rank one contiguous block of micro_batch_size indices of the group, in rank order.",
-                formula=_Q1_FORMULA)
-    if kind == "ranks_overlap":
-        shared = sorted(set(got) & set(theirs or []))
-        mistake(kind, symptom=f"{call} returned {short(got)}{also}"
-                              + (f": both ranks read {short(shared)}" if shared else ""),
-                ask="If each rank reads micro_batch_size samples, how far apart are the first indices of two "
-                    "neighbouring ranks?",
-                fix="Rank r's block starts r × micro_batch_size after consumed_samples, not r after it.",
-                formula=_Q1_FORMULA)
-    if kind == "from_zero":
-        before = "index 0 was" if consumed == 1 else f"indices 0 … {consumed - 1} were"
-        mistake(kind, symptom=f"{call} returned {short(got)}; consumed_samples = {consumed} says {before} read "
-                              "before this micro-batch",
-                ask="After a run has consumed consumed_samples samples, at which index does the sampler go on?",
-                fix="Start the group at consumed_samples: add consumed_samples to every index of your block.",
-                formula=_Q1_FORMULA)
-    if kind == "whole_group":
-        mistake(kind, symptom=f"{call} returned {short(got)}: {len(got)} indices for micro_batch_size = {micro}"
-                              f"{also}",
-                ask="Is the group of micro × DP indices one rank's micro-batch, or shared by all the DP ranks?",
-                fix="Return only rank's part: cut the group into DP blocks of micro_batch_size indices and take "
-                    "block number rank.",
-                formula=_Q1_FORMULA)
-    if kind == "wrong_length":
-        mistake(kind, symptom=f"{call} returned {short(got)}: {len(got)} indices for micro_batch_size = {micro}",
-                ask="How many samples does one micro-batch hold — and does your range include its end?",
-                fix="Return exactly micro_batch_size indices: range(start, start + micro_batch_size) stops before "
-                    "its end.",
-                formula=_Q1_FORMULA)
+    shared = sorted(set(got) & set(theirs or []))
+    RULES["q1"].fail(_q1_kind(case, got), call=_q1_call(*case), got=short(got), n=len(got), micro=micro,
+                     consumed=consumed, shared=f": both ranks read {short(shared)}" if shared else "",
+                     also="" if theirs is None or other == rank else f"; for rank {other} it returns {short(theirs)}",
+                     before="index 0 was" if consumed == 1 else f"indices 0 … {consumed - 1} were")
 
 
 @check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the formula
@@ -152,210 +130,155 @@ def q1(dp_slice: Callable) -> str:
     for _ in range(60):
         micro, dp = int(rng.integers(1, 9)), int(rng.choice([1, 2, 3, 4, 8, 16]))
         rank = int(rng.integers(0, dp))
-        consumed = int(rng.integers(0, 50)) * micro * dp * int(rng.integers(1, 4))
-        want = next(iter(MegatronPretrainingSampler(consumed + 10 * micro * dp, consumed, micro, rank, dp)))
-        got = dp_slice(consumed, micro, rank, dp)
-        call = f"dp_slice(consumed_samples={consumed}, micro_batch_size={micro}, rank={rank}, data_parallel_size={dp})"
-        expect(isinstance(got, (list, tuple, range, np.ndarray)), f"{call} returned {short(got)}; expected a list of ints")
-        got = [int(x) for x in got]
-        if got != want:
-            kinds = _q1_kinds(got, consumed, micro, rank, dp)
-            if kinds:
-                _q1_fail(dp_slice, kinds[0], (consumed, micro, rank, dp), got)
-            expect(False, f"{call} returned {short(got)}, expected {want}")
+        case = (int(rng.integers(0, 50)) * micro * dp * int(rng.integers(1, 4)), micro, rank, dp)
+        got, want = dp_slice(*case), _slice(*case)
+        expect(_ints(got) is not None, f"{_q1_call(*case)} returned {short(got)}; expected a list of ints")
+        if _ints(got) != want:
+            if _q1_kind(case, _ints(got)):
+                _q1_fail(dp_slice, case, _ints(got))
+            expect(False, f"{_q1_call(*case)} returned {short(_ints(got))}, expected {want}")
     return "60 random (consumed, micro, rank, DP) cases"
 
+
 # ------------------------------------------------------------------------------------- q2
-def _arith_cfg(devices: int, nodes: int, tp: int, pp: int, micro: int, global_bs: int, seq: int):
-    return OmegaConf.create({"trainer": {"devices": devices, "num_nodes": nodes},
-                             "model": {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp,
-                                       "micro_batch_size": micro, "global_batch_size": global_bs,
-                                       "encoder_seq_length": seq}})
-
-
-def _arith_reference(cfg, steps: int) -> dict[str, int] | None:
+def _arith(case: tuple[int, ...], readonly: bool = False) -> tuple[Any, dict[str, int] | None]:
+    """The config of ``case`` (devices, nodes, TP, PP, micro, global, seq, steps) and the reference answer (None: the
+    layout cannot run)."""
+    devices, nodes, tp, pp, micro, global_bs, seq, steps = case
+    cfg = OmegaConf.create({"trainer": {"devices": devices, "num_nodes": nodes},
+                            "model": {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp,
+                                      "micro_batch_size": micro, "global_batch_size": global_bs,
+                                      "encoder_seq_length": seq}})
+    OmegaConf.set_readonly(cfg, readonly)
     try:
         dp = parallel_layout(cfg).data_parallel
-        acc = num_microbatches(cfg.model.global_batch_size, cfg.model.micro_batch_size, dp)
+        acc = num_microbatches(global_bs, micro, dp)
     except (ConfigError, ValueError):
-        return None
-    return {"data_parallel_size": dp, "accumulation_steps": acc,
-            "tokens_per_step": cfg.model.global_batch_size * cfg.model.encoder_seq_length,
-            "consumed_samples": steps * cfg.model.global_batch_size}
+        return cfg, None
+    return cfg, {"data_parallel_size": dp, "accumulation_steps": acc, "tokens_per_step": global_bs * seq,
+                 "consumed_samples": steps * global_bs}
 
 
-#: q2's recognised wrong values, per field: (name, value from (devices, nodes, tp, pp, micro, global, seq, steps, dp))
-_Q2_WRONG: dict[str, list[tuple[str, Callable[..., int]]]] = {
-    "data_parallel_size": [("dp_ignores_pp", lambda d, n, t, p, m, g, s, k, dp: d * n // t),
-                           ("dp_one_node", lambda d, n, t, p, m, g, s, k, dp: d // (t * p))],
-    "accumulation_steps": [("accumulation_without_dp", lambda d, n, t, p, m, g, s, k, dp: g // m)],
-    "tokens_per_step": [("tokens_one_microbatch", lambda d, n, t, p, m, g, s, k, dp: m * s),
-                        ("tokens_one_rank", lambda d, n, t, p, m, g, s, k, dp: g // dp * s),
-                        ("tokens_without_accumulation", lambda d, n, t, p, m, g, s, k, dp: m * dp * s)],
-    "consumed_samples": [("consumed_is_steps", lambda d, n, t, p, m, g, s, k, dp: k),
-                         ("consumed_steps_times_micro", lambda d, n, t, p, m, g, s, k, dp: k * m),
-                         ("consumed_without_accumulation", lambda d, n, t, p, m, g, s, k, dp: k * m * dp)],
-}
-_Q2_VALUE_MISTAKES = {name for wrong in _Q2_WRONG.values() for name, _ in wrong}
-_Q2_RAISE = ("raise ValueError when (devices × num_nodes) % (TP × PP) != 0 or global_batch_size % "
-             "(micro_batch_size × DP) != 0, and only then (TP wider than a node is legal, only slow)")
-_Q2_FORMULA = {"data_parallel_size": "DP = devices × num_nodes // (TP × PP)",
-               "accumulation_steps": "accumulation_steps = global_batch_size // (micro_batch_size × DP)",
-               "tokens_per_step": "tokens_per_step = global_batch_size × encoder_seq_length "
-                                  "(= micro × DP × accumulation × seq)",
-               "consumed_samples": "consumed_samples = steps × global_batch_size"}
-
-
-@functools.lru_cache(maxsize=None)
-def _small_cfg(case: tuple[int, ...]) -> tuple[Any, dict[str, int] | None]:
-    """A (read-only) config for ``case`` and its reference answer, built once: failures are shrunk often."""
-    cfg = _arith_cfg(*case[:7])
-    OmegaConf.set_readonly(cfg, True)
-    return cfg, _arith_reference(cfg, case[7])
+#: a (read-only) config of a small case and its reference, built once: failures are shrunk often
+_small_cfg = functools.lru_cache(maxsize=4096)(functools.partial(_arith, readonly=True))
+_DP = ("{said}: {g} replica(s) of TP × PP = {tp_pp_gpus} would need {need}; the run has {devices} per node × {nodes} "
+       "= {world}")
+_TOKENS = ("{said} = {per_seq} × {seq} tokens, but one optimizer step trains on global_batch_size = {global_bs} "
+           "sequences of {seq} (DP {dp}, accumulation {acc})")
+_CONSUMED = "{said} after {steps} steps{per}; one step reads global_batch_size = {global_bs} samples"
+#: the value rules: ``wrong(devices, nodes, TP, PP, micro, global, seq, steps, DP)`` is the wrong value of the
+#: answer's field _Q2_FIELD[name]; then the layout rules (chapter 0's q1 names them too)
+RULES["q2"] = Rules(
+    layout.DIVIDES_BY_TP_ONLY.but(name="dp_ignores_pp", symptom=_DP, formula="DP = devices × num_nodes // (TP × PP)",
+                                  wrong=lambda d, n, t, p, m, g, s, k, dp: d * n // t),
+    layout.ONE_NODE_ONLY.but(name="dp_one_node", symptom=_DP, formula="DP = devices × num_nodes // (TP × PP)",
+                             wrong=lambda d, n, t, p, m, g, s, k, dp: d // (t * p)),
+    Rule("accumulation_without_dp", "{said}: {g} micro-steps × micro {micro} × DP {dp} = {samples} samples per "
+         "optimizer step, but global_batch_size = {global_bs}",
+         "In one micro-step, how many samples do all the DP ranks process together?",
+         "Each micro-step feeds DP ranks at once: divide global_batch_size by micro × DP, not by micro.",
+         "accumulation_steps = global_batch_size // (micro_batch_size × DP)",
+         wrong=lambda d, n, t, p, m, g, s, k, dp: g // m),
+    *(Rule(name, _TOKENS, ask, fix, "tokens_per_step = global_batch_size × encoder_seq_length (= micro × DP × "
+           "accumulation × seq)", wrong=wrong) for name, ask, fix, wrong in [
+        ("tokens_one_microbatch", "How many micro-batches, on how many DP ranks, make one optimizer step?",
+         "Count the whole global batch, every micro-batch on every rank, not one micro-batch.",
+         lambda d, n, t, p, m, g, s, k, dp: m * s),
+        ("tokens_one_rank", "Does an optimizer step's token count cover one DP rank or all of them?",
+         "Count all DP ranks together: multiply one rank's tokens by DP.",
+         lambda d, n, t, p, m, g, s, k, dp: g // dp * s),
+        ("tokens_without_accumulation", "How many micro-batches does each rank run before the optimizer steps?",
+         "Count every accumulation micro-step too, not one micro-step of all ranks.",
+         lambda d, n, t, p, m, g, s, k, dp: m * dp * s)]),
+    *(Rule(name, _CONSUMED, ask, fix, "consumed_samples = steps × global_batch_size", wrong=wrong)
+      for name, ask, fix, wrong in [
+        ("consumed_is_steps", "Does consumed_samples count optimizer steps, or the samples they read?",
+         "Multiply the steps by the samples one step reads (the whole global batch).",
+         lambda d, n, t, p, m, g, s, k, dp: k),
+        ("consumed_steps_times_micro", "One step reads more than one micro-batch: how many micro-batches, on how "
+         "many ranks?", "A step reads micro × DP × accumulation samples, the global batch, not one micro-batch.",
+         lambda d, n, t, p, m, g, s, k, dp: k * m),
+        ("consumed_without_accumulation", "How many micro-batches does each rank read before one optimizer step?",
+         "Include gradient accumulation: a step reads accumulation groups of micro × DP samples.",
+         lambda d, n, t, p, m, g, s, k, dp: k * m * dp)]),
+    layout.ACCEPTS_INDIVISIBLE.but(name="accepts_indivisible_layout"),
+    Rule("accepts_indivisible_batch", "{call} returned {got}; with DP = {dp}, global_batch_size = {global_bs} samples "
+         "cannot be cut into whole micro-steps of micro × DP = {micro_dp}",
+         "Can {global_bs} samples be split into whole micro-steps of {micro_dp}? What does the exercise ask for when "
+         "they cannot?", "After computing DP, raise ValueError when global_batch_size % (micro_batch_size × DP) != 0."),
+    layout.REFUSES_TP_ACROSS_NODES.but(
+        fix="Do not raise when TP > devices: only the two divisibility tests make a layout impossible."),
+    layout.RAISES_LEGAL_LAYOUT.but(
+        ask="Work out each of your raise conditions by hand for this config: which one fires, and should it?",
+        fix="Raise only when (devices × num_nodes) % (TP × PP) != 0 or global_batch_size % (micro × DP) != 0."),
+    formula="raise ValueError when (devices × num_nodes) % (TP × PP) != 0 or global_batch_size % (micro_batch_size × "
+            "DP) != 0, and only then (TP wider than a node is legal, only slow)")
+_Q2_FIELD = {"dp_ignores_pp": "data_parallel_size", "dp_one_node": "data_parallel_size",
+             "accumulation_without_dp": "accumulation_steps", **dict.fromkeys(
+                 ("tokens_one_microbatch", "tokens_one_rank", "tokens_without_accumulation"), "tokens_per_step"),
+             **dict.fromkeys(("consumed_is_steps", "consumed_steps_times_micro", "consumed_without_accumulation"),
+                             "consumed_samples")}
+#: the small configs a q2 failure is shrunk to: up to 4 GPUs, fewest first (sequence length 16, 2 steps)
+_Q2_SMALL = sorted(((d, n, t, p, m, m * k, 16, 2) for d in (1, 2, 4) for n in (1, 2) for t in (1, 2, 4)
+                    for p in (1, 2, 3) for m in (1, 2) for k in (1, 2, 3, 4, 6, 8)
+                    if d * n <= 4 and t * p <= 2 * d * n),
+                   key=lambda c: (c[0] * c[1], c[2] * c[3], c[5], c[4], c[2], c[3], c[0]))
 
 
 def _q2_run(fn: Callable, case: tuple[int, ...]) -> Any:
-    """The learner's result for one case, the ValueError it raised, or ``RAISED`` (another exception)."""
+    """The learner's result for one case, or the ValueError it raised."""
     try:
         return fn(_small_cfg(case)[0], case[7])
     except ValueError as exc:
         return exc
-    except Exception:  # noqa: BLE001 - the learner's code fails on this small case: it is skipped
-        return RAISED
 
 
-def _q2_kinds(case: tuple[int, ...], got: Any, unambiguous: bool = False) -> list[str]:
-    """The named mistakes ``got`` shows for ``case`` (``unambiguous``: only values no other named mistake of
-    the same field gives)."""
-    devices, nodes, tp, pp, micro, global_bs, seq, steps = case
+def _q2_kind(case: tuple[int, ...], got: Any, unambiguous: bool = False) -> str | None:
+    """The first named mistake ``got`` shows for ``case`` (``unambiguous``: a wrong value only when no other rule
+    of the same field gives it too)."""
+    devices, nodes, tp, pp = case[:4]
     want = _small_cfg(case)[1]
-    if want is None:
-        if not isinstance(got, dict):              # a ValueError (right), or no answer at all
-            return []
-        return ["accepts_indivisible_layout" if (devices * nodes) % (tp * pp) else "accepts_indivisible_batch"]
+    if want is None:                               # a ValueError (right), or no answer at all
+        return None if not isinstance(got, dict) else \
+            "accepts_indivisible_layout" if (devices * nodes) % (tp * pp) else "accepts_indivisible_batch"
     if isinstance(got, ValueError):
-        return ["refuses_tp_across_nodes" if tp > devices else "raises_legal_layout"]
-    if not isinstance(got, dict):
-        return []
-    kinds = []
-    for key, wrong in _Q2_WRONG.items():
-        if key not in got or got[key] == want[key]:
-            continue
-        values = {name: f(*case, want["data_parallel_size"]) for name, f in wrong}
-        for name, value in values.items():
-            others = [v for n, v in values.items() if n != name]
-            if value != want[key] and got[key] == value and not (unambiguous and value in others):
-                kinds.append(name)
-    return kinds
-
-
-#: the small configs a q2 failure is shrunk to: up to 4 GPUs, fewest first (sequence length 16, 2 steps)
-_Q2_SMALL = sorted(((d, n, t, p, m, m * k, 16, 2) for d in (1, 2, 4) for n in (1, 2) for t in (1, 2, 4)
-                    for p in (1, 2, 3) for m in (1, 2) for k in (1, 2, 3, 4, 6, 8) if d * n <= 4 and t * p <= 2 * d * n),
-                   key=lambda c: (c[0] * c[1], c[2] * c[3], c[5], c[4], c[2], c[3], c[0]))
-
-
-def _gpus(n: Any) -> str:
-    return f"{short(n)} GPU" + ("" if n == 1 else "s")
+        return "refuses_tp_across_nodes" if tp > devices else "raises_legal_layout"
+    values = {name: RULES["q2"][name].wrong(*case, want["data_parallel_size"]) for name in _Q2_FIELD}
+    for name, value in values.items():
+        key = _Q2_FIELD[name]
+        shared = unambiguous and value in [v for n, v in values.items() if n != name and _Q2_FIELD[n] == key]
+        if isinstance(got, dict) and key in got and got[key] == value != want[key] and not shared:
+            return name
+    return None
 
 
 def _q2_call(case: tuple[int, ...]) -> str:
-    devices, nodes, tp, pp, micro, global_bs, seq, steps = case
-    return (f"batch_arithmetic(devices={devices}, num_nodes={nodes}, TP={tp}, PP={pp}, micro={micro}, "
-            f"global={global_bs}, seq={seq}; steps={steps})")
+    return ("batch_arithmetic(devices={}, num_nodes={}, TP={}, PP={}, micro={}, global={}, seq={}; "
+            "steps={})").format(*case)
 
 
-def _q2_fail(fn: Callable, kinds: list[str], case: tuple[int, ...], got: Any) -> None:
-    """Fail with the named mistake the smallest config shows unambiguously (the same one whatever the random
-    case was; a wrong value before a wrong ValueError, which a wrong value may cause), or with the first of
-    ``kinds`` on the random case when no small config shows one."""
-    kind, first = kinds[0], None
-    for small in _Q2_SMALL:
-        g = _q2_run(fn, small)
-        found = _q2_kinds(small, g, unambiguous=True) if g is not RAISED else []
-        if found and found[0] in _Q2_VALUE_MISTAKES:
-            first = (small, g, found[0])
-            break
-        if found and first is None:
-            first = (small, g, found[0])
-    if first is not None:
-        case, got, kind = first
+def _q2_fail(fn: Callable, case: tuple[int, ...], got: Any) -> None:
+    """Name the mistake the smallest config shows unambiguously (a wrong value before a wrong ValueError, which a
+    wrong value may cause), or the one of the random case when no small config shows one."""
+    run = functools.partial(_q2_run, fn)
+    found = (first_showing(run, _Q2_SMALL, lambda c, g: _q2_kind(c, g, True) in _Q2_FIELD, True)
+             or first_showing(run, _Q2_SMALL, lambda c, g: _q2_kind(c, g, True) is not None, True))
+    case, got = found or (case, got)
+    kind = _q2_kind(case, got, unambiguous=found is not None)
     devices, nodes, tp, pp, micro, global_bs, seq, steps = case
-    call, world = _q2_call(case), devices * nodes
-    want = _small_cfg(case)[1]
-    dp = want["data_parallel_size"] if want else world // (tp * pp) if world % (tp * pp) == 0 else None
-    said = (lambda key: f"{call}: {key} = {short(got[key])}") if isinstance(got, dict) else None
-    if kind in ("dp_ignores_pp", "dp_one_node"):
-        g = got["data_parallel_size"]
-        mistake(kind, symptom=f"{said('data_parallel_size')}: {short(g)} replica(s) of TP × PP = {_gpus(tp * pp)} would "
-                              f"need {_gpus(g * tp * pp)}; the run has {devices} per node × {nodes} = {world}",
-                ask=("How many GPUs does one model replica take when it is cut by TP and also by PP?"
-                     if kind == "dp_ignores_pp" else "How many GPUs does the run have in all, counting every node?"),
-                fix=("Divide by TP × PP, not by TP alone." if kind == "dp_ignores_pp"
-                     else "Count the GPUs of every node: multiply devices by num_nodes before dividing."),
-                formula=_Q2_FORMULA["data_parallel_size"])
-    if kind == "accumulation_without_dp":
-        g = got["accumulation_steps"]
-        mistake(kind, symptom=f"{said('accumulation_steps')}: {short(g)} micro-steps × micro {micro} × DP {dp} = "
-                              f"{short(g * micro * dp)} samples per optimizer step, but global_batch_size = {global_bs}",
-                ask="In one micro-step, how many samples do all the DP ranks process together?",
-                fix="Each micro-step feeds DP ranks at once: divide global_batch_size by micro × DP, not by micro.",
-                formula=_Q2_FORMULA["accumulation_steps"])
-    if kind in ("tokens_one_microbatch", "tokens_one_rank", "tokens_without_accumulation"):
-        g = got["tokens_per_step"]
-        asks = {"tokens_one_microbatch": "How many micro-batches, on how many DP ranks, make one optimizer step?",
-                "tokens_one_rank": "Does an optimizer step's token count cover one DP rank or all of them?",
-                "tokens_without_accumulation": "How many micro-batches does each rank run before the optimizer steps?"}
-        fixes = {"tokens_one_microbatch": "Count the whole global batch, every micro-batch on every rank, not one "
-                                          "micro-batch.",
-                 "tokens_one_rank": "Count all DP ranks together: multiply one rank's tokens by DP.",
-                 "tokens_without_accumulation": "Count every accumulation micro-step too, not one micro-step of all "
-                                                "ranks."}
-        mistake(kind, symptom=f"{said('tokens_per_step')} = {short(g // seq)} × {seq} tokens, but one optimizer step "
-                              f"trains on global_batch_size = {global_bs} sequences of {seq} (DP {dp}, "
-                              f"accumulation {want['accumulation_steps']})",
-                ask=asks[kind], fix=fixes[kind], formula=_Q2_FORMULA["tokens_per_step"])
-    if kind in ("consumed_is_steps", "consumed_steps_times_micro", "consumed_without_accumulation"):
-        g = got["consumed_samples"]
-        asks = {"consumed_is_steps": "Does consumed_samples count optimizer steps, or the samples they read?",
-                "consumed_steps_times_micro": "One step reads more than one micro-batch: how many micro-batches, on "
-                                              "how many ranks?",
-                "consumed_without_accumulation": "How many micro-batches does each rank read before one optimizer "
-                                                 "step?"}
-        fixes = {"consumed_is_steps": "Multiply the steps by the samples one step reads (the whole global batch).",
-                 "consumed_steps_times_micro": "A step reads micro × DP × accumulation samples, the global batch, not "
-                                               "one micro-batch.",
-                 "consumed_without_accumulation": "Include gradient accumulation: a step reads accumulation groups of "
-                                                  "micro × DP samples."}
-        per = f", {short(g // steps)} per step" if steps and g % steps == 0 else ""
-        mistake(kind, symptom=f"{said('consumed_samples')} after {steps} steps{per}; one step reads "
-                              f"global_batch_size = {global_bs} samples",
-                ask=asks[kind], fix=fixes[kind], formula=_Q2_FORMULA["consumed_samples"])
-    if kind == "accepts_indivisible_layout":
-        mistake(kind, symptom=f"{call} returned {short(got)}; {_gpus(world)} cannot be cut into whole replicas of "
-                              f"TP × PP = {tp * pp} GPUs",
-                ask="What should your function do with a layout whose GPUs do not split into whole model replicas?",
-                fix="Test (devices × num_nodes) % (TP × PP) and raise ValueError when it is not 0.",
-                formula=_Q2_RAISE)
-    if kind == "accepts_indivisible_batch":
-        mistake(kind, symptom=f"{call} returned {short(got)}; with DP = {dp}, global_batch_size = {global_bs} samples "
-                              f"cannot be cut into whole micro-steps of micro × DP = {micro * dp}",
-                ask=f"Can {global_bs} samples be split into whole micro-steps of {micro * dp}? What does the exercise "
-                    "ask for when they cannot?",
-                fix="After computing DP, raise ValueError when global_batch_size % (micro_batch_size × DP) != 0.",
-                formula=_Q2_RAISE)
-    if kind == "refuses_tp_across_nodes":
-        mistake(kind, symptom=f"{call} raised ValueError({short(str(got))}); TP × PP = {tp * pp} divides the {world} "
-                              f"GPUs — only TP = {tp} is wider than one node of {_gpus(devices)}",
-                ask="Is a TP group that spans nodes impossible, or only slow? What does the exercise say about it?",
-                fix="Do not raise when TP > devices: only the two divisibility tests make a layout impossible.",
-                formula=_Q2_RAISE)
-    if kind == "raises_legal_layout":
-        mistake(kind, symptom=f"{call} raised ValueError({short(str(got))}), but TP × PP = {tp * pp} divides the "
-                              f"{world} GPUs and micro × DP = {micro * dp} divides global_batch_size = {global_bs}",
-                ask="Work out each of your raise conditions by hand for this config: which one fires, and should it?",
-                fix="Raise only when (devices × num_nodes) % (TP × PP) != 0 or global_batch_size % (micro × DP) != 0.",
-                formula=_Q2_RAISE)
+    want, world = _small_cfg(case)[1], devices * nodes
+    dp = want["data_parallel_size"] if want else world // (tp * pp) if world % (tp * pp) == 0 else 0
+    facts = {**layout.layout_facts(devices, nodes, tp, pp, upper=True), "call": _q2_call(case), "got": short(got),
+             "error": short(str(got)), "micro": micro, "dp": dp, "micro_dp": micro * dp, "global_bs": global_bs,
+             "seq": seq, "steps": steps, "acc": want and want["accumulation_steps"],
+             "tp_pp_gpus": layout.many(tp * pp, "GPU"),
+             "also_divides": f" and micro × DP = {micro * dp} divides global_batch_size = {global_bs}"}
+    if kind in _Q2_FIELD:
+        g = got[_Q2_FIELD[kind]]
+        facts.update(said=f"{facts['call']}: {_Q2_FIELD[kind]} = {short(g)}", g=short(g), per_seq=short(g // seq),
+                     need=layout.many(g * tp * pp, "GPU"), samples=short(g * micro * dp),
+                     per=f", {short(g // steps)} per step" if steps and g % steps == 0 else "")
+    RULES["q2"].fail(kind, **facts)
 
 
 @check(CHAPTER, "q2", hint=(
@@ -374,43 +297,31 @@ def q2(batch_arithmetic: Callable) -> str:
     rng = np.random.default_rng(check_seed())
     good = bad = 0
     while good < 30 or bad < 15:
-        devices, nodes = int(rng.choice([1, 2, 4, 8])), int(rng.choice([1, 2, 4, 16]))
-        tp, pp = int(rng.choice([1, 2, 4, 8])), int(rng.choice([1, 2, 3, 4]))
-        micro = int(rng.choice([1, 2, 4]))
-        global_bs = micro * int(rng.choice([1, 2, 3, 4, 8, 16, 32, 64, 256]))
-        seq = int(rng.choice([512, 2048, 4096]))
-        steps = int(rng.integers(0, 10_000))
-        cfg = _arith_cfg(devices, nodes, tp, pp, micro, global_bs, seq)
-        want = _arith_reference(cfg, steps)
+        d, n, t, p, m = (int(rng.choice(v)) for v in ([1, 2, 4, 8], [1, 2, 4, 16], [1, 2, 4, 8], [1, 2, 3, 4],
+                                                       [1, 2, 4]))
+        case = (d, n, t, p, m, m * int(rng.choice([1, 2, 3, 4, 8, 16, 32, 64, 256])),
+                int(rng.choice([512, 2048, 4096])), int(rng.integers(0, 10_000)))
+        (cfg, want), call = _arith(case), _q2_call(case)
         if (want is None and bad >= 15) or (want is not None and good >= 30):
             continue
-        case = (devices, nodes, tp, pp, micro, global_bs, seq, steps)
-        call = _q2_call(case)
-        if want is None:
-            try:
-                got = batch_arithmetic(cfg, steps)
-            except ValueError:
+        try:
+            got = batch_arithmetic(cfg, case[7])
+        except ValueError as exc:
+            if want is None:
                 bad += 1
                 continue
-            kinds = _q2_kinds(case, got)
-            if kinds:
-                _q2_fail(batch_arithmetic, kinds, case, got)
-            expect(False, f"{call} returned {short(got)}; that layout cannot run, expected ValueError")
-        try:
-            got = batch_arithmetic(cfg, steps)
-        except ValueError as exc:
-            _q2_fail(batch_arithmetic, _q2_kinds(case, exc), case, exc)
+            _q2_fail(batch_arithmetic, case, exc)
+        if _q2_kind(case, got):
+            _q2_fail(batch_arithmetic, case, got)
+        expect(want is not None, f"{call} returned {short(got)}; that layout cannot run, expected ValueError")
         expect(isinstance(got, dict), f"{call} returned {type(got).__name__}; expected a dict")
         for key, value in want.items():
             expect(key in got, f"{call}: the dict lacks {key!r}")
         for key, value in want.items():
-            if not got[key] == value:
-                kinds = _q2_kinds(case, got)
-                if kinds:
-                    _q2_fail(batch_arithmetic, kinds, case, got)
-                expect(False, f"{call}: {key} = {short(got[key])}, expected {value}")
+            expect(got[key] == value, f"{call}: {key} = {short(got[key])}, expected {value}")
         good += 1
     return f"{good} valid and {bad} impossible random configs"
+
 
 # ------------------------------------------------------------------------------------- q3
 #: The suspects of book §6.2.7's table and the fixes to choose from (options; the pairing is the exercise).
@@ -437,15 +348,25 @@ _FIX = Sealed("labsupport:ch06:q3:fix", [
     "8c68839f601e65e69918b0ad8b42bc43ba383805b08fcf0992a51cb16a1f6af6",
     "956ceccaecab38ef961c9a893bb69be8d4a4d4ad398a7992316f607eaa4c706c",
 ])
+#: the healthy ranges of the measured fields (as the question's table states them; a healthy log draws from
+#: them), the ranges a sick field draws from, a calm log (in the logs' field order) and a sick value for each
+_BOUNDS = {"data_share": (0.01, 0.15), "real_token_share": (0.93, 1.0), "small_domain_gap": (0.0, 0.8),
+           "rss_over_corpus": (0.001, 0.2)}
+_HEALTHY = {**{f: f"{lo} – {hi}" for f, (lo, hi) in _BOUNDS.items()}, "cross_document_attention": "0.0",
+            "decode_roundtrip_ok": "True"}
+_SICK_DRAW = {"data_share": (0.5, 0.95), "real_token_share": (0.1, 0.6), "cross_document_attention": (0.01, 0.3),
+              "small_domain_gap": (2.0, 6.0), "rss_over_corpus": (1.0, 1.5)}
+_CALM = {"data_share": 0.08, "real_token_share": 0.97, "cross_document_attention": 0.0, "decode_roundtrip_ok": True,
+         "small_domain_gap": 0.4, "rss_over_corpus": 0.05, "attention_path": "unfused", "reset_attention_mask": True}
+_SICK = {"data_share": 0.7, "real_token_share": 0.35, "cross_document_attention": 0.12, "decode_roundtrip_ok": False,
+         "small_domain_gap": 4.0, "rss_over_corpus": 1.2}
 
 
 def _healthy_log(rng: np.random.Generator) -> dict[str, Any]:
     path = str(rng.choice(ATTENTION_PATHS))
-    return {"data_share": float(rng.uniform(0.01, 0.15)), "real_token_share": float(rng.uniform(0.93, 1.0)),
-            "cross_document_attention": 0.0, "decode_roundtrip_ok": True,
-            "small_domain_gap": float(rng.uniform(0.0, 0.8)),
-            "rss_over_corpus": float(rng.uniform(0.001, 0.2)),
-            "attention_path": path, "reset_attention_mask": True if path == "unfused" else bool(rng.integers(2))}
+    drawn = {f: float(rng.uniform(lo, hi)) for f, (lo, hi) in _BOUNDS.items()}
+    return {**_CALM, **drawn, "attention_path": path,
+            "reset_attention_mask": True if path == "unfused" else bool(rng.integers(2))}
 
 
 def make_symptom_log(suspect: str, rng: np.random.Generator | None = None) -> dict[str, Any]:
@@ -460,172 +381,140 @@ def make_symptom_log(suspect: str, rng: np.random.Generator | None = None) -> di
     path the flag does not matter."""
     rng = np.random.default_rng() if rng is None else rng
     log = _healthy_log(rng)
-    field = _FIELD[suspect]
-    log[field] = {"data_share": float(rng.uniform(0.5, 0.95)), "real_token_share": float(rng.uniform(0.1, 0.6)),
-                  "cross_document_attention": float(rng.uniform(0.01, 0.3)), "decode_roundtrip_ok": False,
-                  "small_domain_gap": float(rng.uniform(2.0, 6.0)),
-                  "rss_over_corpus": float(rng.uniform(1.0, 1.5))}[field]
+    sick = {f: float(rng.uniform(lo, hi)) for f, (lo, hi) in _SICK_DRAW.items()}
+    log[_FIELD[suspect]] = sick.get(_FIELD[suspect], False)        # decode_roundtrip_ok: False
     if suspect == "no_boundary_mask":
         log["reset_attention_mask"] = False if log["attention_path"] == "unfused" else bool(rng.integers(2))
     return log
 
 
-#: healthy ranges of the measured fields (as the question's table states them), a calm log and a sick value each
-_HEALTHY = {"data_share": "0.01 – 0.15", "real_token_share": "0.93 – 1.0", "cross_document_attention": "0.0",
-            "decode_roundtrip_ok": "True", "small_domain_gap": "0.0 – 0.8", "rss_over_corpus": "0.001 – 0.2"}
-_BOUNDS = {"data_share": (0.01, 0.15), "real_token_share": (0.93, 1.0), "small_domain_gap": (0.0, 0.8),
-           "rss_over_corpus": (0.001, 0.2)}
-_CALM = {"data_share": 0.08, "real_token_share": 0.97, "cross_document_attention": 0.0, "decode_roundtrip_ok": True,
-         "small_domain_gap": 0.4, "rss_over_corpus": 0.05, "attention_path": "unfused", "reset_attention_mask": True}
-_SICK = {"data_share": 0.7, "real_token_share": 0.35, "cross_document_attention": 0.12, "decode_roundtrip_ok": False,
-         "small_domain_gap": 4.0, "rss_over_corpus": 1.2}
-_Q3_TABLE = ("one field, one row: data_share high → tokenize_every_step, real_token_share low → padding, "
-             "cross_document_attention > 0 → no_boundary_mask, decode_roundtrip_ok false → tokenizer_mismatch, "
-             "small_domain_gap high → small_set_oversampled, rss_over_corpus ≥ 1 → load_everything")
 #: for each suspect: what its fix must do (tier 2 of a wrong fix) and the rule behind it (tier 3)
 _Q3_REMEDY = {
     "tokenize_every_step": ("Tokenize once, offline, into chapter 2's binary .bin/.idx and read ids from it each step: "
-                            "'binary_index'.",
-                            "data_share falls when a step only reads ids: tokenizing is done once, before training "
-                            "(chapter 2)"),
+                            "'binary_index'.", "data_share falls when a step only reads ids: tokenizing is done "
+                            "once, before training (chapter 2)"),
     "padding": ("Fill each row with whole documents back to back (chapter 4) instead of padding one: 'packing'.",
                 "real_token_share = tokens with a loss / tokens computed; packing leaves almost no pad tokens "
                 "(chapter 4)"),
+    "no_boundary_mask": ("On the unfused path turn on 'reset_attention_mask' (the dataloader's mask becomes "
+                         "block-diagonal); on the fused path pass the boundaries as 'cu_seqlens'.",
+                         "unfused attention applies the dataloader's mask (reset_attention_mask); fused attention "
+                         "takes no mask and needs THD cu_seqlens (chapter 4)"),
     "tokenizer_mismatch": ("Serve with the tokenizer the model was trained with (chapter 1): 'same_tokenizer'.",
                            "ids mean something only under the tokenizer that made them: train and serve with one "
                            "(chapter 1)"),
     "small_set_oversampled": ("Cap how many epochs of the small domain the blend may draw (chapter 3): 'cap_epochs'.",
                               "a domain drawn for many epochs is memorised: cap its epochs and give its weight to the "
                               "others (chapter 3)"),
-    "load_everything": ("Memory-map the .bin (chapter 2), so only the pages that samples touch are resident: "
-                        "'mmap'.",
+    "load_everything": ("Memory-map the .bin (chapter 2), so only the pages that samples touch are resident: 'mmap'.",
                         "rss_over_corpus stays far below 1 when the corpus is mapped, not read into memory "
                         "(chapter 2)"),
-    "no_boundary_mask": ("On the unfused path turn on 'reset_attention_mask' (the dataloader's mask becomes "
-                         "block-diagonal); on the fused path pass the boundaries as 'cu_seqlens'.",
-                         "unfused attention applies the dataloader's mask (reset_attention_mask); fused attention "
-                         "takes no mask and needs THD cu_seqlens (chapter 4)"),
 }
+_NAMED = "diagnose({log}) named suspect {named!r}"
+_RIGHTLY = _NAMED + ", rightly ({field} = {value}), with fix {fix!r}"
+RULES["q3"] = Rules(
+    *(Rule(f"missed_{s}", _NAMED + ", whose field {field} = {value} is in its healthy range {healthy}",
+           "Compare each field of this log with its healthy range in the question's table: which one lies outside it?",
+           "{own} = {own_value} is outside its healthy range {own_healthy}: that is the row of suspect {suspect!r}.",
+           "one field, one row: data_share high → tokenize_every_step, real_token_share low → padding, "
+           "cross_document_attention > 0 → no_boundary_mask, decode_roundtrip_ok false → tokenizer_mismatch, "
+           "small_domain_gap high → small_set_oversampled, rss_over_corpus ≥ 1 → load_everything") for s in SUSPECTS),
+    *(Rule(f"wrong_fix_{s}", _RIGHTLY + ", which leaves {field} where it is (healthy: {healthy}){path}",
+           "What does {fix!r} change in the pipeline — and which of chapters 1–4's mechanisms removes the cause that "
+           "{field} shows?", *_Q3_REMEDY[s]) for s in SUSPECTS),
+    Rule("flag_on_fused", _RIGHTLY + "; this log's attention_path = 'fused'",
+         "Does a fused (flash) attention kernel read the dataloader's attention mask at all?",
+         "The fused path takes no mask: give it the document boundaries as THD cu_seqlens.",
+         _Q3_REMEDY["no_boundary_mask"][1]),
+    Rule("cu_seqlens_on_unfused", _RIGHTLY + "; this log's attention_path = 'unfused'",
+         "Which input does the unfused attention path take: the dataloader's dense mask, or cu_seqlens?",
+         "The unfused path applies the dataloader's mask: make it block-diagonal with reset_attention_mask.",
+         _Q3_REMEDY["no_boundary_mask"][1]),
+    Rule("flag_read_as_symptom", _NAMED + ", but cross_document_attention = {value}: no attention pair crosses a "
+         "document (attention_path = {path!r}, reset_attention_mask = {flag})",
+         "Which field measures whether attention crosses documents — and does the flag say anything on the fused path?",
+         "Decide no_boundary_mask from cross_document_attention > 0, not from reset_attention_mask: on the fused path "
+         "a healthy run may have the flag off.",
+         "no_boundary_mask ⇔ cross_document_attention > 0; attention_path and reset_attention_mask only choose its "
+         "fix"),
+    *(Rule(f"false_alarm_{f}", _NAMED + ", but {field} = {value} lies inside its healthy range {healthy}",
+           "Where does your function's threshold for {field} sit, compared with the healthy range the question's "
+           "table gives?", "Flag {field} only well outside {healthy} (a sick run shows about {sick}): put the "
+           "threshold between the two.", "a field is sick only outside its healthy range, and then far from its "
+           "edge: data_share > 0.15, real_token_share < 0.93, cross_document_attention > 0, decode_roundtrip_ok "
+           "false, small_domain_gap > 0.8, rss_over_corpus > 0.2") for f in _BOUNDS))
 
 
 def _q3_calm(suspect: str, like: dict[str, Any]) -> dict[str, Any]:
     """The hand-picked log for ``suspect``: calm values, its one field sick; for no_boundary_mask the
     attention path and flag of ``like`` (the fix depends on them)."""
-    log = dict(_CALM)
-    log[_FIELD[suspect]] = _SICK[_FIELD[suspect]]
+    log = {**_CALM, _FIELD[suspect]: _SICK[_FIELD[suspect]]}
     if suspect == "no_boundary_mask":
         log["attention_path"] = like["attention_path"]
         log["reset_attention_mask"] = False if like["attention_path"] == "unfused" else like["reset_attention_mask"]
     return log
 
 
-def _q3_answer(fn: Callable, log: dict[str, Any]) -> dict | None:
+#: the hand-picked logs a q3 failure is first shown on: each suspect's calm log, in SUSPECTS order
+#: (no_boundary_mask on the unfused path, and on the fused path with the flag on and off)
+_Q3_CALM_LOGS = [(s, _q3_calm(s, like)) for s in SUSPECTS for like in (
+    [{"attention_path": "unfused"}, {"attention_path": "fused", "reset_attention_mask": True},
+     {"attention_path": "fused", "reset_attention_mask": False}] if s == "no_boundary_mask" else [_CALM])]
+
+
+def _q3_named(fn: Callable, log: dict[str, Any]) -> Any:
+    """The suspect the learner names for ``log`` (None when the answer is not a dict of suspect and fix)."""
     got = try_call(fn, dict(log))
-    return got if isinstance(got, dict) and {"suspect", "fix"} <= set(got) else None
+    return got["suspect"] if isinstance(got, dict) and {"suspect", "fix"} <= set(got) else None
 
 
-def _q3_calm_logs() -> list[tuple[str, dict[str, Any]]]:
-    """The hand-picked logs a q3 failure is first shown on: each suspect's calm log, in SUSPECTS order
-    (no_boundary_mask on the unfused path, and on the fused path with the flag on and off)."""
-    out = []
-    for suspect in SUSPECTS:
-        likes = ([{"attention_path": "unfused"}, {"attention_path": "fused", "reset_attention_mask": True},
-                  {"attention_path": "fused", "reset_attention_mask": False}] if suspect == "no_boundary_mask"
-                 else [_CALM])
-        out += [(suspect, _q3_calm(suspect, like)) for like in likes]
-    return out
+def _fix_key(suspect: str, log: dict[str, Any], fix: Any) -> list:
+    return [suspect, log["attention_path"], fix] if suspect == "no_boundary_mask" else [suspect, fix]
 
 
 def _q3_fail(fn: Callable, log: dict[str, Any], suspect: str, got: dict) -> None:
     """Name what is wrong (raises a Mistake): first on the hand-picked logs (the same mistake whatever the
     random log was), else on this random log, whose answer ``got`` was wrong."""
-    for truth, calm in _q3_calm_logs():
-        again = _q3_answer(fn, calm)
-        if again is None or not isinstance(again["suspect"], str) or not isinstance(again["fix"], str):
+    for truth, calm in _Q3_CALM_LOGS:
+        again = try_call(fn, dict(calm))
+        if not (isinstance(again, dict) and all(isinstance(again.get(k), str) for k in ("suspect", "fix"))):
             continue
         if again["suspect"] != truth and again["suspect"] in SUSPECTS:
-            _q3_missed(calm, truth, again["suspect"])
-        key = [truth, calm["attention_path"], again["fix"]] if truth == "no_boundary_mask" else [truth, again["fix"]]
-        if again["suspect"] == truth and key not in _FIX and again["fix"] in FIXES:
-            _q3_fix_mistake(calm, truth, again["fix"])
+            RULES["q3"].fail(f"missed_{truth}", **_q3_facts(calm, again["suspect"], _FIELD[again["suspect"]]),
+                             own=_FIELD[truth], own_value=short(calm[_FIELD[truth]]),
+                             own_healthy=_HEALTHY[_FIELD[truth]], suspect=truth)
+        if again["suspect"] == truth and _fix_key(truth, calm, again["fix"]) not in _FIX and again["fix"] in FIXES:
+            _q3_wrong_fix(calm, truth, again["fix"])
     if got["suspect"] == suspect:
-        _q3_fix_mistake(log, suspect, got["fix"])
-    _q3_false_alarm(fn, log, suspect, got["suspect"])
-
-
-def _q3_missed(calm: dict[str, Any], suspect: str, shown: str) -> None:
-    field = _FIELD[shown]
-    mistake(f"missed_{suspect}",
-            symptom=f"diagnose({short(calm, 400)}) named suspect {shown!r}, whose field {field} = "
-                    f"{short(calm[field])} is in its healthy range {_HEALTHY[field]}",
-            ask="Compare each field of this log with its healthy range in the question's table: which one "
-                "lies outside it?",
-            fix=f"{_FIELD[suspect]} = {short(calm[_FIELD[suspect]])} is outside its healthy range "
-                f"{_HEALTHY[_FIELD[suspect]]}: that is the row of suspect {suspect!r}.",
-            formula=_Q3_TABLE)
-
-
-def _q3_false_alarm(fn: Callable, log: dict[str, Any], suspect: str, named: str) -> None:
-    """``named`` (not ``suspect``) was blamed on a value a calm log does not have: a healthy value near the
-    edge of its range, or the flag read as the measurement."""
-    calm = _q3_calm(suspect, log)
+        _q3_wrong_fix(log, suspect, got["fix"])
+    named, calm = got["suspect"], _q3_calm(suspect, log)     # a false alarm: blamed on a value no calm log has
     field = _FIELD[named]
-    if named == "no_boundary_mask":
+    if named == "no_boundary_mask":                          # the flag read as the measurement
         shown = dict(calm, attention_path=log["attention_path"], reset_attention_mask=log["reset_attention_mask"])
-        if (_q3_answer(fn, shown) or {}).get("suspect") == named:
-            log = shown
-        mistake("flag_read_as_symptom",
-                symptom=f"diagnose({short(log, 400)}) named suspect 'no_boundary_mask', but "
-                        f"cross_document_attention = {short(log['cross_document_attention'])}: no attention pair "
-                        f"crosses a document (attention_path = {log['attention_path']!r}, reset_attention_mask = "
-                        f"{log['reset_attention_mask']})",
-                ask="Which field measures whether attention crosses documents — and does the flag say anything on "
-                    "the fused path?",
-                fix="Decide no_boundary_mask from cross_document_attention > 0, not from reset_attention_mask: on "
-                    "the fused path a healthy run may have the flag off.",
-                formula="no_boundary_mask ⇔ cross_document_attention > 0; attention_path and reset_attention_mask "
-                        "only choose its fix")
+        log = shown if _q3_named(fn, shown) == named else log
+        RULES["q3"].fail("flag_read_as_symptom", **_q3_facts(log, named, field), path=log["attention_path"],
+                         flag=log["reset_attention_mask"])
     expect(field in _BOUNDS, f"diagnose({short(log, 400)}) named suspect {named!r}, but {field} = "
-                              f"{short(log[field])} is healthy in this log; which field is not?")
-    lo, hi = _BOUNDS[field]
+                             f"{short(log[field])} is healthy in this log; which field is not?")
     for value in (round(log[field], 2), round(log[field], 3), log[field]):   # the same healthy value, in the
         shown = dict(calm, **{field: value})                                  # calm log, as short as it goes
-        if lo <= value <= hi and (_q3_answer(fn, shown) or {}).get("suspect") == named:
+        if _BOUNDS[field][0] <= value <= _BOUNDS[field][1] and _q3_named(fn, shown) == named:
             log = shown
             break
-    mistake(f"false_alarm_{field}",
-            symptom=f"diagnose({short(log, 400)}) named suspect {named!r}, but {field} = {short(log[field])} lies "
-                    f"inside its healthy range {_HEALTHY[field]}",
-            ask=f"Where does your function's threshold for {field} sit, compared with the healthy range the "
-                "question's table gives?",
-            fix=f"Flag {field} only well outside {_HEALTHY[field]} (a sick run shows about "
-                f"{short(_SICK[field])}): put the threshold between the two.",
-            formula="a field is sick only outside its healthy range, and then far from its edge: data_share > 0.15, "
-                    "real_token_share < 0.93, cross_document_attention > 0, decode_roundtrip_ok false, "
-                    "small_domain_gap > 0.8, rss_over_corpus > 0.2")
+    RULES["q3"].fail(f"false_alarm_{field}", **_q3_facts(log, named, field), sick=short(_SICK[field]))
 
 
-def _q3_fix_mistake(log: dict[str, Any], suspect: str, fix: str) -> None:
+def _q3_facts(log: dict[str, Any], named: str, field: str) -> dict[str, Any]:
+    return {"log": short(log, 400), "named": named, "field": field, "value": short(log[field]),
+            "healthy": _HEALTHY[field]}
+
+
+def _q3_wrong_fix(log: dict[str, Any], suspect: str, fix: str) -> None:
     """``suspect`` is right and ``fix`` (one of FIXES) does not remove it (raises a Mistake)."""
-    field = _FIELD[suspect]
-    seen = f"diagnose({short(log, 400)}) named suspect {suspect!r}, rightly ({field} = {short(log[field])}), with fix"
-    path = log["attention_path"]
-    if suspect == "no_boundary_mask" and fix in ("reset_attention_mask", "cu_seqlens"):
-        name = "flag_on_fused" if fix == "reset_attention_mask" else "cu_seqlens_on_unfused"
-        mistake(name, symptom=f"{seen} {fix!r}; this log's attention_path = {path!r}",
-                ask=("Does a fused (flash) attention kernel read the dataloader's attention mask at all?"
-                     if path == "fused" else "Which input does the unfused attention path take: the dataloader's "
-                                              "dense mask, or cu_seqlens?"),
-                fix=("The fused path takes no mask: give it the document boundaries as THD cu_seqlens."
-                     if path == "fused" else "The unfused path applies the dataloader's mask: make it block-diagonal "
-                                              "with reset_attention_mask."),
-                formula=_Q3_REMEDY[suspect][1])
-    mistake(f"wrong_fix_{suspect}",
-            symptom=f"{seen} {fix!r}, which leaves {field} where it is (healthy: {_HEALTHY[field]})"
-                    + (f"; attention_path = {path!r}" if suspect == "no_boundary_mask" else ""),
-            ask=f"What does {fix!r} change in the pipeline — and which of chapters 1–4's mechanisms removes the "
-                f"cause that {field} shows?",
-            fix=_Q3_REMEDY[suspect][0], formula=_Q3_REMEDY[suspect][1])
+    name = {"reset_attention_mask": "flag_on_fused", "cu_seqlens": "cu_seqlens_on_unfused"}.get(fix, "") \
+        if suspect == "no_boundary_mask" else ""
+    RULES["q3"].fail(name or f"wrong_fix_{suspect}", **_q3_facts(log, suspect, _FIELD[suspect]), fix=fix,
+                     path=f"; attention_path = {log['attention_path']!r}" if suspect == "no_boundary_mask" else "")
 
 
 @check(CHAPTER, "q3", hint=(
@@ -653,8 +542,7 @@ def q3(diagnose: Callable) -> str:
             expect(isinstance(got["suspect"], str) and got["suspect"] in SUSPECTS,
                    f"diagnose({short(log, 200)}) named suspect {short(got['suspect'])}; choose one of {SUSPECTS}")
             _q3_fail(diagnose, log, suspect, got)
-        key = [suspect, log["attention_path"], got["fix"]] if suspect == "no_boundary_mask" else [suspect, got["fix"]]
-        if key not in _FIX:
+        if _fix_key(suspect, log, got["fix"]) not in _FIX:
             expect(isinstance(got["fix"], str) and got["fix"] in FIXES,
                    f"suspect {suspect!r} is right, but fix {short(got['fix'])} is not an option; choose from {FIXES}")
             _q3_fail(diagnose, log, suspect, got)
@@ -682,80 +570,72 @@ def _locate_reference(weights: list[float], domain: int, k: int, consumed: int, 
                       global_bs: int) -> dict[str, int] | None:
     """Where the sampler of a run resumed at ``consumed`` reads ``domain``'s sample ``k``: each
     rank's MegatronPretrainingSampler is walked from ``consumed`` until it hands out that index."""
-    size = max(consumed, 1) * 2 + 64
-    while True:
-        di, si = _blend(weights, size)
-        hit = np.flatnonzero((di == domain) & (si == k))
-        if hit.size:
-            break
-        size *= 2
-    index = int(hit[0])
+    di, si = _blend(weights, size := max(consumed, 1) * 2 + 64)
+    while not ((di == domain) & (si == k)).any():          # a blend long enough to hold that sample
+        di, si = _blend(weights, size := size * 2)
+    index = int(np.flatnonzero((di == domain) & (si == k))[0])
     if index < consumed:
         return None
     group, acc = micro * dp, num_microbatches(global_bs, micro, dp)
-    total = (index // group + 1) * group
     for rank in range(dp):
-        for j, batch in enumerate(MegatronPretrainingSampler(total, consumed, micro, rank, dp)):
+        for j, batch in enumerate(MegatronPretrainingSampler((index // group + 1) * group, consumed, micro, rank, dp)):
             if index in batch:
                 return {"blend_index": index, "step": consumed // global_bs + j // acc + 1, "rank": rank,
                         "microbatch": j % acc}
     raise AssertionError(f"blend index {index} was handed to no rank")  # the sampler covers every index
 
 
+_SAID = ("{call}: the sample at blend index {i} (position {within} of step {want_step}'s global batch of {global_bs}; "
+         "micro {micro}, DP {dp}): you said")
+RULES["q4"] = Rules(
+    Rule("k_off_by_one", "{call}: blend index {index} holds sample {held} of domain {domain}, not sample {k}",
+         "Samples of a domain are numbered from 0: which occurrence of the domain is sample k?",
+         "Sample k of domain d is the (k + 1)-th blend position whose dataset is d (dataset_sample_index = k).",
+         "blend_index = the i with dataset_index[i] == d and dataset_sample_index[i] == k"),
+    Rule("step_from_zero", _SAID + " step {step}; the first {global_bs} samples (indices 0…{last}) are read by step 1",
+         "Which step reads blend index 0 — is the first optimizer step number 0 or 1?",
+         "Steps count from 1: step = blend_index // global_batch_size + 1.",
+         "step = i // global_batch_size + 1 (the resumed run goes on counting)"),
+    Rule("step_from_resume", _SAID + " step {step}; the checkpoint was written after step {resumed}",
+         "consumed_samples = {consumed}: how many steps had run before the resume, and does the resumed run start its "
+         "step count again?", "The resumed run continues the step count: step = blend_index // global_batch_size + 1, "
+         "not counted from consumed_samples.", "step = i // global_batch_size + 1"),
+    Rule("step_is_microstep", _SAID + " step {step}; blend indices 0…{last} are all read in step 1",
+         "An optimizer step takes the whole global batch ({global_bs} samples): how many micro-batch groups is that?",
+         "Gradient accumulation: one step = global_batch_size samples = {groups} groups of micro × DP.",
+         "step = i // global_batch_size + 1; microbatch = (i mod global) // (micro × DP)"),
+    Rule("rank_strided", _SAID + " rank {rank}",
+         "In exercise 1, does a rank read a contiguous block of the micro × DP group, or every DP-th index?",
+         "Each rank takes a contiguous block of micro samples: rank = (position in the group) // micro.",
+         "rank = (i mod (micro × DP)) // micro"),
+    Rule("rank_beyond_dp", _SAID + " rank {rank}, but with DP = {dp} the ranks are 0…{dp_last}",
+         "The global batch is several micro × DP groups read one after another (gradient accumulation): where does "
+         "the second group start over?",
+         "Take the position inside its micro × DP group first: rank = (i mod (micro × DP)) // micro.",
+         "rank = (i mod (micro × DP)) // micro; microbatch = (i mod global) // (micro × DP)"))
+#: for each rule of q4 (tried in RULES order): the field it gets wrong, and its wrong values from the case's facts
+_Q4_WRONG = {"k_off_by_one": ("blend_index", lambda f: (f["next"], f["previous"])),
+             "step_from_zero": ("step", lambda f: (f["want_step"] - 1,)),
+             "step_from_resume": ("step", lambda f: ((f["i"] - f["consumed"]) // f["global_bs"] + 1,)),
+             "step_is_microstep": ("step", lambda f: (f["i"] // (f["micro"] * f["dp"]) + 1,)),
+             "rank_strided": ("rank", lambda f: (f["within"] % f["dp"],) if f["micro"] > 1 else ()),
+             "rank_beyond_dp": ("rank", lambda f: (f["within"] // f["micro"],) if f["within"] // f["micro"] >= f["dp"]
+                                else ())}
+
+
 def _q4_mistake(got: dict, want: dict, case: dict) -> None:
     """Name a wrong field the check recognises (raises a Mistake), or return to fail plainly."""
-    i, consumed, micro, dp, global_bs = (want["blend_index"], case["consumed_samples"], case["micro_batch_size"],
-                                         case["data_parallel_size"], case["global_batch_size"])
-    within = i - (want["step"] - 1) * global_bs          # the sample's position inside its step's global batch
-    where = (f"{case['call']}: the sample at blend index {i} (position {within} of step {want['step']}'s "
-             f"global batch of {global_bs}; micro {micro}, DP {dp})")
-    said = f"{where}: you said"
-    if got["blend_index"] != i and got["blend_index"] in (case["_next"], case["_previous"]):
-        held = case["k"] + (1 if got["blend_index"] == case["_next"] else -1)
-        mistake("k_off_by_one",
-                symptom=f"{case['call']}: blend index {short(got['blend_index'])} holds sample {held} of domain "
-                        f"{case['domain']}, not sample {case['k']}",
-                ask="Samples of a domain are numbered from 0: which occurrence of the domain is sample k?",
-                fix="Sample k of domain d is the (k + 1)-th blend position whose dataset is d "
-                    "(dataset_sample_index = k).",
-                formula="blend_index = the i with dataset_index[i] == d and dataset_sample_index[i] == k")
-    if got["step"] == want["step"] - 1:
-        mistake("step_from_zero",
-                symptom=f"{said} step {short(got['step'])}; the first {global_bs} samples (indices "
-                        f"0…{global_bs - 1}) are read by step 1",
-                ask="Which step reads blend index 0 — is the first optimizer step number 0 or 1?",
-                fix="Steps count from 1: step = blend_index // global_batch_size + 1.",
-                formula="step = i // global_batch_size + 1 (the resumed run goes on counting)")
-    if got["step"] != want["step"] and got["step"] == (i - consumed) // global_bs + 1:
-        mistake("step_from_resume",
-                symptom=f"{said} step {short(got['step'])}; the checkpoint was written after step "
-                        f"{consumed // global_bs}",
-                ask=f"consumed_samples = {consumed}: how many steps had run before the resume, and does the "
-                    "resumed run start its step count again?",
-                fix="The resumed run continues the step count: step = blend_index // global_batch_size + 1, "
-                    "not counted from consumed_samples.",
-                formula="step = i // global_batch_size + 1")
-    if got["step"] != want["step"] and got["step"] == i // (micro * dp) + 1:
-        mistake("step_is_microstep",
-                symptom=f"{said} step {short(got['step'])}; blend indices 0…{global_bs - 1} are all read in step 1",
-                ask=f"An optimizer step takes the whole global batch ({global_bs} samples): how many "
-                    "micro-batch groups is that?",
-                fix=f"Gradient accumulation: one step = global_batch_size samples = {global_bs // (micro * dp)} "
-                    "groups of micro × DP.",
-                formula="step = i // global_batch_size + 1; microbatch = (i mod global) // (micro × DP)")
-    if got["rank"] != want["rank"] and got["rank"] == within % dp and micro > 1:
-        mistake("rank_strided", symptom=f"{said} rank {short(got['rank'])}",
-                ask="In exercise 1, does a rank read a contiguous block of the micro × DP group, or every DP-th "
-                    "index?",
-                fix="Each rank takes a contiguous block of micro samples: rank = (position in the group) // micro.",
-                formula="rank = (i mod (micro × DP)) // micro")
-    if got["rank"] != want["rank"] and got["rank"] == within // micro and within // micro >= dp:
-        mistake("rank_beyond_dp", symptom=f"{said} rank {short(got['rank'])}, but with DP = {dp} the ranks are "
-                                          f"0…{dp - 1}",
-                ask="The global batch is several micro × DP groups read one after another (gradient "
-                    "accumulation): where does the second group start over?",
-                fix="Take the position inside its micro × DP group first: rank = (i mod (micro × DP)) // micro.",
-                formula="rank = (i mod (micro × DP)) // micro; microbatch = (i mod global) // (micro × DP)")
+    i, g, k = want["blend_index"], case["global_bs"], case["k"]
+    occ = np.flatnonzero(_blend(case["weights"], i + 4 * max(case["weights"]) * len(case["weights"]) + 64)[0]
+                         == case["domain"])
+    f = {**case, "i": i, "want_step": want["step"], "within": i - (want["step"] - 1) * g, "last": g - 1,
+         "next": int(occ[k + 1]) if k + 1 < occ.size else -1, "previous": int(occ[k - 1]) if k else -1,
+         "resumed": case["consumed"] // g, "groups": g // (case["micro"] * case["dp"]), "dp_last": case["dp"] - 1,
+         "index": short(got["blend_index"]), "step": short(got["step"]), "rank": short(got["rank"])}
+    f["held"] = k + (1 if got["blend_index"] == f["next"] else -1)
+    for name, (key, wrong) in _Q4_WRONG.items():
+        if got[key] != want[key] and got[key] in wrong(f):
+            RULES["q4"].fail(name, **f)
 
 
 @check(CHAPTER, "q4", hint=(
@@ -779,22 +659,25 @@ def q4(locate_sample: Callable) -> str:
         micro, dp = int(rng.integers(1, 6)), int(rng.choice([1, 2, 3, 4, 5, 6]))
         global_bs = micro * dp * int(rng.integers(1, 5))
         domain, k = int(rng.integers(0, n)), int(rng.integers(0, 80))
-        consumed = global_bs * int(rng.choice([0, 2, 3, 5, 7, 11]))   # not 1 step: 'counted from 1' and
-        # 'counted from the resume' would give the same wrong step
-        want = _locate_reference(weights, domain, k, consumed, micro, dp, global_bs)
+        # not 1 step: 'counted from 1' and 'counted from the resume' would give the same wrong step
+        case = dict(weights=weights, domain=domain, k=k, consumed=global_bs * int(rng.choice([0, 2, 3, 5, 7, 11])),
+                    micro=micro, dp=dp, global_bs=global_bs)
+        want = _locate_reference(*case.values())             # the arguments, in the signature's order
         if (want is None and before >= 5) or (want is not None and after >= 25):
             continue
         before, after = before + (want is None), after + (want is not None)
-        cases.append((weights, n, micro, dp, global_bs, domain, k, consumed, want))
-    # smallest first, so that a failure shows the smallest input that shows it
-    cases.sort(key=lambda c: (c[6] + c[7] + c[4], sum(c[0]), c[1]))
-    for weights, n, micro, dp, global_bs, domain, k, consumed, want in cases:
-        call = (f"locate_sample(weights={weights}, domain={domain}, k={k}, consumed_samples={consumed}, "
-                f"micro_batch_size={micro}, data_parallel_size={dp}, global_batch_size={global_bs})")
-        got = locate_sample(list(weights), domain, k, consumed, micro, dp, global_bs)
+        cases.append((case, want))
+    cases.sort(key=lambda c: (c[0]["k"] + c[0]["consumed"] + c[0]["global_bs"], sum(c[0]["weights"]),
+                              len(c[0]["weights"])))
+    for case, want in cases:        # smallest first, so that a failure shows the smallest input that shows it
+        call = case["call"] = _call("locate_sample", weights=case["weights"], domain=case["domain"], k=case["k"],
+                                    consumed_samples=case["consumed"], micro_batch_size=case["micro"],
+                                    data_parallel_size=case["dp"], global_batch_size=case["global_bs"])
+        got = locate_sample(list(case["weights"]), case["domain"], case["k"], case["consumed"], case["micro"],
+                            case["dp"], case["global_bs"])
         if want is None:
             expect(got is None, f"{call} returned {short(got)}; that sample sits before consumed_samples = "
-                                f"{consumed}: it was read before the checkpoint, expected None")
+                                f"{case['consumed']}: it was read before the checkpoint, expected None")
             continue
         expect(isinstance(got, dict), f"{call} returned {short(got)}; expected a dict with blend_index, step, "
                                       "rank, microbatch (None only for a sample read before the resume)")
@@ -802,42 +685,24 @@ def q4(locate_sample: Callable) -> str:
             expect(key in got, f"{call}: the dict lacks {key!r}")
         got = {key: got[key] for key in want}
         if got != want:
-            di, si = _blend(weights, want["blend_index"] + 4 * max(weights) * n + 64)
-            occ = np.flatnonzero(di == domain)
-            case = {"call": call, "consumed_samples": consumed, "micro_batch_size": micro, "data_parallel_size": dp,
-                    "global_batch_size": global_bs, "domain": domain, "k": k,
-                    "_next": int(occ[k + 1]) if k + 1 < occ.size else -1, "_previous": int(occ[k - 1]) if k else -1}
             _q4_mistake(got, want, case)
-            wrong = ", ".join(f"{key} = {short(got[key])} (expected {want[key]})"
-                              for key in want if got[key] != want[key])
-            expect(False, f"{call}: {wrong}")
+            expect(False, f"{call}: " + ", ".join(f"{key} = {short(got[key])} (expected {want[key]})"
+                                                  for key in want if got[key] != want[key]))
     return f"{after} samples read after a resume and {before} read before it, random blends and layouts"
 
 
 # ------------------------------------------------------------------------------------- q5
-class _Samples:
-    """One domain's GPT samples as the data-plan guard sees them: sample s is document s (one
-    epoch, no shuffle), so a sample's identity is (domain, s)."""
-
-    def __init__(self, n: int) -> None:
-        self.num_samples, self.num_epochs = n, 1
-        self.shuffle_index = np.arange(n)
-        self.sample_index = np.stack([np.arange(n + 1), np.zeros(n + 1, dtype=np.int64)], axis=1)
-        self.document_index = np.arange(n + 2)
-
-    def __len__(self) -> int:
-        return self.num_samples
-
-
 class _Blend:
-    """A blend of :class:`_Samples` with chapter 3's indices, for :func:`check_plan`."""
+    """Chapter 3's blend of one-epoch, unshuffled domains (sample s is document s, so a sample's identity is
+    (domain, s)), as the data-plan guard (:func:`check_plan`) sees it."""
 
     def __init__(self, weights: list[float], size: int) -> None:
         self.dataset_index, self.dataset_sample_index = _blend(weights, size)
-        self.weights = normalize_weights(weights)
-        self.names = [f"domain{d}" for d in range(len(weights))]
-        self.datasets = [_Samples(size + 1) for _ in weights]
-        self.size = size
+        self.weights, self.names, self.size = normalize_weights(weights), [f"d{d}" for d in range(len(weights))], size
+        n = size + 1
+        self.datasets = [SimpleNamespace(num_samples=n, num_epochs=1, shuffle_index=np.arange(n),
+                                         sample_index=np.stack([np.arange(n + 1), np.zeros(n + 1, dtype=np.int64)], 1),
+                                         document_index=np.arange(n + 2)) for _ in weights]
 
     def __len__(self) -> int:
         return self.size
@@ -849,20 +714,17 @@ def _restart_reference(old: list[float], new: list[float], consumed: int, micro:
     MegatronPretrainingSampler hands ``rank`` first from the new blend at ``consumed``."""
     size = consumed + micro * dp
     before, after = _Blend(old, size), _Blend(new, size)
-    settings = type("S", (), {"seed": 1234, "seq_length": 128, "flags": {}, "max_steps": 1,
-                              "global_batch_size": micro * dp, "names": before.names, "weights": before.weights})
+    settings = SimpleNamespace(seed=1234, seq_length=128, flags={}, max_steps=1, global_batch_size=micro * dp,
+                               names=before.names, weights=before.weights)
     saved = plan_of(settings, before, consumed, consumed_digest(before, consumed).hexdigest())
     try:
-        check_plan(saved, settings, after, consumed, "checkpoint", allow=False)
-        refused = False
+        refused = check_plan(saved, settings, after, consumed, "checkpoint", allow=False) is None
     except DataPlanError:
         refused = True
     batch = next(iter(MegatronPretrainingSampler(size, consumed, micro, rank, dp)))
     first = [[int(after.dataset_index[i]), int(after.dataset_sample_index[i])] for i in batch]
-    trained = {(int(d), int(s))
-               for d, s in zip(before.dataset_index[:consumed], before.dataset_sample_index[:consumed])}
-    return {"refused": refused, "first_microbatch": first,
-            "already_trained": sum((d, s) in trained for d, s in first)}
+    trained = set(zip(before.dataset_index[:consumed].tolist(), before.dataset_sample_index[:consumed].tolist()))
+    return {"refused": refused, "first_microbatch": first, "already_trained": sum((d, s) in trained for d, s in first)}
 
 
 def _pairs(value: Any) -> list[list[int]] | None:
@@ -872,49 +734,47 @@ def _pairs(value: Any) -> list[list[int]] | None:
         return None
 
 
+_FIRST = "first_microbatch = blend(new)[consumed + rank × micro … consumed + (rank + 1) × micro − 1]"
+RULES["q5"] = Rules(
+    Rule("refusal_missed", "{call}: blend position {p}, already trained on, held sample {was} and now holds {now}; you "
+         "said not refused", "What does the data-plan guard recompute on resume — and is it the same here?",
+         "It hashes which (domain, sample) sits at each of the first consumed_samples blend positions; if any of them "
+         "changed, it refuses.", "refused = blend(new)[:consumed] ≠ blend(old)[:consumed] as (domain, sample) pairs, "
+         "blend = chapter 3's greedy rule on w / Σw"),
+    Rule("refused_weights_not_samples", "{call}: you said refused, but {same}",
+         "Does the guard compare the config's weights, or the samples already trained on?",
+         "It refuses only when one of the first consumed_samples (domain, sample) pairs changed; normalise the weights "
+         "and compare the two blends' first consumed_samples positions.",
+         "refused = blend(new)[:consumed] ≠ blend(old)[:consumed], blend = chapter 3's greedy rule on w / Σw"),
+    Rule("old_blend", "{call}: rank {rank} reads blend positions {positions} first; you gave the samples the OLD "
+         "weights {old} put there",
+         "After the restart (accepted with allow_new_data_plan=true), which blend does the sampler index into?",
+         "Build the blend from the NEW weights {new} and read positions {positions} from it.", _FIRST),
+    Rule("from_zero", "{call}: you gave the new blend's positions {start}…{end}; consumed_samples = {consumed}",
+         "Where does the resumed sampler start walking the blend?",
+         "At consumed_samples: rank r reads positions consumed + r × micro … + micro − 1 (exercise 1).", _FIRST))
+
+
 def _q5_mistake(got: dict, want: dict, case: dict) -> None:
     """Name a wrong field the check recognises (raises a Mistake), or return to fail plainly."""
     old, new, consumed, micro, rank, dp = (case[k] for k in ("old", "new", "consumed", "micro", "rank", "dp"))
-    call, size = case["call"], consumed + micro * dp
-    di0, si0 = _blend(old, size)
-    di1, si1 = _blend(new, size)
-    if got["refused"] != want["refused"] and want["refused"]:
-        p = int(np.flatnonzero((di0[:consumed] != di1[:consumed]) | (si0[:consumed] != si1[:consumed]))[0])
-        mistake("refusal_missed",
-                symptom=f"{call}: blend position {p}, already trained on, held sample [{int(di0[p])}, {int(si0[p])}] "
-                        f"and now holds [{int(di1[p])}, {int(si1[p])}]; you said not refused",
-                ask="What does the data-plan guard recompute on resume — and is it the same here?",
-                fix="It hashes which (domain, sample) sits at each of the first consumed_samples blend positions; "
-                    "if any of them changed, it refuses.",
-                formula="refused = blend(new)[:consumed] ≠ blend(old)[:consumed] as (domain, sample) pairs, "
-                        "blend = chapter 3's greedy rule on w / Σw")
-    if got["refused"] != want["refused"]:
-        same = ("nothing had been trained on yet (consumed_samples = 0)" if not consumed else
-                "the first consumed_samples blend positions hold the same samples under both weights"
-                + (" (they normalise to the same shares)" if normalize_weights(old) == normalize_weights(new) else ""))
-        mistake("refused_weights_not_samples", symptom=f"{call}: you said refused, but {same}",
-                ask="Does the guard compare the config's weights, or the samples already trained on?",
-                fix="It refuses only when one of the first consumed_samples (domain, sample) pairs changed; "
-                    "normalise the weights and compare the two blends' first consumed_samples positions.",
-                formula="refused = blend(new)[:consumed] ≠ blend(old)[:consumed], blend = chapter 3's greedy rule "
-                        "on w / Σw")
-    first = _pairs(got["first_microbatch"])
+    (di0, si0), (di1, si1) = _blend(old, consumed + micro * dp), _blend(new, consumed + micro * dp)
+    changed = np.flatnonzero((di0[:consumed] != di1[:consumed]) | (si0[:consumed] != si1[:consumed]))
+    p = int(changed[0]) if changed.size else 0
     positions = list(range(consumed + rank * micro, consumed + (rank + 1) * micro))
+    first = _pairs(got["first_microbatch"])
+    same = ("nothing had been trained on yet (consumed_samples = 0)" if not consumed else
+            "the first consumed_samples blend positions hold the same samples under both weights"
+            + (" (they normalise to the same shares)" if normalize_weights(old) == normalize_weights(new) else ""))
+    facts = {**case, "p": p, "was": [int(di0[p]), int(si0[p])] if consumed else None, "same": same,
+             "now": [int(di1[p]), int(si1[p])] if consumed else None, "positions": positions,
+             "start": rank * micro, "end": (rank + 1) * micro - 1}
+    if got["refused"] != want["refused"]:
+        RULES["q5"].fail("refusal_missed" if want["refused"] else "refused_weights_not_samples", **facts)
     if first == [[int(di0[i]), int(si0[i])] for i in positions]:
-        mistake("old_blend", symptom=f"{call}: rank {rank} reads blend positions {positions} first; you gave the "
-                                     f"samples the OLD weights {old} put there",
-                ask="After the restart (accepted with allow_new_data_plan=true), which blend does the sampler "
-                    "index into?",
-                fix=f"Build the blend from the NEW weights {new} and read positions {positions} from it.",
-                formula="first_microbatch = blend(new)[consumed + rank × micro … "
-                        "consumed + (rank + 1) × micro − 1]")
+        RULES["q5"].fail("old_blend", **facts)
     if consumed and first == [[int(di1[i]), int(si1[i])] for i in range(rank * micro, (rank + 1) * micro)]:
-        mistake("from_zero", symptom=f"{call}: you gave the new blend's positions {rank * micro}…"
-                                     f"{(rank + 1) * micro - 1}; consumed_samples = {consumed}",
-                ask="Where does the resumed sampler start walking the blend?",
-                fix="At consumed_samples: rank r reads positions consumed + r × micro … + micro − 1 (exercise 1).",
-                formula="first_microbatch = blend(new)[consumed + rank × micro … "
-                        "consumed + (rank + 1) × micro − 1]")
+        RULES["q5"].fail("from_zero", **facts)
 
 
 @check(CHAPTER, "q5", hint=(
@@ -944,30 +804,29 @@ def q5(restart_with_new_blend: Callable) -> str:
             new = _dyadic_weights(rng, n, int(rng.choice([1, 3])))
         micro, dp = int(rng.integers(1, 5)), int(rng.choice([1, 2, 3, 4, 5]))
         consumed = micro * dp * int(rng.integers(0, 9))
-        rank = int(rng.integers(0, dp))
-        want = _restart_reference(old, new, consumed, micro, rank, dp)
+        case = (old, new, consumed, micro, int(rng.integers(0, dp)), dp)
+        want = _restart_reference(*case)
         kind = (("refused, re-read" if want["already_trained"] else "refused") if want["refused"] else
                 "rescaled" if normalize_weights(old) == normalize_weights(new) else "accepted")
         if room[kind]:
             room[kind] -= 1
-            cases.append((old, new, consumed, micro, rank, dp, want))
-    # smallest first, so that a failure shows the smallest input that shows it
-    cases.sort(key=lambda c: (c[2] + c[3] * c[5], sum(c[0]) + sum(c[1]), len(c[0])))
-    for old, new, consumed, micro, rank, dp, want in cases:
-        call = (f"restart_with_new_blend(old_weights={old}, new_weights={new}, consumed_samples={consumed}, "
-                f"micro_batch_size={micro}, rank={rank}, data_parallel_size={dp})")
+            cases.append((case, want))
+    cases.sort(key=lambda c: (c[0][2] + c[0][3] * c[0][5], sum(c[0][0]) + sum(c[0][1]), len(c[0][0])))
+    for (old, new, consumed, micro, rank, dp), want in cases:   # smallest first: a failure shows the smallest input
+        call = _call("restart_with_new_blend", old_weights=old, new_weights=new, consumed_samples=consumed,
+                     micro_batch_size=micro, rank=rank, data_parallel_size=dp)
         got = restart_with_new_blend(list(old), list(new), consumed, micro, rank, dp)
         expect(isinstance(got, dict) and {"refused", "first_microbatch", "already_trained"} <= set(got),
                f"{call} returned {short(got)}; expected {{'refused': bool, 'first_microbatch': [[domain, sample], "
                "...], 'already_trained': int}")
         expect(isinstance(got["refused"], (bool, np.bool_)), f"{call}: refused = {short(got['refused'])}; expected "
                                                               "True or False")
-        case = {"call": call, "old": old, "new": new, "consumed": consumed, "micro": micro, "rank": rank, "dp": dp}
         first = _pairs(got["first_microbatch"])
         expect(first is not None, f"{call}: first_microbatch = {short(got['first_microbatch'])}; expected a list "
                                   "of [domain, sample] pairs")
         if bool(got["refused"]) != want["refused"] or first != want["first_microbatch"]:
-            _q5_mistake({**got, "refused": bool(got["refused"])}, want, case)
+            _q5_mistake({**got, "refused": bool(got["refused"])}, want, dict(
+                call=call, old=old, new=new, consumed=consumed, micro=micro, rank=rank, dp=dp))
             expect(bool(got["refused"]) == want["refused"], f"{call}: refused = {short(got['refused'])}, "
                                                            f"expected {want['refused']}")
             expect(False, f"{call}: first_microbatch = {short(first)}, expected {want['first_microbatch']}")
