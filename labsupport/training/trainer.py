@@ -344,7 +344,7 @@ def train(config: Settings | str | os.PathLike | Any = None, overrides: Sequence
 
     Args:
         config: a :class:`Settings`, a YAML path (default: ``configs/megatron_gpt_tiny.yaml``) or
-            an OmegaConf config.  overrides: ``key=value`` strings (Hydra style).
+            an OmegaConf config (read as a :class:`~labsupport.training.schema.RunConfig`).  overrides: ``key=value`` strings (Hydra style).
         save_dir / save_every: write a checkpoint every ``save_every`` steps and at the end.
         resume: a checkpoint file or a directory (its newest intact checkpoint) to continue from.
         resume_if_exists: resume from ``resume`` (default ``save_dir``) when it holds a
