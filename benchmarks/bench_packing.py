@@ -94,7 +94,8 @@ class _MegatronTokenizer:
 def bench_gpt_samples(seq_length: int, n_samples: int, repeats: int, check_dense: int, cache: Path) -> dict:
     import torch
     from labsupport.datasets.indexed import IndexedDataset
-    from labsupport.datasets.gpt_samples import GPTDataset, GPTDatasetConfig, attention_mask_from_cu_seqlens
+    from labsupport.datasets.gpt_dataset_config import GPTDatasetConfig
+    from labsupport.datasets.gpt_samples import GPTDataset, attention_mask_from_cu_seqlens
     from labsupport.datasets.preprocess import workbook_prefixes
     from labsupport.datasets.tokenizer import Tokenizer, workbook_tokenizer
 

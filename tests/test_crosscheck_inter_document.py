@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from labsupport.datasets.gpt_samples import GPTDataset, GPTDatasetConfig, document_boundaries, pad_cu_seqlens
+from labsupport.datasets.gpt_dataset_config import GPTDatasetConfig
+from labsupport.datasets.gpt_samples import GPTDataset, document_boundaries, pad_cu_seqlens
 from labsupport.datasets.indexed import IndexedDataset, IndexedDatasetBuilder
 
 from test_crosscheck_packing import FLAGS, _Tokenizer, _config

@@ -14,7 +14,8 @@ import pytest
 
 from labsupport.datasets import splits as sp
 from labsupport.datasets.blending import samples_per_dataset
-from labsupport.datasets.gpt_samples import GPTDataset, GPTDatasetConfig
+from labsupport.datasets.gpt_dataset_config import GPTDatasetConfig
+from labsupport.datasets.gpt_samples import GPTDataset
 from labsupport.datasets.index_cache import ARRAYS, IndexCache, default_cache_dir, unique_description
 from labsupport.datasets.indexed import IndexedDataset, IndexedDatasetBuilder
 

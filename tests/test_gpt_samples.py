@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from labsupport.datasets.gpt_dataset_config import GPTDatasetConfig
 from labsupport.datasets.gpt_samples import (
-    GPTDataset, GPTDatasetConfig, attention_mask_from_cu_seqlens, build_sample_idx, get_ltor_boundaries,
+    GPTDataset, attention_mask_from_cu_seqlens, build_sample_idx, get_ltor_boundaries,
     get_ltor_masks_and_position_ids, num_epochs_for, position_ids_from_cu_seqlens,
     segment_ids_from_cu_seqlens,
 )

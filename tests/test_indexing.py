@@ -7,7 +7,8 @@ import pytest
 
 from labsupport.datasets.bin_packing import pack
 from labsupport.datasets.blending import BlendedDataset
-from labsupport.datasets.gpt_samples import GPTDataset, GPTDatasetConfig
+from labsupport.datasets.gpt_dataset_config import GPTDatasetConfig
+from labsupport.datasets.gpt_samples import GPTDataset
 from labsupport.datasets.indexed import IndexedDataset, IndexedDatasetBuilder
 from labsupport.datasets.sft_packing import pack_sft, tokenize_sft
 from labsupport.datasets.utils import normalize_index

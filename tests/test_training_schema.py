@@ -97,3 +97,21 @@ def test_the_command_exits_2_with_one_line_naming_the_field():
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == ["error: model.micro_batch_size=0: expected an integer ≥ 1"]
+
+
+def test_the_config_fingerprint_is_the_model_section_as_written():
+    """Checkpoints store sha256 of the model section's JSON; a resume compares it, so the typed
+    config must digest to what the earlier OmegaConf-based code wrote for the same YAML."""
+    import hashlib
+    import json
+
+    from labsupport.training.settings import config_fingerprint
+
+    raw = OmegaConf.to_container(OmegaConf.load(DEFAULT_CONFIG).model, resolve=True)
+    written = hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()
+    config, _ = S.read_run_config(OmegaConf.load(DEFAULT_CONFIG))
+    assert config_fingerprint(config) == written
+    extra = OmegaConf.merge(OmegaConf.load(DEFAULT_CONFIG), OmegaConf.from_dotlist(["model.data.num_workers=2"]))
+    assert config_fingerprint(S.read_run_config(extra)[0]) == written      # an undeclared key is not part of it
+    config.model.seed += 1
+    assert config_fingerprint(config) != written

@@ -631,7 +631,8 @@ class BlendedDataset:
     def _mid_level(self, ds: Any, d: int) -> Any:
         if not self._wraps(ds):
             return ds
-        from labsupport.datasets.gpt_samples import GPTDataset, GPTDatasetConfig
+        from labsupport.datasets.gpt_dataset_config import GPTDatasetConfig
+        from labsupport.datasets.gpt_samples import GPTDataset
 
         config = GPTDatasetConfig(seq_length=self.seq_length, seed=self.seed, eod_token=self._eod(ds, d),
                                   reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False)

@@ -32,7 +32,7 @@ __all__ = [
     "build_sample_idx", "build_document_index", "build_shuffle_index", "num_epochs_for",
     "get_ltor_masks_and_position_ids", "get_ltor_boundaries", "Boundaries",
     "attention_mask_from_cu_seqlens", "position_ids_from_cu_seqlens", "segment_ids_from_cu_seqlens",
-    "document_boundaries", "pad_cu_seqlens", "GPTDataset", "GPTDatasetConfig", "NO_PAD",
+    "document_boundaries", "pad_cu_seqlens", "GPTDataset",
 ]
 
 _INT32_MAX = int(np.iinfo(np.int32).max)

@@ -162,9 +162,10 @@ def overfit_small_domain(settings: Settings, small: str, heldout: Any, weight: f
     prefix_list += [weight, small]
     cfg_overrides = [f"model.data.data_prefix=[{','.join(str(x) for x in prefix_list)}]", f"trainer.max_steps={steps}"]
     run = load_settings(overrides=_base_overrides(settings) + cfg_overrides)
-    dense = run.config.model.data.reset_attention_mask
-    held = heldout if isinstance(heldout, GPTDataset) else GPTDataset(
-        IndexedDataset(heldout), None, None, dataset_config(run, run.config.model.data.flags, Tokenizer(run.tokenizer_path).eod))
+    data = run.config.model.data
+    dense = data.reset_attention_mask
+    held = heldout if isinstance(heldout, GPTDataset) else \
+        GPTDataset(IndexedDataset(heldout), None, None, dataset_config(run, data.flags, Tokenizer(run.tokenizer_path).eod))
     held_ids = list(range(min(eval_samples, len(held))))
     held_batch = collate([{**held[i], "dataset_id": 0} for i in held_ids], held_ids, dense)
     blend = build_blend(run)
