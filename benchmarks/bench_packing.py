@@ -94,6 +94,7 @@ class _MegatronTokenizer:
 def bench_gpt_samples(seq_length: int, n_samples: int, repeats: int, check_dense: int, cache: Path) -> dict:
     import torch
     from labsupport.datasets.indexed import IndexedDataset
+    from labsupport.datasets.gpt_dataset_config import GPTDatasetConfig
     from labsupport.datasets.gpt_samples import GPTDataset, attention_mask_from_cu_seqlens
     from labsupport.datasets.preprocess import workbook_prefixes
     from labsupport.datasets.tokenizer import Tokenizer, workbook_tokenizer
@@ -120,9 +121,15 @@ def bench_gpt_samples(seq_length: int, n_samples: int, repeats: int, check_dense
 
     mc_flags, mc_plain = megatron(True), megatron(False)
     ours_ds = IndexedDataset(prefix)
-    ours = GPTDataset(ours_ds, seq_length, n_samples, seed, reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=True, eod_token=tok.eod, pad_token=tok.pad)
-    ours_dense = GPTDataset(ours_ds, seq_length, n_samples, seed, reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=True, eod_token=tok.eod, pad_token=tok.pad,
-                            create_attention_mask=True)
+    ours = GPTDataset(ours_ds, None, n_samples, GPTDatasetConfig(seq_length=seq_length, seed=seed,
+                                                                 reset_position_ids=True, reset_attention_mask=True,
+                                                                 eod_mask_loss=True, eod_token=tok.eod,
+                                                                 pad_token=tok.pad))
+    ours_dense = GPTDataset(ours_ds, None, n_samples, GPTDatasetConfig(seq_length=seq_length, seed=seed,
+                                                                       reset_position_ids=True,
+                                                                       reset_attention_mask=True, eod_mask_loss=True,
+                                                                       eod_token=tok.eod, pad_token=tok.pad,
+                                                                       create_attention_mask=True))
     n = min(n_samples, len(ours))
     require(len(ours) == len(mc_flags), f"{len(ours)} samples here, {len(mc_flags)} in megatron-core")
 

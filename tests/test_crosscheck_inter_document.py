@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from labsupport.datasets.gpt_dataset_config import GPTDatasetConfig
 from labsupport.datasets.gpt_samples import GPTDataset, document_boundaries, pad_cu_seqlens
 from labsupport.datasets.indexed import IndexedDataset, IndexedDatasetBuilder
 
@@ -85,8 +86,8 @@ def test_inter_document_samples_equal_megatron(mc19, tmp_path, flags):
         theirs = mc19["gpt"].GPTDataset(ds_mc, str(prefix), np.arange(len(ds_mc), dtype=np.int32), num,
                                         mc19["Split"].train, cfg)
         with IndexedDataset(prefix) as ds:
-            mine = GPTDataset(ds, seq, num, seed, **dict(zip(FLAGS, flags)), eod_token=eod,
-                              inter_document_masking=True)
+            mine = GPTDataset(ds, None, num, GPTDatasetConfig(seq_length=seq, seed=seed, **dict(zip(FLAGS, flags)),
+                                                              eod_token=eod, inter_document_masking=True))
             compared += _compare(mine, theirs, f"flags={flags} trial={trial} S={seq}")
     assert compared > 0
 
@@ -103,9 +104,11 @@ def test_padded_last_validation_sample_equals_megatron(mc19, tmp_path):
         theirs = mc19["gpt"].GPTDataset(ds_mc, str(prefix), np.arange(len(ds_mc), dtype=np.int32), None,
                                         mc19["Split"].valid, cfg)
         with IndexedDataset(prefix) as ds:
-            mine = GPTDataset(ds, seq, None, trial, reset_position_ids=True, reset_attention_mask=True,
-                              eod_mask_loss=False, eod_token=2, pad_token=7, drop_last_partial_sequence=False,
-                              inter_document_masking=True)
+            mine = GPTDataset(ds, None, None, GPTDatasetConfig(seq_length=seq, seed=trial, reset_position_ids=True,
+                                                               reset_attention_mask=True, eod_mask_loss=False,
+                                                               eod_token=2, pad_token=7,
+                                                               drop_last_partial_sequence=False,
+                                                               inter_document_masking=True))
             _compare(mine, theirs, f"valid trial={trial}")
 
 
@@ -129,8 +132,9 @@ def test_document_boundaries_equal_the_eod_boundaries_when_every_document_ends_w
         eod = 0
         docs = [np.append(rng.integers(1, 50, int(rng.integers(0, 30))), eod) for _ in range(int(rng.integers(1, 20)))]
         seq = int(rng.integers(2, 40))
-        ds = GPTDataset(Docs(docs), seq, None, trial, reset_position_ids=True, reset_attention_mask=True,
-                        eod_mask_loss=False, eod_token=eod)
+        ds = GPTDataset(Docs(docs), None, None, GPTDatasetConfig(seq_length=seq, seed=trial, reset_position_ids=True,
+                                                                 reset_attention_mask=True, eod_mask_loss=False,
+                                                                 eod_token=eod))
         for k in range(len(ds)):
             tokens = ds[k]["tokens"]
             cu, _, pos = document_boundaries(ds.piece_lengths(k), seq)

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from labsupport.datasets.indexed import IndexedDataset, IndexedDatasetBuilder
+from labsupport.datasets.gpt_dataset_config import GPTDatasetConfig
 from labsupport.datasets.gpt_samples import GPTDataset, attention_mask_from_cu_seqlens, build_sample_idx, get_ltor_boundaries, get_ltor_masks_and_position_ids
 
 pytestmark = [pytest.mark.crosscheck,
@@ -137,7 +138,9 @@ def test_gpt_dataset_equals_megatron(mc, tmp_path, flags):
         theirs = mc["gpt"].GPTDataset(ds_mc, str(prefix), np.arange(len(ds_mc), dtype=np.int32),
                                       num_samples, mc["Split"].train, cfg)
         with IndexedDataset(prefix) as ds:
-            mine = GPTDataset(ds, seq, num_samples, seed, **dict(zip(FLAGS, flags)), eod_token=eod, pad_token=pad)
+            mine = GPTDataset(ds, None, num_samples, GPTDatasetConfig(seq_length=seq, seed=seed,
+                                                                      **dict(zip(FLAGS, flags)), eod_token=eod,
+                                                                      pad_token=pad))
             _assert_same_samples(mine, theirs, f"flags={flags} trial={trial} S={seq} seed={seed}")
 
 
@@ -157,8 +160,10 @@ def test_validation_split_options_equal_megatron(mc, tmp_path):
         theirs = mc["gpt"].GPTDataset(ds_mc, str(prefix), np.arange(len(ds_mc), dtype=np.int32),
                                       None, mc["Split"].valid, cfg)
         with IndexedDataset(prefix) as ds:
-            mine = GPTDataset(ds, seq, None, trial, **dict(zip(FLAGS, flags)), eod_token=eod, pad_token=7,
-                              drop_last_partial_sequence=drop, add_extra_token=extra)
+            mine = GPTDataset(ds, None, None, GPTDatasetConfig(seq_length=seq, seed=trial, **dict(zip(FLAGS, flags)),
+                                                               eod_token=eod, pad_token=7,
+                                                               drop_last_partial_sequence=drop,
+                                                               add_extra_token=extra))
             _assert_same_samples(mine, theirs, f"valid trial={trial}")
 
 
@@ -171,7 +176,9 @@ def test_equal_to_what_the_training_builder_returns(mc, tmp_path):
     train, valid, test = mc["builder"](mc["gpt"].GPTDataset, [80, None, None], lambda: True, cfg).build()
     assert valid is None and test is None
     with IndexedDataset(prefix) as ds:
-        mine = GPTDataset(ds, 32, 80, 5, reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=True, eod_token=3, pad_token=0)
+        mine = GPTDataset(ds, None, 80, GPTDatasetConfig(seq_length=32, seed=5, reset_position_ids=True,
+                                                         reset_attention_mask=True, eod_mask_loss=True, eod_token=3,
+                                                         pad_token=0))
         _assert_same_samples(mine, train, "builder")
 
 
@@ -204,8 +211,9 @@ def test_epochs_repeat_documents_not_sample_windows(mc, tmp_path):
     windows = [theirs[k]["tokens"].numpy().tobytes() for k in range(num_samples)]
     assert len(set(windows)) > 0.95 * num_samples           # nearly every drawn window is new ...
     with IndexedDataset(prefix) as ds:
-        mine = GPTDataset(ds, seq, num_samples, seed, reset_position_ids=False, reset_attention_mask=False,
-                          eod_mask_loss=False, eod_token=0)
+        mine = GPTDataset(ds, None, num_samples, GPTDatasetConfig(seq_length=seq, seed=seed, reset_position_ids=False,
+                                                                  reset_attention_mask=False, eod_mask_loss=False,
+                                                                  eod_token=0))
         _assert_same_samples(mine, theirs, "four epochs")
         reads = mine.token_reads(num_samples)
     # ... while the text is read four times: per document, the tokens read / its length

@@ -14,6 +14,7 @@ import pytest
 
 from labsupport.datasets import splits as sp
 from labsupport.datasets.blending import samples_per_dataset
+from labsupport.datasets.gpt_dataset_config import GPTDatasetConfig
 from labsupport.datasets.gpt_samples import GPTDataset
 from labsupport.datasets.index_cache import ARRAYS, IndexCache, default_cache_dir, unique_description
 from labsupport.datasets.indexed import IndexedDataset, IndexedDatasetBuilder
@@ -108,11 +109,10 @@ def test_each_dataset_is_cut_into_contiguous_ranges_and_cached_under_megatrons_n
             assert open(entry.path("description.txt")).read() == desc
             mine_files += [os.path.basename(f) for f in entry.files()]
             with IndexedDataset(prefix) as ds:
-                fresh = GPTDataset(ds, seq, num, seed, reset_position_ids=False, reset_attention_mask=False,
-                                   eod_mask_loss=False, eod_token=3, pad_token=0, indices=sp.split_indices(split, n)[s])
-                loaded = GPTDataset(ds, seq, num, seed, reset_position_ids=False, reset_attention_mask=False,
-                                    eod_mask_loss=False, eod_token=3, pad_token=0, indices=sp.split_indices(split, n)[s],
-                                    cache=entry)
+                config = GPTDatasetConfig(seq_length=seq, seed=seed, reset_position_ids=False,
+                                          reset_attention_mask=False, eod_mask_loss=False, eod_token=3, pad_token=0)
+                fresh = GPTDataset(ds, sp.split_indices(split, n)[s], num, config)
+                loaded = GPTDataset(ds, sp.split_indices(split, n)[s], num, config, cache=entry)
                 assert loaded.cache_hit and not fresh.cache_hit
                 for a in ARRAYS:
                     assert np.array_equal(getattr(fresh, a), getattr(theirs, a)), (name, a)
@@ -133,8 +133,9 @@ def test_megatron_loads_the_workbooks_cache_and_the_default_folder(mc, tmp_path)
     entry = IndexCache(str(cache), unique_description(prefix, num, "train", seed, seq, split, sp.split_matrix(split),
                                                       _Tokenizer()), "train")
     with IndexedDataset(prefix) as ds:
-        mine = GPTDataset(ds, seq, num, seed, reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False,
-                          eod_token=3, pad_token=0, indices=sp.split_indices(split, n)[0], cache=entry)
+        config = GPTDatasetConfig(seq_length=seq, seed=seed, reset_position_ids=False, reset_attention_mask=False,
+                                  eod_mask_loss=False, eod_token=3, pad_token=0)
+        mine = GPTDataset(ds, sp.split_indices(split, n)[0], num, config, cache=entry)
     assert not mine.cache_hit and entry.hit()
     stamps = {f: os.stat(f).st_mtime_ns for f in entry.files()}
     # poison our shuffle index: if megatron rebuilt instead of loading, it would not see this

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from labsupport.datasets.gpt_dataset_config import GPTDatasetConfig
 from labsupport.datasets.gpt_samples import (
     GPTDataset, attention_mask_from_cu_seqlens, build_sample_idx, get_ltor_boundaries,
     get_ltor_masks_and_position_ids, num_epochs_for, position_ids_from_cu_seqlens,
@@ -200,7 +201,8 @@ def corpus(tmp_path):
 
 def test_dataset_samples_are_the_concatenated_stream(corpus):
     ds, docs = corpus
-    g = GPTDataset(ds, 32, 50, 1234, reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=True, eod_token=EOD)
+    g = GPTDataset(ds, None, 50, GPTDatasetConfig(seq_length=32, seed=1234, reset_position_ids=True,
+                                                  reset_attention_mask=True, eod_mask_loss=True, eod_token=EOD))
     assert len(g) == g.sample_index.shape[0] - 1 >= 50
     stream = np.concatenate([docs[d] for d in g.document_index])
     inverse = np.argsort(g.shuffle_index)  # sample row r is dataset item inverse[r]
@@ -218,9 +220,12 @@ def test_dataset_samples_are_the_concatenated_stream(corpus):
 
 def test_dataset_is_deterministic_per_seed(corpus):
     ds, _ = corpus
-    a = GPTDataset(ds, 16, 100, 7, reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False, eod_token=EOD)
-    b = GPTDataset(ds, 16, 100, 7, reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False, eod_token=EOD)
-    c = GPTDataset(ds, 16, 100, 8, reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False, eod_token=EOD)
+    a = GPTDataset(ds, None, 100, GPTDatasetConfig(seq_length=16, seed=7, reset_position_ids=False,
+                                                   reset_attention_mask=False, eod_mask_loss=False, eod_token=EOD))
+    b = GPTDataset(ds, None, 100, GPTDatasetConfig(seq_length=16, seed=7, reset_position_ids=False,
+                                                   reset_attention_mask=False, eod_mask_loss=False, eod_token=EOD))
+    c = GPTDataset(ds, None, 100, GPTDatasetConfig(seq_length=16, seed=8, reset_position_ids=False,
+                                                   reset_attention_mask=False, eod_mask_loss=False, eod_token=EOD))
     assert np.array_equal(a.shuffle_index, b.shuffle_index)
     assert torch.equal(a[5]["tokens"], b[5]["tokens"])
     assert not np.array_equal(a.document_index, c.document_index)
@@ -230,17 +235,23 @@ def test_dataset_separate_final_epoch(corpus):
     ds, _ = corpus
     total = int(ds.sequence_lengths.sum())
     per_epoch = (total - 1) // 16
-    g = GPTDataset(ds, 16, per_epoch + 3, 0, reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False, eod_token=EOD)  # 2 epochs, 2nd barely used
+    g = GPTDataset(ds, None, per_epoch + 3, GPTDatasetConfig(seq_length=16, seed=0, reset_position_ids=False,
+                                                             reset_attention_mask=False, eod_mask_loss=False,
+                                                             eod_token=EOD))  # 2 epochs, 2nd barely used
     assert g.num_epochs == 2 and g.separate_final_epoch
     sans = (total - 1) // 16
     assert sorted(g.shuffle_index[:sans].tolist()) == list(range(sans))   # shuffled apart
-    g2 = GPTDataset(ds, 16, 2 * per_epoch, 0, reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False, eod_token=EOD)
+    g2 = GPTDataset(ds, None, 2 * per_epoch, GPTDatasetConfig(seq_length=16, seed=0, reset_position_ids=False,
+                                                              reset_attention_mask=False, eod_mask_loss=False,
+                                                              eod_token=EOD))
     assert g2.num_epochs == 2 and not g2.separate_final_epoch
 
 
 def test_dataset_dense_mask_option_and_bounds(corpus):
     ds, _ = corpus
-    g = GPTDataset(ds, 24, 10, 0, reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=False, eod_token=EOD, create_attention_mask=True)
+    g = GPTDataset(ds, None, 10, GPTDatasetConfig(seq_length=24, seed=0, reset_position_ids=True,
+                                                  reset_attention_mask=True, eod_mask_loss=False, eod_token=EOD,
+                                                  create_attention_mask=True))
     item = g[0]
     assert torch.equal(item["attention_mask"], attention_mask_from_cu_seqlens(item["cu_seqlens"]))
     assert item["attention_mask"].shape == (1, 24, 24)
@@ -248,14 +259,32 @@ def test_dataset_dense_mask_option_and_bounds(corpus):
     with pytest.raises(IndexError, match="out of range"):
         g[len(g)]
     with pytest.raises(ValueError, match="seq_length must be > 1"):
-        GPTDataset(ds, 1, 10, 0, reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=False, eod_token=EOD)
+        GPTDataset(ds, None, 10, GPTDatasetConfig(seq_length=1, seed=0, reset_position_ids=True,
+                                                  reset_attention_mask=True, eod_mask_loss=False, eod_token=EOD))
+
+
+def test_dataset_config_is_one_frozen_keyword_only_object(corpus):
+    import dataclasses
+
+    ds, _ = corpus
+    config = GPTDatasetConfig(seq_length=16, seed=0, reset_position_ids=True, reset_attention_mask=False,
+                              eod_mask_loss=False, eod_token=EOD)
+    with pytest.raises(TypeError):
+        GPTDatasetConfig(16, 0, EOD, True, False, False)           # three booleans in a row: keywords only
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.seed = 1
+    with pytest.raises(TypeError, match="config must be a GPTDatasetConfig"):
+        GPTDataset(ds, None, 10, {"seq_length": 16})
+    g = GPTDataset(ds, np.arange(3), 10, config)                   # one config, shared by several datasets
+    h = GPTDataset(ds, None, 10, dataclasses.replace(config, pad_token=EOD))   # pad = eod counts as no pad
+    assert g.config is config and g.indices.tolist() == [0, 1, 2] and h.pad_token == -1
 
 
 def test_token_reads_counts_the_text_each_sample_reads(corpus):
     """token_reads = tokens of each document in the drawn samples / its length, from the stream."""
     ds, docs = corpus
-    g = GPTDataset(ds, 32, 300, 1234, reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False,
-                   eod_token=EOD)
+    g = GPTDataset(ds, None, 300, GPTDatasetConfig(seq_length=32, seed=1234, reset_position_ids=False,
+                                                   reset_attention_mask=False, eod_mask_loss=False, eod_token=EOD))
     assert g.num_epochs > 1
     for n in (0, 1, 17, len(g)):
         want = np.zeros(len(docs))

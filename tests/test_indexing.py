@@ -7,6 +7,7 @@ import pytest
 
 from labsupport.datasets.bin_packing import pack
 from labsupport.datasets.blending import BlendedDataset
+from labsupport.datasets.gpt_dataset_config import GPTDatasetConfig
 from labsupport.datasets.gpt_samples import GPTDataset
 from labsupport.datasets.indexed import IndexedDataset, IndexedDatasetBuilder
 from labsupport.datasets.sft_packing import pack_sft, tokenize_sft
@@ -36,8 +37,8 @@ def _accessors(tmp_path):
     """(name, length, accessor) for every indexable thing, each accessor taking one index."""
     prefix = _indexed(tmp_path)
     ds = IndexedDataset(prefix)
-    gpt = GPTDataset(ds, 16, 10, 0, reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=False,
-                     eod_token=EOD)
+    gpt = GPTDataset(ds, None, 10, GPTDatasetConfig(seq_length=16, seed=0, reset_position_ids=True,
+                                                    reset_attention_mask=True, eod_mask_loss=False, eod_token=EOD))
     blend = BlendedDataset([prefix, _indexed(tmp_path, "other", 8)], [0.6, 0.4], 16, seed=0)
     sft = tokenize_sft([{"input": "ab" * (k + 1), "output": "cd" * (k + 2)} for k in range(9)], CharTokenizer())
     packed = pack_sft(sft, 64)

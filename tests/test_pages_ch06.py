@@ -63,9 +63,9 @@ def test_default_trace_is_a_document_that_shares_its_sample(traced):
     doc = pick_document(blend, settings, "code", run)
     trace = trace_document(blend, settings, "code", doc, run)
     first = trace.occurrences[0]
-    assert first.step == 1 and first.blend_index < settings.global_batch_size
+    assert first.step == 1 and first.blend_index < settings.config.model.global_batch_size
     lo, hi = first.span
-    assert 0 < hi - lo < settings.seq_length                # a part of the sample, not all of it
+    assert 0 < hi - lo < settings.config.model.encoder_seq_length                # a part of the sample, not all of it
     text = repr(trace_table(trace))
     assert f"code document {doc}" in text and "ch2 .idx" in text
     assert "<table>" in trace_table(trace)._repr_html_()
@@ -76,7 +76,7 @@ def test_trace_figure_labels_axes_and_colours_only_the_document(traced):
     doc = pick_document(blend, settings, "code", run)
     trace = trace_document(blend, settings, "code", doc, run)
     lo, hi = trace.occurrences[0].span
-    fig = draw_trace(trace, blend, run, settings.seq_length)
+    fig = draw_trace(trace, blend, run, settings.config.model.encoder_seq_length)
     mask_ax, loss_ax = fig.axes
     for ax in (mask_ax, loss_ax):
         assert ax.get_xlabel() and ax.get_ylabel() and "(" in ax.get_xlabel() + ax.get_ylabel()   # units
@@ -84,7 +84,7 @@ def test_trace_figure_labels_axes_and_colours_only_the_document(traced):
     bars = [p for p in loss_ax.patches if isinstance(p, matplotlib.patches.Rectangle)]
     coloured = sorted(round(p.get_x() + p.get_width() / 2) for p in bars if p.get_facecolor() == orange)
     assert coloured == list(range(lo, hi))
-    assert len(bars) == settings.seq_length
+    assert len(bars) == settings.config.model.encoder_seq_length
     outline = [p for p in mask_ax.patches if not p.get_fill()]
     assert len(outline) == 1 and outline[0].get_width() == hi - lo
     matplotlib.pyplot.close(fig)
@@ -112,11 +112,11 @@ def test_naive_dataset_is_read_once_per_sample_and_the_digest_is_unchanged(trace
 
     tok = Tokenizer(settings.tokenizer_path)
     naive = _Counting(NaiveTextDataset([read_documents(data_file(n))[:20] for n in settings.names], tok,
-                                       settings.seq_length, blend))
+                                       settings.config.model.encoder_seq_length, blend))
     steps = 3
     train(settings, dataset=naive, stop_after=steps, show_progress=False)
-    assert naive.reads == steps * settings.global_batch_size
-    consumed = steps * settings.global_batch_size
+    assert naive.reads == steps * settings.config.model.global_batch_size
+    consumed = steps * settings.config.model.global_batch_size
     read_again = consumed_digest(naive.inner, consumed).hexdigest()
     known = {i: naive.inner[i]["tokens"] for i in range(0, consumed, 2)}       # half known, half read
     assert consumed_digest(naive.inner, consumed, known=known).hexdigest() == read_again
@@ -148,7 +148,7 @@ def test_token_losses_on_flat_rows_equal_the_class_axis_form(traced):
     from labsupport.training.trainer import token_losses
 
     settings, blend, run = traced
-    idx = list(range(settings.micro_batch_size))
+    idx = list(range(settings.config.model.micro_batch_size))
     batch = collate([blend[i] for i in idx], idx, True)
     with torch.no_grad():
         flat = token_losses(run.model, batch)

@@ -1,6 +1,6 @@
-"""Chapter 6's typed config schema (labsupport.training.schema): OmegaConf structured configs
-refuse bad types, the field metadata refuses bad values, every message names the field, and the
-command line exits 2 with one line."""
+"""Chapter 6's typed config (labsupport.training.schema): OmegaConf structured configs refuse bad
+types, each section's validate() refuses bad values, every message names the field, the config
+is dataclass instances read as attributes, and the command line exits 2 with one line."""
 from __future__ import annotations
 
 import os
@@ -22,11 +22,12 @@ def test_schema_declares_exactly_the_keys_of_the_chapter_config():
 
 
 def test_values_are_converted_to_the_declared_types():
-    cfg = load_settings().cfg
+    cfg = load_settings().config
     assert cfg.trainer.precision == "32"                      # YAML's int 32 read as the string "32"
     assert isinstance(cfg.model.optim.lr, float) and isinstance(cfg.model.optim.betas[0], float)
-    assert cfg.model.max_position_embeddings == cfg.model.encoder_seq_length == 64  # interpolation kept
-    assert OmegaConf.get_type(cfg.model.data) is S.DataConfig
+    assert cfg.model.max_position_embeddings == cfg.model.encoder_seq_length == 64  # interpolation resolved
+    assert type(cfg) is S.RunConfig and type(cfg.model.data) is S.DataConfig  # dataclass instances
+    assert isinstance(cfg.model.data.data_prefix, list) and cfg.model.data.flags["reset_position_ids"] is True
 
 
 @pytest.mark.parametrize("override, message", [
@@ -55,6 +56,28 @@ def test_a_bad_value_names_its_field_and_what_to_write(override, message):
     assert str(info.value).startswith(message), str(info.value)
 
 
+@pytest.mark.parametrize("override, message", [
+    ("model.global_batch_size=6", "model.global_batch_size=6 is not divisible by model.micro_batch_size × DP = 4 × 1"),
+    ("model.data.seq_length=32", "model.data.seq_length=32 differs from model.encoder_seq_length=64"),
+    ("model.hidden_size=63", "model.hidden_size=63 is not divisible by model.num_attention_heads=2"),
+    ("exp_manager.resume_if_exists=perhaps", "exp_manager.resume_if_exists='perhaps': expected true or false"),
+])
+def test_a_rule_joining_fields_names_them(override, message):
+    with pytest.raises(ConfigError) as info:
+        S.read_run_config(OmegaConf.merge(OmegaConf.load(DEFAULT_CONFIG), OmegaConf.from_dotlist([override])))
+    assert str(info.value).startswith(message), str(info.value)
+
+
+def test_validate_checks_a_value_set_after_reading():
+    config, layout = S.read_run_config(OmegaConf.load(DEFAULT_CONFIG), world_size=1)
+    assert (layout.world_size, layout.data_parallel) == (1, 1)
+    config.model.micro_batch_size = 3
+    with pytest.raises(ConfigError, match=r"^model.global_batch_size=8 is not divisible by model.micro_batch_size"):
+        config.validate()
+    with pytest.raises(ConfigError, match=r"^trainer.devices × trainer.num_nodes = 1 but 2 process"):
+        S.read_run_config(OmegaConf.load(DEFAULT_CONFIG), world_size=2)
+
+
 def test_a_missing_key_is_named(tmp_path):
     text = DEFAULT_CONFIG.read_text(encoding="utf-8").replace("  num_layers: 2\n", "")
     assert "num_layers" not in text
@@ -65,7 +88,7 @@ def test_a_missing_key_is_named(tmp_path):
 
 def test_a_key_added_on_purpose_is_kept_out_of_the_typed_config():
     settings = load_settings(overrides=["+model.data.num_workers=2"])
-    assert "num_workers" not in settings.cfg.model.data
+    assert not hasattr(settings.config.model.data, "num_workers")
 
 
 def test_the_command_exits_2_with_one_line_naming_the_field():
@@ -74,3 +97,21 @@ def test_the_command_exits_2_with_one_line_naming_the_field():
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == ["error: model.micro_batch_size=0: expected an integer ≥ 1"]
+
+
+def test_the_config_fingerprint_is_the_model_section_as_written():
+    """Checkpoints store sha256 of the model section's JSON; a resume compares it, so the typed
+    config must digest to what the earlier OmegaConf-based code wrote for the same YAML."""
+    import hashlib
+    import json
+
+    from labsupport.training.settings import config_fingerprint
+
+    raw = OmegaConf.to_container(OmegaConf.load(DEFAULT_CONFIG).model, resolve=True)
+    written = hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()
+    config, _ = S.read_run_config(OmegaConf.load(DEFAULT_CONFIG))
+    assert config_fingerprint(config) == written
+    extra = OmegaConf.merge(OmegaConf.load(DEFAULT_CONFIG), OmegaConf.from_dotlist(["model.data.num_workers=2"]))
+    assert config_fingerprint(S.read_run_config(extra)[0]) == written      # an undeclared key is not part of it
+    config.model.seed += 1
+    assert config_fingerprint(config) != written

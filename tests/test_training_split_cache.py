@@ -20,11 +20,11 @@ SMALL = ["trainer.max_steps=4", "model.global_batch_size=8", "model.micro_batch_
 
 def test_the_blend_reads_each_prefix_train_range_and_valid_is_disjoint():
     s = load_settings(overrides=SMALL)
-    assert s.split == "900,50,50"
+    assert s.config.model.data.splits_string == "900,50,50"
     blend = build_blend(s, cache=False)
     for k, (name, prefix) in enumerate(zip(s.names, s.prefixes)):
         n = len(IndexedDataset(prefix))
-        train, valid, _ = split_indices(s.split, n)
+        train, valid, _ = split_indices(s.config.model.data.splits_string, n)
         assert np.array_equal(blend.datasets[k].indices, train)
         held = split_dataset(s, name, "valid")
         assert np.array_equal(held.indices, valid)
@@ -35,7 +35,7 @@ def test_the_blend_reads_each_prefix_train_range_and_valid_is_disjoint():
 def test_null_split_trains_on_every_document():
     s = load_settings(overrides=SMALL + ["model.data.splits_string=null"])
     blend = build_blend(s, cache=False)
-    assert s.split is None
+    assert s.config.model.data.splits_string is None
     assert [g.indices.size for g in blend.datasets] == [len(IndexedDataset(p)) for p in s.prefixes]
     with pytest.raises(ValueError, match="no valid sequences"):
         split_dataset(s, s.names[0], "valid")

@@ -33,7 +33,7 @@ def test_memory_as_the_corpus_grows(setup, tmp_path):
     """Loading grows with the corpus; the pages one step reads through mmap do not."""
     settings, blend = setup
     rows = S.memory_as_corpus_grows(settings, [1, 3, 9], tmp_path)
-    base = S.memory_footprint(settings, blend, list(range(settings.global_batch_size)))
+    base = S.memory_footprint(settings, blend, list(range(settings.config.model.global_batch_size)))
     assert [r["copies"] for r in rows] == [1, 3, 9]
     assert rows[0]["corpus_bytes"] == base["corpus_bytes"]
     assert [r["corpus_bytes"] for r in rows] == [k * base["corpus_bytes"] for k in (1, 3, 9)]

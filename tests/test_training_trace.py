@@ -25,7 +25,7 @@ def test_trace_finds_the_tokens_and_the_loss_share():
             for o in t.occurrences:
                 toks = blend[o.blend_index]["tokens"][o.span[0]:o.span[1]].tolist()
                 assert any(ids[j:j + len(toks)] == toks for j in range(len(ids) - len(toks) + 1))
-                assert o.step == o.blend_index // settings.global_batch_size + 1
+                assert o.step == o.blend_index // settings.config.model.global_batch_size + 1
                 if o.loss_share is not None:
                     assert 0 < o.loss_share < 1
                 checked += 1

@@ -631,11 +631,12 @@ class BlendedDataset:
     def _mid_level(self, ds: Any, d: int) -> Any:
         if not self._wraps(ds):
             return ds
+        from labsupport.datasets.gpt_dataset_config import GPTDatasetConfig
         from labsupport.datasets.gpt_samples import GPTDataset
 
-        eod = self._eod(ds, d)
-        num = None if self.size is None else self.requested[d]
-        return GPTDataset(ds, self.seq_length, num, self.seed, reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False, eod_token=eod)
+        config = GPTDatasetConfig(seq_length=self.seq_length, seed=self.seed, eod_token=self._eod(ds, d),
+                                  reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False)
+        return GPTDataset(ds, None, None if self.size is None else self.requested[d], config)
 
     def _eod(self, ds: Any, d: int) -> int:
         if self._eod_token is not None:

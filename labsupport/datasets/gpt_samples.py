@@ -25,6 +25,7 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 import torch
+from labsupport.datasets.gpt_dataset_config import NO_PAD, GPTDatasetConfig
 from labsupport.datasets.utils import normalize_index
 
 __all__ = [
@@ -35,8 +36,6 @@ __all__ = [
 ]
 
 _INT32_MAX = int(np.iinfo(np.int32).max)
-#: Megatron's "no pad token" value (``megatron_dataset._PAD_TOKEN_ID``).
-NO_PAD = -1
 
 
 # ------------------------------------------------------------------------------ sample index
@@ -369,11 +368,12 @@ class _TokenSource(Protocol):
 class GPTDataset:
     """Megatron-Core's GPTDataset over an indexed dataset, with compact boundary information.
 
-    ``GPTDataset(ds, seq_length, num_samples, seed, reset_position_ids=..., reset_attention_mask=...,
-    eod_mask_loss=..., eod_token=...)`` (the flags are keyword-only: three booleans in a row are
-    too easy to swap) draws the same document, sample and shuffle indices as
-    ``megatron.core.datasets.gpt_dataset.GPTDataset`` (one ``numpy.random.RandomState(seed)``,
-    consumed in Megatron's order), so ``len(ds)`` and ``ds[k]`` equal megatron-core's.
+    ``GPTDataset(ds, indices, num_samples, config)`` — megatron-core's ``GPTDataset(indexed_dataset,
+    dataset_path, indexed_indices, num_samples, index_split, config)`` without the path and split
+    names, ``config`` a :class:`~labsupport.datasets.gpt_dataset_config.GPTDatasetConfig` — draws
+    the same document, sample and shuffle indices as ``megatron.core.datasets.gpt_dataset.GPTDataset``
+    (one ``numpy.random.RandomState(config.seed)``, consumed in Megatron's order), so ``len(ds)``
+    and ``ds[k]`` equal megatron-core's.
 
     ``ds[k]`` is a dict of torch tensors: ``tokens``, ``labels`` (int64, (S,)), ``loss_mask``
     (float32, (S,)), ``position_ids`` (int64, (S,)), ``cu_seqlens`` (int32, (n+1,)) and
@@ -383,50 +383,42 @@ class GPTDataset:
     Args:
         indexed_dataset: anything with ``sequence_lengths`` (int32, (N,)) and
             ``get(i, offset, length)`` — ``labsupport.datasets.indexed.IndexedDataset`` or megatron-core's.
-        seq_length: S, tokens per sample.
+        indices: the sequence indices this split exposes (None: all, ``arange(N)``).
         num_samples: samples wanted (the index may hold more: Megatron rounds up to whole epochs);
             None means one epoch.
-        seed: the ``random_seed`` of Megatron's config.
-        eod_token: the end-of-document id (the tokenizer's ``eod``).
-        pad_token: the tokenizer's ``pad`` id (Megatron zeroes that id in tokens/labels and masks
-            its loss); ``-1`` (default) means no pad token. A pad equal to ``eod_token`` is
-            treated as -1, as Megatron does.
-        indices: the sequence indices this split exposes (default: all, ``arange(N)``).
-        drop_last_partial_sequence, add_extra_token: as in Megatron's config (defaults True).
+        config: sample length, seed, EOD/pad ids, boundary flags (``GPTDatasetConfig``; with
+            ``inter_document_masking``, ``cu_seqlens`` and position ids come from the documents'
+            lengths in the index, :func:`document_boundaries`).
         cache: an :class:`~labsupport.datasets.index_cache.IndexCache` (chapter 6): load the
             three indices from its files when all exist (``cache_hit`` is then True), else build
             and save them there, under Megatron's names.  None (default): build in memory.
-        inter_document_masking: megatron-core ≥ 0.19's option — ``cu_seqlens`` and position ids
-            from the documents' lengths in the index (:func:`document_boundaries`), no dense mask.
+            Per dataset, as its entry names the samples and split (Megatron derives it from the
+            config's ``path_to_cache``).
     """
 
     SEPARATE_FINAL_EPOCH_THRESHOLD = 0.80
 
-    def __init__(self, indexed_dataset: _TokenSource, seq_length: int, num_samples: int | None,
-                 seed: int, *, reset_position_ids: bool, reset_attention_mask: bool,
-                 eod_mask_loss: bool, eod_token: int, pad_token: int = NO_PAD,
-                 indices: np.ndarray | None = None, drop_last_partial_sequence: bool = True,
-                 add_extra_token: bool = True, create_attention_mask: bool = False,
-                 cache: Any = None, inter_document_masking: bool = False) -> None:
+    def __init__(self, indexed_dataset: _TokenSource, indices: np.ndarray | None, num_samples: int | None,
+                 config: GPTDatasetConfig, *, cache: Any = None) -> None:
+        if not isinstance(config, GPTDatasetConfig):
+            raise TypeError(f"config must be a GPTDatasetConfig, got {type(config).__name__}")
         self.dataset = indexed_dataset
+        self.config = config
         self.cache = cache
         self.cache_hit = False
-        self.seq_length = int(seq_length)
-        if self.seq_length <= 1:
-            raise ValueError(f"seq_length must be > 1, got {seq_length}")
         if num_samples is not None and int(num_samples) < 0:
             raise ValueError(f"num_samples must be >= 0 or None, got {num_samples}")
         self.num_samples = None if num_samples is None else int(num_samples)
-        self.seed = int(seed)
-        self.reset_position_ids = bool(reset_position_ids)
-        self.reset_attention_mask = bool(reset_attention_mask)
-        self.eod_mask_loss = bool(eod_mask_loss)
-        self.eod_token = int(eod_token)
-        self.pad_token = NO_PAD if int(pad_token) == self.eod_token else int(pad_token)
-        self.drop_last_partial_sequence = bool(drop_last_partial_sequence)
-        self.extra = int(bool(add_extra_token))
-        self.create_attention_mask = bool(create_attention_mask)
-        self.inter_document_masking = bool(inter_document_masking)
+        # the config's values as the index builders and __getitem__ use them
+        self.seq_length, self.seed, self.eod_token = int(config.seq_length), int(config.seed), int(config.eod_token)
+        self.reset_position_ids = bool(config.reset_position_ids)
+        self.reset_attention_mask = bool(config.reset_attention_mask)
+        self.eod_mask_loss = bool(config.eod_mask_loss)
+        self.pad_token = NO_PAD if int(config.pad_token) == self.eod_token else int(config.pad_token)
+        self.drop_last_partial_sequence = bool(config.drop_last_partial_sequence)
+        self.extra = int(bool(config.add_extra_token))
+        self.create_attention_mask = bool(config.create_attention_mask)
+        self.inter_document_masking = bool(config.inter_document_masking)
         lengths = np.asarray(indexed_dataset.sequence_lengths)
         self.indices = (np.arange(lengths.size, dtype=np.int32) if indices is None
                         else np.asarray(indices, dtype=np.int32))

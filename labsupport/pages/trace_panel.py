@@ -33,7 +33,7 @@ def pick_document(blend: Any, settings: Any, domain: str, run: Any = None) -> in
     one that shares its sample with another document (its block is then a part of the mask);
     else the first of ``domain`` read in that step; else document 0."""
     first = None
-    for i in range(min(settings.global_batch_size, len(blend))):
+    for i in range(min(settings.config.model.global_batch_size, len(blend))):
         d, docs = documents_in_sample(blend, i)
         if settings.names[d] != domain:
             continue
@@ -41,7 +41,7 @@ def pick_document(blend: Any, settings: Any, domain: str, run: Any = None) -> in
         if len(set(docs)) > 1:
             for doc in docs:
                 occ = [o for o in trace_document(blend, settings, domain, doc, run).occurrences if o.blend_index == i]
-                if occ and occ[0].span[1] - occ[0].span[0] < settings.seq_length:
+                if occ and occ[0].span[1] - occ[0].span[0] < settings.config.model.encoder_seq_length:
                     return doc
     return 0 if first is None else first
 

@@ -3,12 +3,14 @@ tokenizer → indexed files → blend → GPT samples → a data-parallel sample
 
 * :mod:`~labsupport.training.sampler` — Megatron's ``MegatronPretrainingSampler`` (consumed
   samples, micro-batches, each data-parallel rank its own slice);
-* :mod:`~labsupport.training.schema` — the config's typed schema (dataclasses read as OmegaConf
-  structured configs, as Megatron-Bridge types its sub-configs);
+* :mod:`~labsupport.training.schema` — the run's one typed config, ``RunConfig`` (dataclasses
+  read as OmegaConf structured configs, each with its ``validate()``, as Megatron-Bridge's
+  ``ConfigContainer``);
 * :mod:`~labsupport.training.generations` — the same keys in NeMo 1.x, NeMo 2.0 and Megatron-Bridge
   (checked against their sources, ``upstream_fields.json``);
 * :mod:`~labsupport.training.settings` — the NeMo 1.x config read and checked (every bad field
-  is a :class:`~labsupport.config.ConfigError` naming it), prefixes and tokenizer resolved;
+  is a :class:`~labsupport.config.ConfigError` naming it); ``Settings`` = the config plus what it
+  resolves to (prefixes, tokenizer, world and data-parallel size);
 * :mod:`~labsupport.training.data` — the blend of chapter 3 over chapter 4's GPT samples, the
   collate step, and the naive "tokenize every step + pad" pipeline for comparison;
 * :mod:`~labsupport.training.checkpoint` — save/load model, optimizer, RNG states and consumed

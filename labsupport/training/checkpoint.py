@@ -37,10 +37,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 
 from labsupport.fileio import atomic_open, remove_stale_temporaries as _remove_stale
-from labsupport.training.settings import Settings, config_fingerprint
+from labsupport.training.settings import Settings, config_fingerprint, model_dict
 
 __all__ = ["ResumeError", "Checkpoint", "save_checkpoint", "load_checkpoint", "latest_checkpoint",
            "checkpoint_name", "rng_state", "set_rng_state", "content_digest", "checkpoints_newest_first",
@@ -161,8 +160,8 @@ def save_checkpoint(directory: str | os.PathLike, *, step: int, consumed_samples
     folder.mkdir(parents=True, exist_ok=True)
     state = {
         "format": FORMAT, "step": int(step), "consumed_samples": int(consumed_samples),
-        "config_fingerprint": config_fingerprint(settings.cfg),
-        "model_config": OmegaConf.to_container(settings.cfg.model, resolve=True),
+        "config_fingerprint": config_fingerprint(settings.config),
+        "model_config": model_dict(settings.config),
         "tokenizer_fingerprint": settings.tokenizer_fingerprint,
         "data_plan": data_plan,
         "model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng_state(),
@@ -273,11 +272,11 @@ def load_checkpoint(path: str | os.PathLike, settings: Settings, warn: Any = Non
         raise ResumeError(f"{file.name} was trained with tokenizer {state['tokenizer_fingerprint'][:12]}… but "
                           f"model.tokenizer.model is {settings.tokenizer_fingerprint[:12]}… "
                           f"({settings.tokenizer_path.name}); resume with the same tokenizer")
-    if state["config_fingerprint"] != config_fingerprint(settings.cfg):
-        now = OmegaConf.to_container(settings.cfg.model, resolve=True)
+    if state["config_fingerprint"] != config_fingerprint(settings.config):
+        now = model_dict(settings.config)
         diffs = _diff(state["model_config"], now)
         raise ResumeError(f"{file.name} was written with another model config (fingerprint "
-                          f"{state['config_fingerprint'][:12]}… vs {config_fingerprint(settings.cfg)[:12]}…): "
+                          f"{state['config_fingerprint'][:12]}… vs {config_fingerprint(settings.config)[:12]}…): "
                           + "; ".join(diffs[:3]) + ("; …" if len(diffs) > 3 else "")
                           + ". Resume with the original model.* values (trainer.* may change)")
     for key in ("model", "optimizer"):  # a checkpoint saved before the NaN guard existed

@@ -98,16 +98,7 @@ def _main(argv: Sequence[str] | None) -> int:
     from labsupport.training.trainer import train
     import torch.distributed as dist
 
-    timeout = next((float(o.split("=", 1)[1]) for o in args.overrides if o.lstrip("+").startswith("trainer.rank_timeout_s=")),
-                   None)
-    if timeout is None:  # the config's value (the process group needs it before the settings exist)
-        from omegaconf import OmegaConf
-
-        try:
-            timeout = rank_timeout(OmegaConf.load(args.config or DEFAULT_CONFIG))
-        except Exception:  # noqa: BLE001 - an unreadable config is reported by train() itself
-            timeout = rank_timeout()
-    _init_distributed(timeout)
+    _init_distributed(rank_timeout(args.config or DEFAULT_CONFIG, args.overrides))  # before the settings exist
     rank = dist.get_rank() if dist.is_initialized() else 0
     status = EXIT_OK
     try:

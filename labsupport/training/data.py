@@ -21,13 +21,14 @@ import numpy as np
 import torch
 
 from labsupport.datasets.blending import BlendedDataset, megatron_blend_size, samples_per_dataset
+from labsupport.datasets.gpt_dataset_config import GPTDatasetConfig
 from labsupport.datasets.gpt_samples import GPTDataset, attention_mask_from_cu_seqlens, get_ltor_boundaries
 from labsupport.datasets.index_cache import IndexCache, default_cache_dir, unique_description
 from labsupport.datasets.indexed import IndexedDataset
 from labsupport.datasets.splits import SPLITS, split_indices, split_matrix
 from labsupport.training.settings import Settings
 
-__all__ = ["Batch", "build_blend", "split_dataset", "index_cache_for", "collate", "NaiveTextDataset"]
+__all__ = ["Batch", "build_blend", "split_dataset", "index_cache_for", "dataset_config", "collate", "NaiveTextDataset"]
 
 
 @dataclass
@@ -59,11 +60,12 @@ def index_cache_for(settings: Settings, k: int, num_samples: int | None, index_s
     """The index-cache entry of blend entry ``k``: Megatron's description (the prefix as the
     config writes it, the tokenizer as ``{"class", "model", "fingerprint"}``) in
     ``model.data.index_mapping_dir`` or, when that is null, Megatron's default beside the prefix."""
-    split = settings.split or _NO_SPLIT
-    tokenizer = {"class": "labsupport.datasets.tokenizer.Tokenizer", "tokenizer_model": settings.tokenizer_model,
+    m = settings.config.model
+    split = m.data.splits_string or _NO_SPLIT
+    tokenizer = {"class": "labsupport.datasets.tokenizer.Tokenizer", "tokenizer_model": m.tokenizer.model,
                  "fingerprint": settings.tokenizer_fingerprint}
-    desc = unique_description(settings.configured_prefixes[k], num_samples, index_split, settings.seed,
-                              settings.seq_length, split, split_matrix(split), tokenizer)
+    desc = unique_description(m.data.blend()[0][k], num_samples, index_split, m.seed,
+                              m.encoder_seq_length, split, split_matrix(split), tokenizer)
     folder = settings.index_mapping_dir or default_cache_dir(settings.prefixes[k])
     return IndexCache(folder, desc, index_split)
 
@@ -76,16 +78,22 @@ def _rank() -> tuple[int, bool]:
     return 0, False
 
 
-def _split_gpt(settings: Settings, k: int, num_samples: int | None, index_split: str, flags: dict[str, bool],
-               eod: int, cache: bool) -> GPTDataset:
+def dataset_config(settings: Settings, flags: dict[str, bool], eod: int) -> GPTDatasetConfig:
+    """The GPTDatasetConfig of the run (``model.encoder_seq_length``, ``model.seed``) with ``flags``."""
+    m = settings.config.model
+    return GPTDatasetConfig(seq_length=m.encoder_seq_length, seed=m.seed, eod_token=eod, **flags)
+
+
+def _split_gpt(settings: Settings, k: int, num_samples: int | None, index_split: str, config: GPTDatasetConfig,
+               cache: bool) -> GPTDataset:
     ds = IndexedDataset(settings.prefixes[k])
-    indices = split_indices(settings.split or _NO_SPLIT, len(ds))[SPLITS.index(index_split)]
+    split = settings.config.model.data.splits_string
+    indices = split_indices(split or _NO_SPLIT, len(ds))[SPLITS.index(index_split)]
     if indices is None or indices.size == 0:
-        raise ValueError(f"model.data.splits_string={settings.split!r} gives {settings.names[k]} no {index_split} "
+        raise ValueError(f"model.data.splits_string={split!r} gives {settings.names[k]} no {index_split} "
                          f"sequences (it has {len(ds)}); give that split more weight")
     entry = index_cache_for(settings, k, num_samples, index_split) if cache else None
-    return GPTDataset(ds, settings.seq_length, num_samples, settings.seed, **flags, eod_token=eod,
-                      indices=indices, cache=entry)
+    return GPTDataset(ds, indices, num_samples, config, cache=entry)
 
 
 def build_blend(settings: Settings, *, flags: dict[str, bool] | None = None, eod_token: int | None = None,
@@ -93,7 +101,7 @@ def build_blend(settings: Settings, *, flags: dict[str, bool] | None = None, eod
                 cache: bool | None = None) -> BlendedDataset:
     """The training blend of ``settings`` (optionally with other flags, weights or size).
 
-    Each dataset takes the train range of ``settings.split``.  ``cache`` (default: only for the
+    Each dataset takes the train range of ``model.data.splits_string``.  ``cache`` (default: only for the
     config's own flags, weights and size — the indices the run itself uses) reads and writes the
     index cache; in a process group rank 0 builds it, then all ranks pass a barrier, then the
     others load it, so ``index_mapping_dir`` must be shared by every node.
@@ -103,20 +111,22 @@ def build_blend(settings: Settings, *, flags: dict[str, bool] | None = None, eod
 
     if cache is None:
         cache = flags is None and weights is None and size is None
-    flags = dict(settings.flags if flags is None else flags)
-    weights = list(settings.weights if weights is None else weights)
-    size = settings.total_samples if size is None else int(size)
+    data = settings.config.model.data
     eod = Tokenizer(settings.tokenizer_path).eod if eod_token is None else int(eod_token)
+    config = dataset_config(settings, data.flags if flags is None else flags, eod)
+    weights = list(data.blend()[1] if weights is None else weights)
+    size = settings.total_samples if size is None else int(size)
     requested = samples_per_dataset(weights, size)
     rank, group = _rank()
-    build = lambda: [_split_gpt(settings, k, n, "train", flags, eod, cache) for k, n in enumerate(requested)]
+    build = lambda: [_split_gpt(settings, k, n, "train", config, cache) for k, n in enumerate(requested)]
     if cache and group:
         gpt = build() if rank == 0 else None
         torch.distributed.barrier()                      # rank 0 has written the cache
         gpt = build() if gpt is None else gpt            # the others load it
     else:
         gpt = build()
-    return BlendedDataset(gpt, weights, megatron_blend_size(weights, size), settings.seed, names=settings.names)
+    return BlendedDataset(gpt, weights, megatron_blend_size(weights, size), settings.config.model.seed,
+                          names=settings.names)
 
 
 def split_dataset(settings: Settings, name: str, index_split: str = "valid") -> GPTDataset:
@@ -126,8 +136,8 @@ def split_dataset(settings: Settings, name: str, index_split: str = "valid") -> 
 
     if name not in settings.names:
         raise ValueError(f"{name!r} is not in the blend ({', '.join(settings.names)})")
-    return _split_gpt(settings, settings.names.index(name), None, index_split, dict(settings.flags),
-                      Tokenizer(settings.tokenizer_path).eod, cache=False)
+    config = dataset_config(settings, settings.config.model.data.flags, Tokenizer(settings.tokenizer_path).eod)
+    return _split_gpt(settings, settings.names.index(name), None, index_split, config, cache=False)
 
 
 def collate(samples: Sequence[dict[str, Any]], indices: Sequence[int], dense_mask: bool) -> Batch:

@@ -83,9 +83,10 @@ def plan_of(settings: Any, blend: Any, consumed: int, digest: str) -> dict[str, 
         datasets.append({"name": name, "num_samples": getattr(ds, "num_samples", None),
                          "index_samples": len(ds) if hasattr(ds, "__len__") else None,
                          "epochs": getattr(ds, "num_epochs", None), "sources": _sources(ds)})
-    return {"seed": settings.seed, "seq_length": settings.seq_length, "flags": dict(settings.flags),
-            "max_steps": settings.max_steps, "global_batch_size": settings.global_batch_size,
-            "weights": [float(w) for w in getattr(blend, "weights", settings.weights)],
+    m = settings.config.model
+    return {"seed": m.seed, "seq_length": m.encoder_seq_length, "flags": m.data.flags,
+            "max_steps": settings.config.trainer.max_steps, "global_batch_size": m.global_batch_size,
+            "weights": [float(w) for w in getattr(blend, "weights", m.data.blend()[1])],
             "blend_size": len(blend), "datasets": datasets,
             "consumed_samples": int(consumed), "consumed_sha256": digest}
 

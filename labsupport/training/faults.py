@@ -28,7 +28,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -48,13 +48,19 @@ def restart_count() -> int:
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
 
 
-def rank_timeout(cfg: Any = None) -> float:
-    """Seconds a rank waits for the others in a collective: the config's ``trainer.rank_timeout_s``
-    (300 without a config, torch's default for gloo)."""
-    from omegaconf import OmegaConf
+def rank_timeout(source: Any = None, overrides: Sequence[str] = ()) -> float:
+    """Seconds a rank waits for the others in a collective: ``trainer.rank_timeout_s`` of the
+    config ``source`` with ``overrides`` (300, torch's default for gloo, without a config or when
+    it cannot be read: ``train()`` then reports why, naming the field)."""
+    if source is None:
+        return 300.0
+    from labsupport.config import load_config
+    from labsupport.training.schema import read_run_config
 
-    value = OmegaConf.select(cfg, "trainer.rank_timeout_s", default=None) if cfg is not None else None
-    return float(300 if value is None else value)
+    try:
+        return float(read_run_config(load_config(source, overrides))[0].trainer.rank_timeout_s)
+    except Exception:  # noqa: BLE001 - an unreadable or invalid config is reported by train() itself
+        return 300.0
 
 
 # --------------------------------------------------------------------------- before training
@@ -209,7 +215,7 @@ class RankHealth:
             store = dist.distributed_c10d._get_default_store()
         except (AttributeError, RuntimeError, ValueError):
             return None
-        return cls(store, run.rank, run.world, rank_timeout(run.settings.cfg))
+        return cls(store, run.rank, run.world, run.settings.config.trainer.rank_timeout_s)
 
     def beat(self, step: int) -> None:
         """Say "rank r has started step ``step``" (one store write)."""

@@ -1,64 +1,93 @@
-"""The typed schema of chapter 6's config — chapter 6 (end to end, book §6.2.2).
+"""Chapter 6's run as one typed config, ``RunConfig`` — chapter 6 (end to end, book §6.2.2).
 
 ``configs/megatron_gpt_tiny.yaml`` keeps NeMo 1.x's layout (``trainer`` / ``exp_manager`` /
 ``model`` with ``model.data``, ``model.tokenizer`` and ``model.optim`` inside).  Each section is a
-dataclass here, read as an OmegaConf *structured config* (``OmegaConf.structured``) — the way
-Megatron-Bridge types the sub-configs of its ``ConfigContainer`` — so OmegaConf itself refuses a
-value of the wrong type (``model.hidden_size=wide``) and a missing key.  What a type cannot say
-(a least value, a closed set of names) is written on the field as metadata
-(``minimum``/``above``/``choices`` and the sentence telling the learner what to do) and checked by
-:func:`typed_config` after the merge.  Every problem is one
-:class:`~labsupport.config.ConfigError` whose message starts with the field:
-``model.micro_batch_size=0: expected an integer ≥ 1``.
+dataclass; :func:`read_run_config` merges the YAML (plus overrides) onto them as an OmegaConf
+*structured config* and turns the result into dataclass instances (``OmegaConf.to_object``), as
+Megatron-Bridge builds its ``ConfigContainer``.  OmegaConf refuses a value of the wrong type and a
+missing key; each dataclass's ``validate()`` holds the rules a type cannot say (least values,
+closed sets of names) and :meth:`RunConfig.validate` the rules that join fields (the global batch
+divides by micro batch × DP).  The trainer reads attributes: ``config.model.optim.lr``.
 
-OmegaConf's own conversions apply: a string ``"4"`` is read as 4 for an ``int`` field, and
-``yes``/``no``/``on``/``off``/``1``/``0`` as booleans.  Keys the schema lacks (added on purpose with
-``+key=value``) are kept, not checked: the trainer does not read them.
+Every problem is one :class:`~labsupport.config.ConfigError` whose message starts with the
+field: ``model.micro_batch_size=0: expected an integer ≥ 1``.  OmegaConf's own conversions apply:
+a string ``"4"`` is read as 4 for an ``int`` field, ``yes``/``no``/``on``/``off`` as booleans.
+Keys the schema lacks (added on purpose with ``+key=value``) are left out: the trainer does not
+read them.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
+import typing
 from dataclasses import dataclass, field
-from typing import Any, Iterator, List, Optional
+from typing import Any, List, Optional
 
 from omegaconf import MISSING, DictConfig, OmegaConf
-from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException, ValidationError
 
-from labsupport.config import ConfigError
+from labsupport.config import ConfigError, ParallelLayout, parallel_layout
 
 __all__ = ["TrainerConfig", "ExpManagerConfig", "TokenizerConfig", "DataConfig", "SchedConfig",
-           "OptimConfig", "ModelConfig", "RunConfig", "typed_config", "schema_keys", "LAYOUT_HINT"]
+           "OptimConfig", "ModelConfig", "RunConfig", "read_run_config", "schema_keys", "LAYOUT_HINT"]
 
 LAYOUT_HINT = "see configs/megatron_gpt_tiny.yaml for the layout"
 
 
-def _int(minimum: int = 1) -> Any:
-    """A required integer ≥ ``minimum``."""
-    return field(default=MISSING, metadata={"minimum": minimum})
+# ------------------------------------------------------------------ the rules, in the learner's words
+def _integer(key: str, value: Any, least: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ConfigError(f"{key}={value!r}: expected an integer ≥ {least}")
 
 
-def _number(*, above: float | None = None, minimum: float | None = None) -> Any:
-    """A required number, > ``above`` or ≥ ``minimum``."""
-    return field(default=MISSING, metadata={"above": above, "minimum": minimum})
+def _number(key: str, value: Any, *, above: float | None = None, least: float | None = None) -> None:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if above is not None and not (number and value > above):
+        raise ConfigError(f"{key}={value!r}: expected a number > {above:g}")
+    if least is not None and not (number and value >= least):
+        raise ConfigError(f"{key}={value!r}: expected a number ≥ {least:g}")
 
 
-def _choice(choices: tuple[str, ...], hint: str) -> Any:
-    """A required string from ``choices``; ``hint`` tells the learner what to write instead."""
-    return field(default=MISSING, metadata={"choices": choices, "hint": hint})
+def _choice(key: str, value: Any, choices: tuple[str, ...], hint: str) -> None:
+    if value not in choices:
+        raise ConfigError(f"{key}={value!r}: {hint}")
 
 
+def _flag(key: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}={value!r}: expected true or false")
+
+
+def _text(key: str, value: Any, *, optional: bool = False) -> None:
+    if not (isinstance(value, str) or (optional and value is None)):
+        raise ConfigError(f"{key}={value!r}: expected a string" + (" or null" if optional else ""))
+
+
+# ----------------------------------------------------------------------------------- the sections
 @dataclass
 class TrainerConfig:
     """``trainer``: processes, steps and number format (Lightning's ``Trainer`` arguments)."""
 
-    devices: int = _int()
-    num_nodes: int = _int()
-    accelerator: str = _choice(("auto", "cpu", "gpu"), "use auto, cpu or gpu")
-    precision: str = _choice(("32", "bf16", "bf16-mixed"), "use 32 or bf16")
-    max_steps: int = _int()
-    log_every_n_steps: int = _int()
+    devices: int = MISSING
+    num_nodes: int = MISSING
+    accelerator: str = MISSING          # auto | cpu | gpu
+    precision: str = MISSING            # 32 | bf16 (bf16-mixed: NeMo 2.0's spelling)
+    max_steps: int = MISSING
+    log_every_n_steps: int = MISSING
     #: seconds a rank waits in a collective before the run stops naming the silent rank (issue 23)
-    rank_timeout_s: float = _number(above=0.0)
+    rank_timeout_s: float = MISSING
+
+    @property
+    def bf16(self) -> bool:
+        """True when the run computes in bf16 autocast (``bf16`` or ``bf16-mixed``)."""
+        return self.precision.startswith("bf16")
+
+    def validate(self) -> None:
+        for name in ("devices", "num_nodes", "max_steps", "log_every_n_steps"):
+            _integer(f"trainer.{name}", getattr(self, name))
+        _choice("trainer.accelerator", self.accelerator, ("auto", "cpu", "gpu"), "use auto, cpu or gpu")
+        _choice("trainer.precision", self.precision, ("32", "bf16", "bf16-mixed"), "use 32 or bf16")
+        _number("trainer.rank_timeout_s", self.rank_timeout_s, above=0.0)
 
 
 @dataclass
@@ -67,67 +96,149 @@ class ExpManagerConfig:
 
     resume_if_exists: bool = MISSING
 
+    def validate(self) -> None:
+        _flag("exp_manager.resume_if_exists", self.resume_if_exists)
+
 
 @dataclass
 class TokenizerConfig:
     """``model.tokenizer``: the SentencePiece model that preprocessing used."""
 
-    library: str = _choice(("sentencepiece",), "this workbook trains with sentencepiece models only")
-    model: str = MISSING
+    library: str = MISSING
+    model: str = MISSING                # a .model path, or "workbook"
+
+    def validate(self) -> None:
+        _choice("model.tokenizer.library", self.library, ("sentencepiece",),
+                "this workbook trains with sentencepiece models only")
+        _text("model.tokenizer.model", self.model)
 
 
 @dataclass
 class DataConfig:
     """``model.data``: the blend, sample length and chapter 4's boundary flags."""
 
-    data_prefix: List[Any] = MISSING
-    data_impl: str = _choice(("mmap",), "this workbook's trainer supports 'mmap' only")
-    dataloader_type: str = _choice(("single",), "this workbook's trainer supports 'single' only")
+    data_prefix: List[Any] = MISSING             # weight, prefix pairs (or prefixes alone)
+    data_impl: str = MISSING
+    dataloader_type: str = MISSING
     splits_string: Optional[str] = MISSING       # train,valid,test weights (null: every document trains)
     index_mapping_dir: Optional[str] = None      # GPTDataset index cache folder (null: <prefix>/cache/GPTDataset_indices)
-    seq_length: int = _int(2)
+    seq_length: int = MISSING
     reset_position_ids: bool = MISSING
     reset_attention_mask: bool = MISSING
     eod_mask_loss: bool = MISSING
+
+    @property
+    def flags(self) -> dict[str, bool]:
+        """Chapter 4's three boundary flags by name."""
+        return {"reset_position_ids": self.reset_position_ids, "reset_attention_mask": self.reset_attention_mask,
+                "eod_mask_loss": self.eod_mask_loss}
+
+    def blend(self) -> tuple[list[str], list[float]]:
+        """``data_prefix`` as (prefixes as written, weights as written; 1.0 each when it has none)."""
+        from labsupport.datasets.blending import BlendError, get_blend_from_list
+
+        try:
+            prefixes, weights = get_blend_from_list(copy.deepcopy(self.data_prefix), check_files=False)
+        except BlendError as exc:
+            raise ConfigError(f"model.data.{exc}") from None
+        return [str(p) for p in prefixes], [1.0] * len(prefixes) if weights is None else [float(w) for w in weights]
+
+    def validate(self) -> None:
+        if not isinstance(self.data_prefix, list):
+            raise ConfigError(f"model.data.data_prefix={self.data_prefix!r}: expected a list")
+        _choice("model.data.data_impl", self.data_impl, ("mmap",), "this workbook's trainer supports 'mmap' only")
+        _choice("model.data.dataloader_type", self.dataloader_type, ("single",),
+                "this workbook's trainer supports 'single' only")
+        _text("model.data.splits_string", self.splits_string, optional=True)
+        _text("model.data.index_mapping_dir", self.index_mapping_dir, optional=True)
+        _integer("model.data.seq_length", self.seq_length, 2)
+        for name in self.flags:
+            _flag(f"model.data.{name}", getattr(self, name))
+        if self.splits_string is not None:
+            from labsupport.datasets.splits import parse_and_normalize_split
+
+            try:
+                parse_and_normalize_split(self.splits_string)
+            except ValueError as exc:
+                raise ConfigError(f"model.data.splits_string={self.splits_string!r}: {exc}") from None
+        self.blend()
 
 
 @dataclass
 class SchedConfig:
     """``model.optim.sched``: linear warm-up, then constant."""
 
-    warmup_steps: int = _int(0)
+    warmup_steps: int = MISSING
+
+    def validate(self) -> None:
+        _integer("model.optim.sched.warmup_steps", self.warmup_steps, 0)
 
 
 @dataclass
 class OptimConfig:
     """``model.optim``: AdamW's settings (NeMo's ``fused_adam`` runs as ``torch.optim.AdamW``)."""
 
-    name: str = _choice(("fused_adam", "adam", "adamw"),
-                        "use fused_adam, adam or adamw (all run as torch.optim.AdamW here)")
-    lr: float = _number(above=0.0)
-    weight_decay: float = _number(minimum=0.0)
+    name: str = MISSING
+    lr: float = MISSING
+    weight_decay: float = MISSING
     betas: List[float] = MISSING
     sched: SchedConfig = field(default_factory=SchedConfig)
+
+    def validate(self) -> None:
+        _choice("model.optim.name", self.name, ("fused_adam", "adam", "adamw"),
+                "use fused_adam, adam or adamw (all run as torch.optim.AdamW here)")
+        _number("model.optim.lr", self.lr, above=0.0)
+        _number("model.optim.weight_decay", self.weight_decay, least=0.0)
+        if not isinstance(self.betas, list):
+            raise ConfigError(f"model.optim.betas={self.betas!r}: expected a list of numbers")
+        for i, beta in enumerate(self.betas):
+            if isinstance(beta, bool) or not isinstance(beta, (int, float)):
+                raise ConfigError(f"model.optim.betas[{i}]={beta!r}: expected a list of numbers")
+        self.sched.validate()
 
 
 @dataclass
 class ModelConfig:
     """``model``: batch sizes, parallel sizes, the GPT's shape, tokenizer, data and optimizer."""
 
-    micro_batch_size: int = _int()
-    global_batch_size: int = _int()
-    seed: int = _int(0)
-    tensor_model_parallel_size: int = _int()
-    pipeline_model_parallel_size: int = _int()
-    encoder_seq_length: int = _int(2)
-    max_position_embeddings: int = _int(2)
-    num_layers: int = _int()
-    hidden_size: int = _int()
-    ffn_hidden_size: int = _int()
-    num_attention_heads: int = _int()
+    micro_batch_size: int = MISSING
+    global_batch_size: int = MISSING
+    seed: int = MISSING
+    tensor_model_parallel_size: int = MISSING
+    pipeline_model_parallel_size: int = MISSING
+    encoder_seq_length: int = MISSING
+    max_position_embeddings: int = MISSING
+    num_layers: int = MISSING
+    hidden_size: int = MISSING
+    ffn_hidden_size: int = MISSING
+    num_attention_heads: int = MISSING
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+
+    def validate(self) -> None:
+        for name in ("micro_batch_size", "global_batch_size", "tensor_model_parallel_size",
+                     "pipeline_model_parallel_size", "num_layers", "hidden_size", "ffn_hidden_size",
+                     "num_attention_heads"):
+            _integer(f"model.{name}", getattr(self, name))
+        _integer("model.seed", self.seed, 0)
+        _integer("model.encoder_seq_length", self.encoder_seq_length, 2)
+        _integer("model.max_position_embeddings", self.max_position_embeddings, 2)
+        self.tokenizer.validate()
+        self.data.validate()
+        self.optim.validate()
+
+    def validate_shape(self) -> None:
+        """The rules that join the model's fields (after every field is valid)."""
+        seq = self.encoder_seq_length
+        if self.data.seq_length != seq:
+            raise ConfigError(f"model.data.seq_length={self.data.seq_length} differs from "
+                              f"model.encoder_seq_length={seq}; keep them equal (NeMo interpolates one from the other)")
+        if self.max_position_embeddings < seq:
+            raise ConfigError("model.max_position_embeddings is smaller than model.encoder_seq_length")
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(f"model.hidden_size={self.hidden_size} is not divisible by "
+                              f"model.num_attention_heads={self.num_attention_heads}")
 
 
 @dataclass
@@ -140,103 +251,123 @@ class RunConfig:
     #: resume even when the samples already trained on would come in another order (data_plan)
     allow_new_data_plan: bool = False
 
+    def validate(self, world_size: int | None = None) -> ParallelLayout:
+        """Every section's rules, then those that join sections; ``world_size``: the processes
+        actually launched (torchrun's ``WORLD_SIZE``), which must equal ``trainer.devices ×
+        trainer.num_nodes``.  Returns the parallel layout (world and data-parallel size).
+        Raises ConfigError naming the first bad field."""
+        self.trainer.validate()
+        self.exp_manager.validate()
+        self.model.validate()
+        _flag("allow_new_data_plan", self.allow_new_data_plan)
+        layout = parallel_layout(OmegaConf.structured(self))
+        if world_size is not None and world_size != layout.world_size:
+            raise ConfigError(f"trainer.devices × trainer.num_nodes = {layout.world_size} but {world_size} process(es) "
+                              f"were launched; set trainer.devices (per node) and trainer.num_nodes so that their "
+                              f"product is {world_size}, e.g. trainer.devices={world_size}")
+        if layout.tensor_parallel * layout.pipeline_parallel != 1:
+            raise ConfigError(f"model.tensor_model_parallel_size={layout.tensor_parallel}, model.pipeline_model_parallel_"
+                              f"size={layout.pipeline_parallel}: this workbook's trainer runs data parallelism only; "
+                              "set both to 1")
+        micro, dp = self.model.micro_batch_size, layout.data_parallel
+        if self.model.global_batch_size % (micro * dp):
+            raise ConfigError(f"model.global_batch_size={self.model.global_batch_size} is not divisible by "
+                              f"model.micro_batch_size × DP = {micro} × {dp}; the global batch is micro × DP × "
+                              "accumulation steps")
+        self.model.validate_shape()
+        return layout
 
-_SECTIONS: dict[str, type] = {}   # class name → dataclass (annotations are strings here)
+
+# ------------------------------------------------------------------------------ reading the YAML
+def _sections(schema: type) -> dict[str, Any]:
+    """Field name → its type (a section's dataclass, or a leaf's type)."""
+    return typing.get_type_hints(schema)
 
 
-def _section(f: dataclasses.Field) -> type | None:
-    """The dataclass a field holds, or None for a leaf."""
-    return _SECTIONS.get(f.type) if isinstance(f.type, str) else (f.type if dataclasses.is_dataclass(f.type) else None)
-
-
-def _leaves(schema: type, prefix: str = "") -> Iterator[tuple[str, dataclasses.Field]]:
-    for f in dataclasses.fields(schema):
-        sub = _section(f)
-        if sub is not None:
-            yield from _leaves(sub, f"{prefix}{f.name}.")
-        else:
-            yield f"{prefix}{f.name}", f
+def schema_keys(schema: type = RunConfig) -> list[str]:
+    """Every leaf key of the schema, dotted (``model.data.seq_length``), in declaration order."""
+    keys = []
+    for name, kind in _sections(schema).items():
+        keys += [f"{name}.{k}" for k in schema_keys(kind)] if dataclasses.is_dataclass(kind) else [name]
+    return keys
 
 
 def _known(raw: dict, schema: type, prefix: str = "") -> dict:
     """The part of ``raw`` (a plain dict, interpolations unresolved) that ``schema`` declares."""
     out = {}
-    for f in dataclasses.fields(schema):
-        if f.name not in raw:
+    for name, kind in _sections(schema).items():
+        if name not in raw:
             continue
-        sub, value = _section(f), raw[f.name]
-        if sub is not None:
+        value = raw[name]
+        if dataclasses.is_dataclass(kind):
             if not isinstance(value, dict):
-                raise ConfigError(f"{prefix}{f.name}={value!r}: expected a section of keys; {LAYOUT_HINT}")
-            value = _known(value, sub, f"{prefix}{f.name}.")
-        out[f.name] = value
+                raise ConfigError(f"{prefix}{name}={value!r}: expected a section of keys; {LAYOUT_HINT}")
+            value = _known(value, kind, f"{prefix}{name}.")
+        out[name] = value
     return out
 
 
-def schema_keys(schema: type = RunConfig) -> list[str]:
-    """Every leaf key of the schema, dotted (``model.data.seq_length``), in declaration order."""
-    return [key for key, _ in _leaves(schema)]
+def _leaf_type(key: str) -> Any:
+    """The declared type of the dotted leaf ``key`` (``None`` when it is not a leaf of RunConfig)."""
+    schema: Any = RunConfig
+    for name in key.split("."):
+        if not dataclasses.is_dataclass(schema):
+            return None
+        schema = _sections(schema).get(name)
+    return None if dataclasses.is_dataclass(schema) else schema
 
 
-def _expected(f: dataclasses.Field) -> str:
-    """What a value of field ``f`` must be, in words."""
-    meta, kind = f.metadata, str(f.type)
-    if "choices" in meta:
-        return str(meta["hint"])
-    if kind == "int":
-        return f"expected an integer ≥ {meta.get('minimum', 1)}"
-    if kind == "float":
-        return f"expected a number > {meta['above']:g}" if meta.get("above") is not None else \
-            f"expected a number ≥ {meta.get('minimum', 0):g}"
-    if kind == "bool":
-        return "expected true or false"
-    if kind.startswith("List"):
-        return "expected a list" + (" of numbers" if "float" in kind else "")
-    return "expected a string" + (" or null" if kind.startswith("Optional") else "")
+def _stand_in(kind: Any) -> Any:
+    """A value of type ``kind`` that OmegaConf accepts (put where a wrongly typed value was)."""
+    if typing.get_origin(kind) is typing.Union:
+        return None
+    return [] if typing.get_origin(kind) is list else {int: 0, float: 0.0, bool: False}.get(kind, "")
 
 
-def _error(key: str, exc: OmegaConfBaseException, fields: dict[str, dataclasses.Field]) -> ConfigError:
-    if isinstance(exc, MissingMandatoryValue):
-        return ConfigError(f"{key} is missing from the config; {LAYOUT_HINT}")
-    if key.split("[")[0] in fields and type(exc).__name__ in ("ValidationError", "InterpolationValidationError",
-                                                "UnsupportedValueType"):
-        return ConfigError(f"{key}={getattr(exc, 'value', '?')!r}: {_expected(fields[key.split('[')[0]])}")
-    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return ConfigError(f"{key}: cannot be resolved ({type(exc).__name__}: {first})")
-
-
-def _check_range(key: str, value: Any, f: dataclasses.Field) -> None:
-    meta = f.metadata
-    if "choices" in meta and value not in meta["choices"]:
-        raise ConfigError(f"{key}={value!r}: {meta['hint']}")
-    low, above = meta.get("minimum"), meta.get("above")
-    if (low is not None and value < low) or (above is not None and value <= above):
-        raise ConfigError(f"{key}={value!r}: {_expected(f)}")
-
-
-def typed_config(cfg: DictConfig) -> DictConfig:
-    """``cfg``'s declared keys merged onto :class:`RunConfig`, every field read and range-checked.
-
-    Returns the typed config (values converted to the declared types, e.g. ``trainer.precision``
-    ``32`` → ``"32"``; interpolations kept).  Keys the schema does not declare (a NeMo key added
-    with ``+key=value``) are left out: the trainer does not read them.  Raises ConfigError naming
-    the first bad field.
-    """
-    fields = dict(_leaves(RunConfig))
+def _wrong_type(known: dict, key: str, value: Any) -> ConfigError:
+    """The message for ``key``'s wrongly typed ``value``: its section's ``validate()`` with the
+    value put back into an otherwise converted config (so the rule's words are said once)."""
+    path = key.split("[")[0]
+    *outer, name = path.split(".")
+    holder = known
+    for part in outer:
+        holder = holder[part]
+    if "[" in key:           # an element of a list: the section's rule sees the whole list
+        value = holder[name]
+    probe = copy.deepcopy(known)
+    target = probe
+    for part in outer:
+        target = target[part]
+    target[name] = _stand_in(_leaf_type(path))
+    section: Any = _typed(probe)
+    for part in outer:
+        section = getattr(section, part)
+    setattr(section, name, value)
     try:
-        raw = OmegaConf.to_container(cfg, resolve=False)
-        typed = OmegaConf.merge(OmegaConf.structured(RunConfig), _known(raw, RunConfig))
+        section.validate()
+    except ConfigError as exc:
+        return exc
+    return ConfigError(f"{key}={value!r}: expected a value of type {_leaf_type(path)}")
+
+
+def _typed(known: dict) -> RunConfig:
+    """``known`` merged onto :class:`RunConfig` and turned into dataclass instances."""
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RunConfig), known))
     except OmegaConfBaseException as exc:
-        raise _error(str(getattr(exc, "full_key", "") or "config"), exc, fields) from None
-    for key, f in fields.items():
-        try:
-            value = OmegaConf.select(typed, key, throw_on_missing=True)
-        except OmegaConfBaseException as exc:
-            raise _error(key, exc, fields) from None
-        if value is not None:
-            _check_range(key, value, f)
-    return typed
+        key = str(getattr(exc, "full_key", "") or "config")
+        if isinstance(exc, MissingMandatoryValue):
+            raise ConfigError(f"{key} is missing from the config; {LAYOUT_HINT}") from None
+        if isinstance(exc, ValidationError) and _leaf_type(key.split("[")[0]) is not None:
+            raise _wrong_type(known, key, getattr(exc, "value", "?")) from None
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"{key}: cannot be resolved ({type(exc).__name__}: {first})") from None
 
 
-_SECTIONS.update({c.__name__: c for c in (TrainerConfig, ExpManagerConfig, TokenizerConfig, DataConfig, SchedConfig,
-                                          OptimConfig, ModelConfig, RunConfig)})
+def read_run_config(cfg: DictConfig, world_size: int | None = None) -> tuple[RunConfig, ParallelLayout]:
+    """``cfg``'s declared keys as a :class:`RunConfig` (values converted to the declared types,
+    e.g. ``trainer.precision`` ``32`` → ``"32"``; interpolations resolved), validated for
+    ``world_size`` launched processes (:meth:`RunConfig.validate`), with its parallel layout.
+    Raises ConfigError naming the first bad field."""
+    config = _typed(_known(OmegaConf.to_container(cfg, resolve=False), RunConfig))
+    return config, config.validate(world_size)

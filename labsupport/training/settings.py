@@ -1,11 +1,11 @@
 """The chapter 6 config read, checked and resolved — chapter 6 (end to end, book §6.2.2).
 
 :func:`load_settings` takes a NeMo 1.x-layout YAML (``configs/megatron_gpt_tiny.yaml``) plus
-Hydra-style ``key=value`` overrides and returns :class:`Settings`: plain numbers, resolved
-dataset prefixes and the tokenizer path.  The file is read onto the typed schema of
-:mod:`labsupport.training.schema` (OmegaConf structured configs: types, least values, allowed
-names); the rules that join two fields are checked here.  Every problem is a
-:class:`~labsupport.config.ConfigError` whose message starts with the field, e.g.
+Hydra-style ``key=value`` overrides and returns :class:`Settings`: the typed, checked config
+(:class:`~labsupport.training.schema.RunConfig`, ``settings.config``) and what it resolves to on
+this machine — dataset prefixes, the tokenizer path and fingerprint, world and data-parallel
+size.  Every problem is a :class:`~labsupport.config.ConfigError` whose message starts with the
+field, e.g.
 ``model.global_batch_size=6 is not divisible by model.micro_batch_size × DP = 4 × 1``.
 
 Resolution rules (so the config works from a fresh clone):
@@ -20,23 +20,24 @@ Resolution rules (so the config works from a fresh clone):
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from labsupport.config import ConfigError, load_config, parallel_layout
-from labsupport.training.schema import typed_config
+from labsupport.config import ConfigError, load_config
+from labsupport.training.schema import RunConfig, read_run_config
 from labsupport.paths import DOMAINS, REPO_ROOT, work_dir
 
 __all__ = ["Settings", "load_settings", "settings_from_config", "ConfigError", "DEFAULT_CONFIG",
-           "resolve_prefix", "config_fingerprint"]
+           "resolve_prefix", "config_fingerprint", "model_dict", "RunConfig"]
 
 #: The chapter's config.
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "megatron_gpt_tiny.yaml"
@@ -45,38 +46,32 @@ _WORKBOOK_PREFIX = "work/indexed/"
 
 @dataclass(frozen=True)
 class Settings:
-    """Everything one run needs, checked.  ``cfg`` is the resolved config (OmegaConf)."""
+    """What the checked config resolves to on this machine, and the config itself (``config``:
+    read every configured value there, e.g. ``settings.config.model.micro_batch_size``)."""
 
-    cfg: DictConfig
+    config: RunConfig
     names: list[str]                 # dataset display names (web, code, …)
     prefixes: list[str]              # resolved .bin/.idx prefixes (absolute)
-    weights: list[float]             # as written in data_prefix (normalised by the blend)
     tokenizer_path: Path
     tokenizer_fingerprint: str
     world_size: int
     data_parallel_size: int
-    micro_batch_size: int
-    global_batch_size: int
-    num_microbatches: int
-    seq_length: int
-    max_steps: int
-    seed: int
-    precision: str                   # "32" or "bf16"
-    accelerator: str                 # "cpu" | "gpu" | "auto"
-    flags: dict[str, bool] = field(default_factory=dict)  # reset_position_ids, reset_attention_mask, eod_mask_loss
-    split: str | None = None         # model.data.splits_string (None: every sequence is train)
-    index_mapping_dir: str | None = None   # the index cache folder (None: Megatron's default per prefix)
-    configured_prefixes: list[str] = field(default_factory=list)  # data_prefix entries as written (the cache's dataset_path)
-    tokenizer_model: str = ""        # model.tokenizer.model as written
+    index_mapping_dir: str | None = None   # the index cache folder, absolute (None: Megatron's default per prefix)
+
+    @property
+    def num_microbatches(self) -> int:
+        """Micro-batches per rank and step: global batch ÷ (micro batch × DP)."""
+        m = self.config.model
+        return m.global_batch_size // (m.micro_batch_size * self.data_parallel_size)
 
     @property
     def total_samples(self) -> int:
         """Samples the run draws: ``max_steps × global_batch_size`` (Megatron's train samples)."""
-        return self.max_steps * self.global_batch_size
+        return self.config.trainer.max_steps * self.config.model.global_batch_size
 
     @property
     def tokens_per_step(self) -> int:
-        return self.global_batch_size * self.seq_length
+        return self.config.model.global_batch_size * self.config.model.encoder_seq_length
 
 
 def resolve_prefix(prefix: str, where: str) -> str:
@@ -106,14 +101,14 @@ def resolve_prefix(prefix: str, where: str) -> str:
     return str(path)
 
 
-def _tokenizer(cfg: DictConfig) -> tuple[Path, str]:
-    model = cfg.model.tokenizer.model          # library: checked by the schema (sentencepiece only)
+def _tokenizer(config: RunConfig) -> tuple[Path, str]:
+    model = config.model.tokenizer.model          # library: checked by the schema (sentencepiece only)
     from labsupport.datasets.tokenizer import Tokenizer, workbook_tokenizer
 
     if model == "workbook":
         path = workbook_tokenizer()
     else:
-        path = Path(str(model))
+        path = Path(model)
         path = path if path.is_absolute() else REPO_ROOT / path
         if not path.is_file():
             raise ConfigError(f"model.tokenizer.model={model!r}: no such file; give a SentencePiece .model "
@@ -121,82 +116,39 @@ def _tokenizer(cfg: DictConfig) -> tuple[Path, str]:
     return path, Tokenizer(path).fingerprint
 
 
-def config_fingerprint(cfg: DictConfig) -> str:
+def model_dict(config: RunConfig) -> dict:
+    """The ``model`` section as plain values (what a checkpoint stores and compares)."""
+    return dataclasses.asdict(config.model)
+
+
+def config_fingerprint(config: RunConfig) -> str:
     """sha256 of the ``model`` section (architecture, data, batch, optimizer): what a
     checkpoint must share with the run that resumes it.  ``trainer.*`` may change (more steps,
     another number of processes)."""
-    model = OmegaConf.to_container(cfg.model, resolve=True)
-    return hashlib.sha256(json.dumps(model, sort_keys=True, default=str).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(model_dict(config), sort_keys=True, default=str).encode()).hexdigest()
 
 
 def settings_from_config(cfg: DictConfig, world_size: int | None = None) -> Settings:
-    """Check ``cfg`` and resolve its prefixes and tokenizer.  ``world_size``: the processes
-    actually launched (torchrun's ``WORLD_SIZE``); it must equal ``trainer.devices ×
-    trainer.num_nodes``.  Types, least values and closed sets of names are the schema's
-    (:mod:`labsupport.training.schema`); what depends on two fields is checked here.  Raises
-    ConfigError naming the field.  ``Settings.cfg`` is the typed config."""
-    from labsupport.datasets.blending import BlendError, get_blend_from_list, tokenizer_fingerprint
+    """Read ``cfg`` as a :class:`RunConfig`, check it (:meth:`RunConfig.validate`: ``world_size``
+    is the processes actually launched, torchrun's ``WORLD_SIZE``), and resolve its prefixes and
+    tokenizer.  Raises ConfigError naming the field."""
+    from labsupport.datasets.blending import tokenizer_fingerprint
 
-    cfg = typed_config(cfg)
-    layout = parallel_layout(cfg)
-    if world_size is not None and world_size != layout.world_size:
-        raise ConfigError(f"trainer.devices × trainer.num_nodes = {layout.world_size} but {world_size} process(es) "
-                          f"were launched; set trainer.devices (per node) and trainer.num_nodes so that their product "
-                          f"is {world_size}, e.g. trainer.devices={world_size}")
-    if layout.tensor_parallel * layout.pipeline_parallel != 1:
-        raise ConfigError(f"model.tensor_model_parallel_size={layout.tensor_parallel}, model.pipeline_model_parallel_size="
-                          f"{layout.pipeline_parallel}: this workbook's trainer runs data parallelism only; set both to 1")
-    m = cfg.model
-    micro, global_bs, dp, seq = m.micro_batch_size, m.global_batch_size, layout.data_parallel, m.encoder_seq_length
-    if global_bs % (micro * dp):
-        raise ConfigError(f"model.global_batch_size={global_bs} is not divisible by model.micro_batch_size × DP = "
-                          f"{micro} × {dp}; the global batch is micro × DP × accumulation steps")
-    if m.data.seq_length != seq:
-        raise ConfigError(f"model.data.seq_length={m.data.seq_length} differs from "
-                          f"model.encoder_seq_length={seq}; keep them equal (NeMo interpolates one from the other)")
-    if m.max_position_embeddings < seq:
-        raise ConfigError("model.max_position_embeddings is smaller than model.encoder_seq_length")
-    if m.hidden_size % m.num_attention_heads:
-        raise ConfigError(f"model.hidden_size={m.hidden_size} is not divisible by "
-                          f"model.num_attention_heads={m.num_attention_heads}")
-    precision = cfg.trainer.precision
-    flags = {k: bool(m.data[k]) for k in ("reset_position_ids", "reset_attention_mask", "eod_mask_loss")}
-
-    split = m.data.splits_string
-    if split is not None:
-        from labsupport.datasets.splits import parse_and_normalize_split
-
-        try:
-            parse_and_normalize_split(split)
-        except ValueError as exc:
-            raise ConfigError(f"model.data.splits_string={split!r}: {exc}") from None
-    raw = OmegaConf.to_container(m.data.data_prefix, resolve=True)
-    try:
-        parsed = get_blend_from_list(raw, check_files=False)
-    except BlendError as exc:
-        raise ConfigError(f"model.data.{exc}") from None
-    prefixes_raw, weights = parsed
-    if weights is None:
-        weights = [1.0] * len(prefixes_raw)
-    step = 2
-    prefixes = [resolve_prefix(p, f"model.data.data_prefix entry {1 + step * k}") for k, p in enumerate(prefixes_raw)]
+    config, layout = read_run_config(cfg, world_size)
+    written, _ = config.model.data.blend()
+    prefixes = [resolve_prefix(p, f"model.data.data_prefix entry {1 + 2 * k}") for k, p in enumerate(written)]
     names = [Path(p).name.removesuffix("_text_document") for p in prefixes]
-    tok_path, tok_fp = _tokenizer(cfg)
-    for name_, prefix, entry in zip(names, prefixes, prefixes_raw):
+    tok_path, tok_fp = _tokenizer(config)
+    for prefix, entry in zip(prefixes, written):
         fp = tokenizer_fingerprint(prefix)
         if fp is not None and fp != tok_fp:
             raise ConfigError(f"model.data.data_prefix {entry!r} was tokenized with tokenizer {fp[:12]}… but "
                               f"model.tokenizer.model is {tok_fp[:12]}… ({tok_path.name}); re-preprocess with the "
                               "same model (book §6.2.4: one tokenizer for preprocessing, training and inference)")
-    return Settings(cfg=cfg, names=names, prefixes=prefixes, weights=[float(w) for w in weights],
-                    tokenizer_path=tok_path, tokenizer_fingerprint=tok_fp, world_size=layout.world_size,
-                    data_parallel_size=dp, micro_batch_size=micro, global_batch_size=global_bs,
-                    num_microbatches=global_bs // (micro * dp), seq_length=seq,
-                    max_steps=cfg.trainer.max_steps, seed=m.seed,
-                    precision="bf16" if precision.startswith("bf16") else "32", accelerator=cfg.trainer.accelerator,
-                    flags=flags, split=None if split is None else str(split),
-                    index_mapping_dir=_cache_dir(m.data.index_mapping_dir),
-                    configured_prefixes=[str(p) for p in prefixes_raw], tokenizer_model=str(m.tokenizer.model))
+    return Settings(config=config, names=names, prefixes=prefixes, tokenizer_path=tok_path,
+                    tokenizer_fingerprint=tok_fp, world_size=layout.world_size,
+                    data_parallel_size=layout.data_parallel,
+                    index_mapping_dir=_cache_dir(config.model.data.index_mapping_dir))
 
 
 def _cache_dir(value: str | None) -> str | None:

@@ -18,13 +18,14 @@ OOM on terabytes                       load every ``.bin`` into RAM             
 from __future__ import annotations
 
 import json
+import operator
 import os
 from typing import Any, Sequence
 
 import numpy as np
 import torch
 
-from labsupport.training.data import NaiveTextDataset, build_blend, collate
+from labsupport.training.data import NaiveTextDataset, build_blend, collate, dataset_config
 from labsupport.training.settings import Settings, load_settings
 
 __all__ = ["loader_and_padding", "cross_document_pairs", "tokenizer_mismatch", "small_domain_split",
@@ -45,7 +46,8 @@ def loader_and_padding(settings: Settings, steps: int, blend: Any = None) -> dic
 
     blend = build_blend(settings) if blend is None else blend
     tok = Tokenizer(settings.tokenizer_path)
-    naive = NaiveTextDataset([read_documents(data_file(n)) for n in settings.names], tok, settings.seq_length, blend)
+    naive = NaiveTextDataset([read_documents(data_file(n)) for n in settings.names], tok,
+                             settings.config.model.encoder_seq_length, blend)
     out = {}
     for name, ds in (("indexed + packed", blend), ("tokenize + pad", naive)):
         res = train(settings, dataset=ds, stop_after=steps, show_progress=False)
@@ -53,7 +55,7 @@ def loader_and_padding(settings: Settings, steps: int, blend: Any = None) -> dic
         step_t = sum(r["step_time"] for r in log)
         out[name] = {
             "real_token_share": sum(r["loss_tokens"] for r in res.log) / sum(r["tokens"] for r in res.log),
-            "tokenize_calls": 0 if ds is blend else settings.global_batch_size,
+            "tokenize_calls": 0 if ds is blend else settings.config.model.global_batch_size,
             "tokens_per_s": sum(r["tokens"] for r in log) / step_t,
             "useful_tokens_per_s": sum(r["loss_tokens"] for r in log) / step_t,
             "data_share": sum(r["data_time"] for r in log) / step_t,
@@ -75,7 +77,7 @@ def cross_document_pairs(settings: Settings, indices: Sequence[int], eod: int) -
     samples ``indices``: with ``reset_attention_mask`` off (Megatron's default) and on."""
     out = {}
     for label, on in (("mask off", False), ("mask on", True)):
-        flags = dict(settings.flags, reset_attention_mask=on)
+        flags = dict(settings.config.model.data.flags, reset_attention_mask=on)
         blend = build_blend(settings, flags=flags)
         batch = collate([blend[i] for i in indices], indices, dense_mask=True)
         allowed = ~batch.masked
@@ -151,7 +153,7 @@ def overfit_small_domain(settings: Settings, small: str, heldout: Any, weight: f
     from labsupport.datasets.tokenizer import Tokenizer
     from labsupport.training.trainer import train
 
-    others = [(w, p) for w, p in zip(settings.weights, settings.prefixes)]
+    others = [(w, p) for w, p in zip(settings.config.model.data.blend()[1], settings.prefixes)]
     rest = 1.0 - weight
     total_w = sum(w for w, _ in others)
     prefix_list = []
@@ -160,17 +162,17 @@ def overfit_small_domain(settings: Settings, small: str, heldout: Any, weight: f
     prefix_list += [weight, small]
     cfg_overrides = [f"model.data.data_prefix=[{','.join(str(x) for x in prefix_list)}]", f"trainer.max_steps={steps}"]
     run = load_settings(overrides=_base_overrides(settings) + cfg_overrides)
-    eod = Tokenizer(run.tokenizer_path).eod
-    flags = run.flags
+    data = run.config.model.data
+    dense = data.reset_attention_mask
     held = heldout if isinstance(heldout, GPTDataset) else \
-        GPTDataset(IndexedDataset(heldout), run.seq_length, None, run.seed, **flags, eod_token=eod)
+        GPTDataset(IndexedDataset(heldout), None, None, dataset_config(run, data.flags, Tokenizer(run.tokenizer_path).eod))
     held_ids = list(range(min(eval_samples, len(held))))
-    held_batch = collate([{**held[i], "dataset_id": 0} for i in held_ids], held_ids, flags["reset_attention_mask"])
+    held_batch = collate([{**held[i], "dataset_id": 0} for i in held_ids], held_ids, dense)
     blend = build_blend(run)
     d_small = len(run.names) - 1
     own = blend.datasets[d_small]
     own_ids = list(range(min(eval_samples, len(own))))
-    own_batch = collate([{**own[i], "dataset_id": d_small} for i in own_ids], own_ids, flags["reset_attention_mask"])
+    own_batch = collate([{**own[i], "dataset_id": d_small} for i in own_ids], own_ids, dense)
     per_epoch = (own.tokens_per_epoch - own.extra) // own.seq_length
     curve: dict[str, list[float]] = {"step": [], "small_loss": [], "heldout_loss": [], "epochs": []}
 
@@ -194,9 +196,8 @@ def _base_overrides(settings: Settings) -> list[str]:
     keys = ["model.hidden_size", "model.ffn_hidden_size", "model.num_layers", "model.num_attention_heads",
             "model.encoder_seq_length", "model.micro_batch_size", "model.global_batch_size", "model.seed",
             "model.optim.lr"]
-    from omegaconf import OmegaConf
-
-    return [f"{k}={OmegaConf.select(settings.cfg, k)}" for k in keys] + [f"trainer.precision={settings.cfg.trainer.precision}"]
+    get = (lambda key: operator.attrgetter(key)(settings.config))
+    return [f"{k}={get(k)}" for k in keys] + [f"trainer.precision={settings.config.trainer.precision}"]
 
 
 def memory_footprint(settings: Settings, blend: Any, indices: Sequence[int]) -> dict[str, int]:
@@ -249,7 +250,7 @@ def memory_as_corpus_grows(settings: Settings, copies: Sequence[int], folder: st
     touch), ``samples``."""
     import dataclasses
 
-    indices = list(range(settings.global_batch_size)) if indices is None else list(indices)
+    indices = list(range(settings.config.model.global_batch_size)) if indices is None else list(indices)
     rows = []
     for k in copies:
         prefixes = [_repeated_corpus(p, k, os.path.join(os.fspath(folder), f"x{k}_{name}_text_document"))

@@ -124,9 +124,9 @@ def trace_document(blend: Any, settings: Any, domain: str, document: int, result
                 item = blend[int(i)]
                 cu = item["cu_seqlens"].numpy()
                 segment = int(np.searchsorted(cu, start, side="right") - 1)
-                per_step = settings.global_batch_size
+                per_step = settings.config.model.global_batch_size
                 within = int(i) % per_step
-                rank = (within // settings.micro_batch_size) % settings.data_parallel_size
+                rank = (within // settings.config.model.micro_batch_size) % settings.data_parallel_size
                 occ = Occurrence(int(i), sample, int(i) // per_step + 1, rank, (start, end),
                                  item["position_ids"][start:end].tolist(), segment)
                 if result is not None and int(i) in result.token_losses:

@@ -36,7 +36,6 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 import torch.distributed as dist
-from omegaconf import OmegaConf
 from torch.nn import functional as F
 
 from labsupport.models.tiny_lm import TinyCausalLM
@@ -67,8 +66,8 @@ class TrainResult:
 
 def build_model(settings: Settings, vocab_size: int) -> TinyCausalLM:
     """Chapter 4's TinyCausalLM sized by ``model.*``, initialised from ``model.seed``."""
-    m = settings.cfg.model
-    torch.manual_seed(settings.seed)
+    m = settings.config.model
+    torch.manual_seed(m.seed)
     return TinyCausalLM(vocab_size=vocab_size, d_model=m.hidden_size, n_heads=m.num_attention_heads,
                         n_layers=m.num_layers, max_positions=m.max_position_embeddings,
                         ffn_hidden_size=m.ffn_hidden_size)
@@ -89,9 +88,10 @@ def token_losses(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
 def _device(settings: Settings) -> torch.device:
     if dist.is_initialized() and dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
-    if dist.is_initialized() or settings.accelerator == "cpu":
+    accelerator = settings.config.trainer.accelerator
+    if dist.is_initialized() or accelerator == "cpu":
         return torch.device("cpu")
-    if settings.accelerator == "gpu" and not torch.cuda.is_available():
+    if accelerator == "gpu" and not torch.cuda.is_available():
         raise ConfigError("trainer.accelerator=gpu but torch sees no CUDA device; use trainer.accelerator=cpu or auto")
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -103,8 +103,8 @@ def _memory_mb(device: torch.device) -> float:
 
 
 def _lr(settings: Settings, step: int) -> float:
-    base = float(settings.cfg.model.optim.lr)
-    warm = int(settings.cfg.model.optim.sched.warmup_steps)
+    base = settings.config.model.optim.lr
+    warm = settings.config.model.optim.sched.warmup_steps
     return base * min(1.0, (step + 1) / warm) if warm else base
 
 
@@ -169,11 +169,11 @@ def _build(config: Any, overrides: Sequence[str]) -> _Run:
     if world > 1:  # as DDP does at construction: every rank starts from rank 0's weights
         for p in model.parameters():
             dist.broadcast(p.data, 0)
-    opt_cfg = settings.cfg.model.optim
+    opt_cfg = settings.config.model.optim
     # fused: one kernel over all parameters (NeMo's model.optim.name is fused_adam); on this CPU model
     # it took ~1.3 ms per step against ~6-10 ms for the per-tensor loop (one thread, 1.1 M parameters)
     optimizer = torch.optim.AdamW(model.parameters(), lr=_lr(settings, 0), betas=tuple(opt_cfg.betas),
-                                  weight_decay=float(opt_cfg.weight_decay), fused=device.type in ("cpu", "cuda"))
+                                  weight_decay=opt_cfg.weight_decay, fused=device.type in ("cpu", "cuda"))
     return _Run(settings, model, optimizer, device, world, rank)
 
 
@@ -185,9 +185,10 @@ def _resume(run: _Run, resume: str | os.PathLike, log_file: str | os.PathLike | 
     finally:
         if quiet:
             quiet.close()
-    if loaded.step >= run.settings.max_steps:
+    max_steps = run.settings.config.trainer.max_steps
+    if loaded.step >= max_steps:
         raise ResumeError(f"{loaded.path.name} is at step {loaded.step}, which already reaches trainer.max_steps="
-                          f"{run.settings.max_steps}; raise trainer.max_steps to train further")
+                          f"{max_steps}; raise trainer.max_steps to train further")
     run.model.load_state_dict(loaded.state["model"])
     run.optimizer.load_state_dict(loaded.state["optimizer"])
     ckpt.set_rng_state(loaded.state["rng"])
@@ -199,21 +200,20 @@ def _resume(run: _Run, resume: str | os.PathLike, log_file: str | os.PathLike | 
 
 def _data(run: _Run, dataset: Any) -> None:
     """The blend (or ``dataset``), checked up front, and this rank's sampler from ``consumed``."""
-    from labsupport.training.data_plan import ALLOW_KEY, check_plan, consumed_digest
+    from labsupport.training.data_plan import check_plan, consumed_digest
 
     run.blend = faults.checked_blend(run.settings) if dataset is None else dataset
     run.names = list(getattr(run.blend, "names", run.settings.names))
     loaded = getattr(run, "resumed_from", None)
     if loaded is not None:
-        allow = bool(OmegaConf.select(run.settings.cfg, ALLOW_KEY, default=False))
         run.plan_hasher, warning = check_plan(loaded.state.get("data_plan"), run.settings, run.blend,
-                                              run.consumed, loaded.path.name, allow)
+                                              run.consumed, loaded.path.name, run.settings.config.allow_new_data_plan)
         if warning and run.rank == 0:
             print(warning, file=sys.stderr)
     else:
         run.plan_hasher = consumed_digest(run.blend, run.consumed)
-    run.batches = iter(MegatronPretrainingSampler(len(run.blend), run.consumed, run.settings.micro_batch_size,
-                                                  run.rank, run.world))
+    run.batches = iter(MegatronPretrainingSampler(len(run.blend), run.consumed,
+                                                  run.settings.config.model.micro_batch_size, run.rank, run.world))
 
 
 @dataclass
@@ -235,13 +235,13 @@ def _forward_backward(run: _Run, st: _StepStats, token_store: dict | None) -> No
     s, n_dom = run.settings, len(run.names)
     t0 = time.perf_counter()
     idx = next(run.batches)
-    cpu_batch = collate([run.blend[i] for i in idx], idx, s.flags["reset_attention_mask"])
+    cpu_batch = collate([run.blend[i] for i in idx], idx, s.config.model.data.reset_attention_mask)
     batch = cpu_batch.to(run.device)
     st.read += [int(i) for i in idx]
     st.tokens.update((int(i), cpu_batch.tokens[j]) for j, i in enumerate(idx))   # for the data-plan digest
     st.digest.update(cpu_batch.tokens.numpy().tobytes())
     t1 = time.perf_counter()
-    with torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=s.precision == "bf16"):
+    with torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=s.config.trainer.bf16):
         ce = token_losses(run.model, batch)
     per_sample = (ce * batch.loss_mask).sum(1)
     count = batch.loss_mask.sum(1)
@@ -286,7 +286,7 @@ def _optimizer_step(run: _Run, st: _StepStats) -> None:
         torch.cuda.synchronize(run.device)
     st.compute_t += time.perf_counter() - t0
     run.step += 1
-    previous, run.consumed = run.consumed, run.consumed + run.settings.global_batch_size
+    previous, run.consumed = run.consumed, run.consumed + run.settings.config.model.global_batch_size
     from labsupport.training.data_plan import consumed_digest
 
     consumed_digest(run.blend, run.consumed, run.plan_hasher, start=previous, known=st.tokens)
@@ -344,7 +344,7 @@ def train(config: Settings | str | os.PathLike | Any = None, overrides: Sequence
 
     Args:
         config: a :class:`Settings`, a YAML path (default: ``configs/megatron_gpt_tiny.yaml``) or
-            an OmegaConf config.  overrides: ``key=value`` strings (Hydra style).
+            an OmegaConf config (read as a :class:`~labsupport.training.schema.RunConfig`).  overrides: ``key=value`` strings (Hydra style).
         save_dir / save_every: write a checkpoint every ``save_every`` steps and at the end.
         resume: a checkpoint file or a directory (its newest intact checkpoint) to continue from.
         resume_if_exists: resume from ``resume`` (default ``save_dir``) when it holds a
@@ -367,7 +367,7 @@ def train(config: Settings | str | os.PathLike | Any = None, overrides: Sequence
     rank trains on its slice.
     """
     run = _build(config, overrides)
-    if resume_if_exists or bool(OmegaConf.select(run.settings.cfg, "exp_manager.resume_if_exists", default=False)):
+    if resume_if_exists or run.settings.config.exp_manager.resume_if_exists:
         resume = faults.resume_source(resume, save_dir, run.rank)
     faults.preflight(run, save_dir, log_file)
     if resume is not None:
@@ -377,7 +377,8 @@ def train(config: Settings | str | os.PathLike | Any = None, overrides: Sequence
     result = TrainResult([], run.settings, run.model, run.consumed, run.step)
     writer = _tensorboard(tensorboard_dir) if run.rank == 0 else None
     log_fh = open(log_file, "a", encoding="utf-8") if (log_file and run.rank == 0) else None
-    end = run.settings.max_steps if stop_after is None else min(run.settings.max_steps, run.step + int(stop_after))
+    max_steps = run.settings.config.trainer.max_steps
+    end = max_steps if stop_after is None else min(max_steps, run.step + int(stop_after))
     from labsupport.progress import progress
 
     bar = progress(total=end - run.step, desc="train", unit="step", disable=not show_progress or run.rank != 0)
@@ -410,8 +411,9 @@ def train(config: Settings | str | os.PathLike | Any = None, overrides: Sequence
             writer.close()
     result.step, result.consumed_samples = run.step, run.consumed
     if run.consumed < len(run.blend):
-        result.next_batch = next(iter(MegatronPretrainingSampler(len(run.blend), run.consumed,
-                                                                 run.settings.micro_batch_size, run.rank, run.world)), [])
+        micro = run.settings.config.model.micro_batch_size
+        result.next_batch = next(iter(MegatronPretrainingSampler(len(run.blend), run.consumed, micro, run.rank,
+                                                                 run.world)), [])
     return result
 
 
