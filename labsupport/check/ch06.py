@@ -714,8 +714,10 @@ def _restart_reference(old: list[float], new: list[float], consumed: int, micro:
     MegatronPretrainingSampler hands ``rank`` first from the new blend at ``consumed``."""
     size = consumed + micro * dp
     before, after = _Blend(old, size), _Blend(new, size)
-    settings = SimpleNamespace(seed=1234, seq_length=128, flags={}, max_steps=1, global_batch_size=micro * dp,
-                               names=before.names, weights=before.weights)
+    model = SimpleNamespace(seed=1234, encoder_seq_length=128, global_batch_size=micro * dp,
+                            data=SimpleNamespace(flags={}, blend=lambda: (before.names, before.weights)))
+    settings = SimpleNamespace(names=before.names, config=SimpleNamespace(model=model,
+                                                                          trainer=SimpleNamespace(max_steps=1)))
     saved = plan_of(settings, before, consumed, consumed_digest(before, consumed).hexdigest())
     try:
         refused = check_plan(saved, settings, after, consumed, "checkpoint", allow=False) is None
