@@ -20,7 +20,7 @@ import torch
 from labsupport.datasets.gpt_samples import GPTDataset, document_boundaries, pad_cu_seqlens
 from labsupport.datasets.indexed import IndexedDataset, IndexedDatasetBuilder
 
-from test_crosscheck_packing import FLAGS, _Tokenizer, _config
+from tests.crosscheck.test_packing import FLAGS, _Tokenizer, _config
 
 pytestmark = [pytest.mark.crosscheck,
               pytest.mark.filterwarnings("ignore:The pad token id in the tokenizer collides:UserWarning")]
