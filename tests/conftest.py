@@ -41,16 +41,28 @@ SLOW_FILES = {
 }
 #: single tests (file::name, without parameters) that start processes, in files that are otherwise fast
 SLOW_TESTS = {
-    "datasets/test_preprocess.py::test_last_line_without_newline_and_long_lines",         # workers=2
-    "datasets/test_preprocess.py::test_word_cache_with_several_json_keys",                # workers=2
-    "datasets/test_preprocess.py::test_tokenizer_without_exact_word_cache_is_encoded_as_before",  # workers=2
-    "datasets/test_preprocess.py::test_workbook_prefixes_two_processes_race",
+    "check/test_feedback_training.py::test_the_grader_gives_the_solutions_full_marks_and_flags_the_reference",
+    "crosscheck/test_indexed.py::test_cli_output_byte_identical_to_megatron_script",
+    "crosscheck/test_indexed.py::test_cli_two_keys_byte_identical_to_megatron_script",
+    "datasets/test_preprocess.py::test_last_line_without_newline_and_long_lines",
+    "datasets/test_preprocess.py::test_order_preserved_across_files_globs_workers_and_blocks",
     "datasets/test_preprocess.py::test_stale_temporaries_of_a_killed_run_are_removed",
+    "datasets/test_preprocess.py::test_strict_stops_at_first_bad_line_and_leaves_nothing",
+    "datasets/test_preprocess.py::test_tokenizer_without_exact_word_cache_is_encoded_as_before",
+    "datasets/test_preprocess.py::test_word_cache_output_is_byte_identical_on_the_shipped_corpora",
+    "datasets/test_preprocess.py::test_word_cache_with_several_json_keys",
+    "datasets/test_preprocess.py::test_workbook_prefixes_two_processes_race",
+    "datasets/test_spm_bpe_numba.py::test_preprocess_writes_the_same_bytes_with_either_engine",
     "datasets/test_spm_bpe_numba.py::test_spawned_workers_start_the_compiled_loop_themselves",
     "datasets/test_tokenizer.py::test_workbook_tokenizer_is_safe_when_processes_race",
-    "grading/test_grader_pieces.py::test_the_students_copy_holds_no_check_code_and_no_reference",
-    "grading/test_grader_pieces.py::test_the_sandbox_drops_every_privilege",
+    "grading/test_grader_pieces.py::test_honest_habits_are_not_punished",
     "grading/test_grader_pieces.py::test_regrade_and_interrupt",
+    "grading/test_grader_pieces.py::test_sandbox_keeps_the_repository_and_other_students_read_only",
+    "grading/test_grader_pieces.py::test_the_sandbox_drops_every_privilege",
+    "grading/test_grader_pieces.py::test_the_students_copy_holds_no_check_code_and_no_reference",
+    "grading/test_grader_pieces.py::test_the_students_process_has_no_network",
+    "grading/test_grader_pieces.py::test_without_namespaces_the_grader_still_survives_its_parent_being_killed",
+    "notebooks/test_workbook_helpers.py::test_mmap_loaders_share_one_page_cache_and_loaders_that_load_each_hold_a_copy",
     "training/test_schema.py::test_the_command_exits_2_with_one_line_naming_the_field",
 }
 
