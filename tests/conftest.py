@@ -88,7 +88,7 @@ _REFUSED: dict[str, str] = {}
 
 def _refuse(what: str) -> None:
     if _RUNNING and _RUNNING[-1].get_closest_marker("slow") is None:
-        rel, test = _key(_RUNNING[-1])
+        _, test = _key(_RUNNING[-1])
         line = (f"error: {test} starts a process ({what}) but is not marked slow: "
                 f"add it to SLOW_TESTS (or its file to SLOW_FILES) in tests/conftest.py")
         _REFUSED.setdefault(test, line)

@@ -24,7 +24,8 @@ import ast
 import functools
 import re
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 #: name → why the last cell that tried to define it failed
 _BROKEN: dict[str, str] = {}
