@@ -37,12 +37,14 @@ LAB_ARGS    ?= $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 export PYTHONHASHSEED := 0
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help versions check-python setup setup-crosscheck lab test test-gpu gpu-report wheels run-all outputs exercises data bench nbcheck clean
+.PHONY: help versions check-python setup setup-crosscheck lab lint test test-fast test-gpu gpu-report wheels run-all outputs exercises data bench nbcheck clean
 
 help:
 	@echo "make lab        set up (first time only) and open JupyterLab on the workbook"
 	@echo "make test       set up, then run the whole test suite (unit, notebooks, exercises, megatron-core cross-checks)"
 	@echo "                PYTHON=python3.12: the same on Python 3.12 with megatron-core 0.19.2, in .venv-3.12"
+	@echo "make lint       ruff over the repository (the rules in pyproject.toml)"
+	@echo "make test-fast  the contributor's loop: tests/ only, no notebook executed, no process started (-m 'not slow')"
 	@echo "make run-all    execute every chapter headless with papermill into runs/ and print a table"
 	@echo "make test-gpu   the same test suite on a CUDA machine; fails if no GPU is visible"
 	@echo "make gpu-report on a CUDA machine: make test-gpu, then the GPU measurements → benchmarks/results/gpu.json"
@@ -83,8 +85,22 @@ versions:
 lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=. $(LAB_ARGS) notebooks/00_orientation.ipynb
 
+# ruff, pinned so that every machine reads the rules the same way
+$(VENV)/.stamp-lint: $(VENV)/.stamp-base
+	$(PY) -m pip install -q $(PIP_SOURCE) -e ".[lint]"
+	touch $@
+
+lint: $(VENV)/.stamp-lint
+	$(VENV)/bin/ruff check .
+
 test: setup-crosscheck
 	LABSUPPORT_REQUIRE_CROSSCHECK=1 $(PY) -m pytest $(PYTEST_ARGS)
+
+# A few minutes: no nbval (the notebooks are not collected) and no test marked slow (those that execute
+# a notebook or start a process; tests/conftest.py lists them and refuses an unmarked one that does).
+# make test stays the complete suite.
+test-fast: setup-crosscheck
+	LABSUPPORT_REQUIRE_CROSSCHECK=1 $(PY) -m pytest -p no:nbval -o addopts="-p no:cacheprovider" -m "not slow" tests $(PYTEST_ARGS)
 
 test-gpu: setup-crosscheck
 	LABSUPPORT_REQUIRE_CROSSCHECK=1 LABSUPPORT_REQUIRE_GPU=1 $(PY) -m pytest $(PYTEST_ARGS)

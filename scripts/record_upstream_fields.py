@@ -5,7 +5,7 @@ REF:PATH``; no network) and writes ``labsupport/training/upstream_fields.json``:
 function or YAML file the table names, the repository, ref, commit, path and the field/argument
 names found there (dataclass fields through the named bases, ``__init__`` parameters, YAML keys,
 the keyword arguments NeMo passes to megatron-core's ``GPTDatasetConfig``).  The tests
-(``tests/test_config_generations.py``) check the table against this file, offline.
+(``tests/training/test_generations.py``) check the table against this file, offline.
 
     python scripts/record_upstream_fields.py \
         --megatron-lm /work/.mirror/NVIDIA+Megatron-LM/repo --nemo /work/.mirror/NVIDIA+NeMo/repo \

@@ -1,9 +1,143 @@
-"""Fixtures for the unit tests: every check runs on a fixed seed and starts from a clean slate."""
+"""Fixtures and markers for every test folder (CONTRIBUTING.md "Tests").
+
+* Every check runs on a fixed seed and starts from a clean slate.
+* ``slow``: a test that executes a notebook or starts a process (a subprocess, torchrun, a
+  multiprocessing worker, a Jupyter kernel, the grader, bubblewrap).  Whole files and single tests are
+  named in :data:`SLOW_FILES` / :data:`SLOW_TESTS` below, so the marker lives in one place.
+  ``make test-fast`` deselects them (``-m "not slow"``); there, a test that starts a process without
+  the marker fails with one line naming it, so the lists cannot silently fall behind.
+"""
 from __future__ import annotations
+
+import multiprocessing.process
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from labsupport.check import _core
+
+HERE = Path(__file__).resolve().parent
+
+#: files (relative to tests/) whose every test executes a notebook or starts processes
+SLOW_FILES = {
+    "check/test_feedback_core.py",          # answer cells in a real kernel
+    "datasets/test_preprocess_faults.py",   # python -m labsupport.preprocess, killed on purpose
+    "datasets/test_without_numba.py",       # a fresh interpreter with numba blocked
+    "distributed/test_collectives.py",      # gloo process groups (run_workers)
+    "grading/test_adversarial_class.py",    # the grader on a class, in bubblewrap
+    "grading/test_exercises.py",            # every solution and exercise notebook, executed
+    "project/test_data.py",                 # scripts/build_data.py --check
+    "project/test_gpu_report.py",           # python -m benchmarks.gpu_report
+    "project/test_runall_faults.py",        # python -m labsupport.runall, interrupted
+    "project/test_startup_interrupt.py",    # commands interrupted while importing
+    "project/test_versions.py",             # make and .ci/run
+    "training/test_faults.py",              # python -m labsupport.train, faults injected
+    "training/test_torchrun_restart.py",    # torchrun, a rank killed
+    "training/test_trainer.py",             # fresh processes, torchrun
+}
+#: single tests (file::name, without parameters) that start processes, in files that are otherwise fast
+SLOW_TESTS = {
+    "check/test_feedback_training.py::test_the_grader_gives_the_solutions_full_marks_and_flags_the_reference",
+    "crosscheck/test_indexed.py::test_cli_output_byte_identical_to_megatron_script",
+    "crosscheck/test_indexed.py::test_cli_two_keys_byte_identical_to_megatron_script",
+    "datasets/test_preprocess.py::test_last_line_without_newline_and_long_lines",
+    "datasets/test_preprocess.py::test_order_preserved_across_files_globs_workers_and_blocks",
+    "datasets/test_preprocess.py::test_stale_temporaries_of_a_killed_run_are_removed",
+    "datasets/test_preprocess.py::test_strict_stops_at_first_bad_line_and_leaves_nothing",
+    "datasets/test_preprocess.py::test_tokenizer_without_exact_word_cache_is_encoded_as_before",
+    "datasets/test_preprocess.py::test_word_cache_output_is_byte_identical_on_the_shipped_corpora",
+    "datasets/test_preprocess.py::test_word_cache_with_several_json_keys",
+    "datasets/test_preprocess.py::test_workbook_prefixes_two_processes_race",
+    "datasets/test_spm_bpe_numba.py::test_preprocess_writes_the_same_bytes_with_either_engine",
+    "datasets/test_spm_bpe_numba.py::test_spawned_workers_start_the_compiled_loop_themselves",
+    "datasets/test_tokenizer.py::test_workbook_tokenizer_is_safe_when_processes_race",
+    "grading/test_grader_pieces.py::test_honest_habits_are_not_punished",
+    "grading/test_grader_pieces.py::test_regrade_and_interrupt",
+    "grading/test_grader_pieces.py::test_sandbox_keeps_the_repository_and_other_students_read_only",
+    "grading/test_grader_pieces.py::test_the_sandbox_drops_every_privilege",
+    "grading/test_grader_pieces.py::test_the_students_copy_holds_no_check_code_and_no_reference",
+    "grading/test_grader_pieces.py::test_the_students_process_has_no_network",
+    "grading/test_grader_pieces.py::test_without_namespaces_the_grader_still_survives_its_parent_being_killed",
+    "notebooks/test_workbook_helpers.py::test_mmap_loaders_share_one_page_cache_and_loaders_that_load_each_hold_a_copy",
+    "training/test_schema.py::test_the_command_exits_2_with_one_line_naming_the_field",
+}
+
+
+def _key(item: pytest.Item) -> tuple[str, str]:
+    path = Path(str(item.path)).resolve()
+    rel = path.relative_to(HERE).as_posix() if path.is_relative_to(HERE) else path.name
+    return rel, f"{rel}::{getattr(item, 'originalname', item.name)}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        rel, test = _key(item)
+        if rel in SLOW_FILES or test in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
+
+
+# --- make test-fast: a test not marked slow must not start a process ------------------------------
+_RUNNING: list[pytest.Item] = []
+#: one line per refused start (also when the code under test swallowed the RuntimeError)
+_REFUSED: dict[str, str] = {}
+
+
+def _refuse(what: str) -> None:
+    if _RUNNING and _RUNNING[-1].get_closest_marker("slow") is None:
+        _, test = _key(_RUNNING[-1])
+        line = (f"error: {test} starts a process ({what}) but is not marked slow: "
+                f"add it to SLOW_TESTS (or its file to SLOW_FILES) in tests/conftest.py")
+        _REFUSED.setdefault(test, line)
+        raise RuntimeError(line)
+
+
+def _guarded(owner: object, name: str, what: str):
+    original = getattr(owner, name)
+
+    def guard(*args, **kwargs):
+        _refuse(what)
+        return original(*args, **kwargs)
+
+    return original, guard
+
+
+def _deselects_slow(config: pytest.Config) -> bool:
+    expr = (config.option.markexpr or "").replace(" ", "")
+    return "notslow" in expr
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not _deselects_slow(config):
+        return
+    for owner, name, what in [(subprocess.Popen, "_execute_child", "subprocess"),
+                              (multiprocessing.process.BaseProcess, "start", "multiprocessing"),
+                              (os, "fork", "os.fork"), (os, "posix_spawn", "os.posix_spawn"),
+                              (os, "posix_spawnp", "os.posix_spawnp"), (os, "system", "os.system")]:
+        if hasattr(owner, name):
+            _original, guard = _guarded(owner, name, what)
+            setattr(owner, name, guard)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    _RUNNING.append(item)
+    try:
+        yield
+    finally:
+        _RUNNING.pop()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    for line in _REFUSED.values():
+        terminalreporter.write_line(line, red=True)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _REFUSED and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(autouse=True)

@@ -4,11 +4,11 @@ Each ``check.qN(learner_function)`` prints a pass/fail line with a hint; see ``_
 inside IPython, it also watches the answer cells (``_cells``): an answer cell that failed to run is
 reported at its check instead of a ``NameError`` traceback.
 """
-from labsupport.check import _cells
+from labsupport.check import _cells, _core
 from labsupport.check._core import (CheckFailed, CheckResult, Mistake, Sealed, check, check_seed, expect, mistake,
                                     parts, plain, results, short, summary)
 
-_cells.watch()
+_cells.watch(_core.report_unrun)
 
 __all__ = ["CheckFailed", "CheckResult", "Mistake", "Sealed", "check", "check_seed", "expect", "mistake", "parts",
            "plain", "results", "short", "summary"]

@@ -13,12 +13,18 @@ inside IPython calls :func:`watch`, which
 
 The check wrapper asks :func:`broken_answer` about every object it is given, so an older
 definition is never graded silently. Outside IPython nothing is installed.
+
+This module imports nothing of ``labsupport.check``: :func:`watch` is given the function that records
+a check cell that could not call its check (``_core.report_unrun``), so ``_core`` can ask
+:func:`broken_answer` without an import cycle.
 """
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 #: name → why the last cell that tried to define it failed
@@ -95,10 +101,10 @@ def _missing_name(exc: BaseException) -> str | None:
     return m.group(1) if m else None
 
 
-def _on_name_error(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None) -> Any:
-    """IPython custom handler: a check cell's NameError for a broken answer → one line."""
-    from labsupport.check import _core
-
+def _on_name_error(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None, *,
+                   report: Callable[[str, str, str], Any]) -> Any:
+    """IPython custom handler: a check cell's NameError for a broken answer → one line, recorded
+    by ``report(chapter, question, reason)``."""
     cell = getattr(shell, "_labsupport_cell", "") or ""
     question = _CHECK_CALL.search(cell)
     name = _missing_name(value)
@@ -108,12 +114,13 @@ def _on_name_error(shell: Any, etype: type, value: BaseException, tb: Any, tb_of
               "and run it, then run this check again") if name in _BROKEN else \
         f"`{name}` is not defined — run the answer cell above this check first (Shift+Enter), then this one"
     module = shell.user_ns.get("check")
-    _core.report_unrun(getattr(module, "CHAPTER", "?"), question.group(1), reason)
+    report(getattr(module, "CHAPTER", "?"), question.group(1), reason)
     return None
 
 
-def watch() -> bool:
-    """Install the hooks in the running IPython shell (once); False outside IPython."""
+def watch(report: Callable[[str, str, str], Any]) -> bool:
+    """Install the hooks in the running IPython shell (once); False outside IPython.  ``report`` records
+    a check cell that could not call its check (``labsupport.check._core.report_unrun``)."""
     try:
         from IPython import get_ipython
     except ImportError:
@@ -132,5 +139,5 @@ def watch() -> bool:
 
     shell.events.register("pre_run_cell", pre)
     shell.events.register("post_run_cell", post)
-    shell.set_custom_exc((NameError,), _on_name_error)
+    shell.set_custom_exc((NameError,), functools.partial(_on_name_error, report=report))
     return True

@@ -13,7 +13,7 @@ Algorithms (all return a :class:`Bins`, the item indices of every pack):
 ``first_fit``             items in the given order, each into the first pack with room (NeMo's
                           loop; its ``first_fit_shuffle`` runs it after ``np.random.shuffle``).
 ``first_fit_decreasing``  the same after sorting by decreasing length (NeMo's default); produces
-                          exactly NeMo's packs (``tests/test_packing.py``), in O(groups × packs)
+                          exactly NeMo's packs (``tests/datasets/test_packing.py``), in O(groups × packs)
                           numpy work instead of NeMo's O(items × packs × pack contents) Python.
 ``best_fit_decreasing``   decreasing order, each item into the pack it fills most tightly (TRL's
                           ``strategy="bfd"``).

@@ -14,7 +14,7 @@ Public names (the chapter's contract):
   Megatron's rules, stricter on bad input; :func:`normalize_weights`.
 * :func:`build_blending_indices`, :func:`build_exhaustive_blending_indices` — output identical to
   megatron-core's ``helpers`` for every valid input, float rounding and tie order included
-  (``tests/test_crosscheck_blending.py``); :func:`greedy_step` and
+  (``tests/crosscheck/test_blending.py``); :func:`greedy_step` and
   :func:`reference_blending_indices` are the rule written out plainly, for teaching.
 * :func:`samples_per_dataset` — Megatron's per-dataset sample requests with its 0.5 % surplus.
 * :class:`BlendedDataset` — ``len``/``ds[i]`` over GPT sample datasets (chapter 4) or plain
@@ -30,8 +30,8 @@ loop above, literally, compiled by numba (as fast as megatron-core's C++, measur
 ``benchmarks/results/blending.json``); where numba cannot be imported,
 :mod:`labsupport.datasets.blending_numpy` runs the loop in numpy, in chunks side by side from
 guessed states, and then proves every chunk exact.  Every engine's output equals
-:func:`reference_blending_indices` for every weight vector (``tests/test_blending.py``) and
-megatron-core's (``tests/test_crosscheck_blending.py``).
+:func:`reference_blending_indices` for every weight vector (``tests/datasets/test_blending.py``) and
+megatron-core's (``tests/crosscheck/test_blending.py``).
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ load it in milliseconds).
 Exactness: numba compiles without fast-math, so ``w[d] * x - count`` is two IEEE operations, a
 rounded multiply then a rounded subtract, as in the C++ (no fused multiply-add, which would
 round once and could flip a near-tie).  :func:`fused_multiply_add_in_machine_code` reads the
-compiled code back and ``tests/test_blending.py`` asserts it contains no FMA instruction; the
+compiled code back and ``tests/datasets/test_blending.py`` asserts it contains no FMA instruction; the
 output is compared with the Python loop and with megatron-core on random weight vectors.
 
 Where numba is not installed (it is a dependency of the workbook, so only on an unusual

@@ -9,7 +9,7 @@ that holds several documents treats them as one text or as separate ones (bounda
 
 This module reproduces megatron-core 0.16.1 exactly — same document index, sample index and
 shuffle index for the same inputs and seed, same per-sample tokens, labels, loss mask and
-position ids (``tests/test_crosscheck_packing.py``) — with one difference that is the point of
+position ids (``tests/crosscheck/test_packing.py``) — with one difference that is the point of
 the chapter: the attention mask is returned in the compact *varlen* (THD) form ``cu_seqlens`` /
 ``max_seqlen`` instead of Megatron's dense ``[1, S, S]`` boolean matrix, which Megatron builds
 in a Python loop per EOD and which dominates its sample time.  The dense matrix is rebuilt

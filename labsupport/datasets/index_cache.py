@@ -17,7 +17,7 @@ either builds new indices — and, once a dataset needs another number of epochs
 order.  With ``path_to_cache`` None Megatron uses ``<prefix>/cache/GPTDataset_indices`` (a
 folder named after the prefix, beside its ``.bin``).  Global rank 0 builds and saves, all ranks
 meet at a barrier, then the others load the files: the folder must be writable by rank 0 and the
-same folder on every node.  ``tests/test_crosscheck_index_cache.py`` checks names, description
+same folder on every node.  ``tests/crosscheck/test_splits.py`` checks names, description
 and arrays against megatron-core 0.16.1's own cache.
 
 Difference from Megatron: the files are written to a temporary name and renamed (Megatron writes

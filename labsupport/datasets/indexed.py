@@ -16,7 +16,7 @@ Chapter 2 (binary indexing, book §6.2.3–6.2.4) builds and explains these file
     .bin  the token ids of all sequences, back to back, in the dtype of the header
 
 Files written by :class:`IndexedDatasetBuilder` are byte-identical to megatron-core's builder
-for the same documents (``tests/test_crosscheck_indexed.py``), with three differences that only
+for the same documents (``tests/crosscheck/test_indexed.py``), with three differences that only
 ever refuse or add: ids that do not fit the dtype are refused (Megatron silently wraps them),
 output appears under its final names only after :meth:`IndexedDatasetBuilder.finalize`, and a
 sidecar ``<prefix>.json`` records where the tokens came from (megatron-core never reads it).

@@ -5,7 +5,7 @@ Megatron cuts **each** dataset of a blend into three *contiguous* ranges of its 
 builds a GPTDataset per range.  The same code, checked against megatron-core 0.16.1
 (``blended_megatron_dataset_config.parse_and_normalize_split`` /
 ``convert_split_vector_to_split_matrix`` and
-``BlendedMegatronDatasetBuilder._build_megatron_dataset_splits``; ``tests/test_crosscheck_splits.py``)::
+``BlendedMegatronDatasetBuilder._build_megatron_dataset_splits``; ``tests/crosscheck/test_splits.py``)::
 
     >>> split_matrix("969, 30, 1")                     # Megatron-LM's legacy default
     [(0, 0.969), (0.969, 0.999), (0.999, 1.0)]

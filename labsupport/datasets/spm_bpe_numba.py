@@ -40,7 +40,7 @@ Exact where the model has no USER_DEFINED or UNUSED piece (those need the prefix
 re-segmentation; :func:`bpe_tables_problem` says so and the word cache keeps SentencePiece's
 own encode).  :func:`labsupport.datasets.word_cache.bpe_engine_problem` also encodes every
 piece of the vocabulary and a few thousand probe words both ways before the loop is used, and
-``tests/test_spm_bpe_numba.py`` compares them on random Unicode for every normalization rule.
+``tests/datasets/test_spm_bpe_numba.py`` compares them on random Unicode for every normalization rule.
 Fuzzed against SentencePiece 0.2.3 on about 5,000 trained and hand-edited models (tied, random,
 denormal and signed-zero scores; pieces removed, reordered or made CONTROL; 2.8 M words): no
 difference left once -0.0 is ordered below +0.0.

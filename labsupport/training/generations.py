@@ -14,7 +14,7 @@ All three end in megatron-core's ``GPTDatasetConfig`` for the data path; :data:`
 field too.  Every name here was read in the projects' sources at the refs of :data:`VERSIONS`
 (as of 2026-12-01) and is recorded, with repository, path and commit, in
 ``upstream_fields.json`` (written by ``scripts/record_upstream_fields.py``);
-``tests/test_config_generations.py`` checks the table against that record, against the installed
+``tests/training/test_generations.py`` checks the table against that record, against the installed
 megatron-core and against this workbook's schema, so the table cannot drift silently.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """labsupport.datasets.word_cache (chapter 2's speed path): the word cache gives exactly
 ``Tokenizer.encode``'s ids — for every SentencePiece BPE model, whatever its normalization rule —
 or falls back to ``encode`` and says why.  Uses the synthetic corpus and models of
-``test_tokenizer.py``; the normalizing models are trained here with SentencePiece's defaults."""
+``tests/datasets/test_tokenizer.py``; the normalizing models are trained here with SentencePiece's defaults."""
 from __future__ import annotations
 
 import io
@@ -15,8 +15,8 @@ import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
 # the shared corpus, models and text generators of the tokenizer tests
-import test_tokenizer
-from test_tokenizer import EDGE_CASES, EN, KO, _random_text, synthetic_docs
+from tests.datasets import test_tokenizer
+from tests.datasets.test_tokenizer import EDGE_CASES, EN, KO, _random_text, synthetic_docs
 
 # its fixtures, under the same names (bound here, not imported, so parameters may reuse the names)
 corpus, model, tok = test_tokenizer.corpus, test_tokenizer.model, test_tokenizer.tok

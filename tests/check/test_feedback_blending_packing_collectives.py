@@ -13,10 +13,10 @@ from labsupport.datasets.bin_packing import first_fit_decreasing as _ffd
 from labsupport.datasets.blending import cap_weights, expected_epochs, greedy_step
 from labsupport.distributed import collectives as C
 
-from tests.test_check_ch03_more import exercise_2
-from tests.test_check_ch04 import GOOD_Q4
-from tests.test_check_ch05 import GOOD_Q3, ring_reduce_scatter
-from tests.test_check_hint_tiers import (_comm, _epochs_raw, _fit, _global_mean_std, _positions_and_mask,
+from tests.check.test_ch03_wrong_answers_and_hints import exercise_2
+from tests.check.test_ch04 import GOOD_Q4
+from tests.check.test_ch05 import GOOD_Q3, ring_reduce_scatter
+from tests.check.test_hint_tiers import (_comm, _epochs_raw, _fit, _global_mean_std, _positions_and_mask,
                                          _resume, _sample_documents, _spread_of_stds)
 
 

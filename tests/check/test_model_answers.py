@@ -6,10 +6,10 @@ import pytest
 
 from labsupport.check import ch00, ch03, ch04, ch05
 
-from tests.test_check_ch03_more import exercise_2
-from tests.test_check_ch04 import GOOD_Q4
-from tests.test_check_ch05 import GOOD_Q3
-from tests.test_check_ch00_more import exercise_5
+from tests.check.test_ch03_wrong_answers_and_hints import exercise_2
+from tests.check.test_ch04 import GOOD_Q4
+from tests.check.test_ch05 import GOOD_Q3
+from tests.check.test_ch00_memory_and_hints import exercise_5
 
 
 CASES = [

@@ -13,10 +13,10 @@ import pytest
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
-import test_tokenizer
-import test_word_cache
-from test_tokenizer import EDGE_CASES, synthetic_docs
-from test_word_cache import NFKC_SENSITIVE, _nfkc_text, _spacey_text
+from tests.datasets import test_tokenizer
+from tests.datasets import test_word_cache
+from tests.datasets.test_tokenizer import EDGE_CASES, synthetic_docs
+from tests.datasets.test_word_cache import NFKC_SENSITIVE, _nfkc_text, _spacey_text
 
 from labsupport.datasets import preprocess as P
 from labsupport.datasets import spm_bpe_numba as K

@@ -1,4 +1,4 @@
-"""labsupport.check.ch03, beyond tests/test_check_ch03.py: wrong answers fail for q1–q4, sealed keys,
+"""labsupport.check.ch03, beyond tests/check/test_ch03.py: wrong answers fail for q1–q4, sealed keys,
 hints, and every failing part named at once."""
 from __future__ import annotations
 

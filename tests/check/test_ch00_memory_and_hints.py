@@ -1,4 +1,4 @@
-"""labsupport.check.ch00, beyond tests/test_check_ch00.py: memory arithmetic, the book's exercise 5 (q4),
+"""labsupport.check.ch00, beyond tests/check/test_ch00.py: memory arithmetic, the book's exercise 5 (q4),
 hints."""
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from labsupport.datasets.gpt_dataset_config import GPTDatasetConfig
 from labsupport.datasets.gpt_samples import GPTDataset, document_boundaries, pad_cu_seqlens
 from labsupport.datasets.indexed import IndexedDataset, IndexedDatasetBuilder
 
-from test_crosscheck_packing import FLAGS, _Tokenizer, _config
+from tests.crosscheck.test_packing import FLAGS, _Tokenizer, _config
 
 pytestmark = [pytest.mark.crosscheck,
               pytest.mark.filterwarnings("ignore:The pad token id in the tokenizer collides:UserWarning")]
@@ -94,6 +94,7 @@ def test_inter_document_samples_equal_megatron(mc19, tmp_path, flags):
 
 def test_padded_last_validation_sample_equals_megatron(mc19, tmp_path):
     rng = np.random.default_rng(5)
+    compared = padded = 0
     for trial in range(8):
         prefix = tmp_path / f"v{trial}"
         _corpus(prefix, rng, 2, 300, with_eod=True)
@@ -109,7 +110,11 @@ def test_padded_last_validation_sample_equals_megatron(mc19, tmp_path):
                                                                eod_token=2, pad_token=7,
                                                                drop_last_partial_sequence=False,
                                                                inter_document_masking=True))
-            _compare(mine, theirs, f"valid trial={trial}")
+            compared += _compare(mine, theirs, f"valid trial={trial}")
+            tokens = int(np.sum(ds.sequence_lengths))
+        padded += len(theirs) * seq > tokens - 1   # the last sample runs past the data (+1 for labels)
+    assert compared > 0, "no validation sample was compared"
+    assert padded > 0, "no trial had a padded last validation sample: the test compared only full ones"
 
 
 def test_document_boundaries_equal_the_eod_boundaries_when_every_document_ends_with_eod():

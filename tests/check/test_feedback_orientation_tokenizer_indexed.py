@@ -19,12 +19,12 @@ from labsupport.datasets.bpe import merge, merge_step
 from labsupport.datasets.tokenizer import compare_tokenizers, tokens_per_character
 from labsupport.distributed.training_memory import training_memory_gb
 
-from tests.test_check_ch00 import correct as dp_size
-from tests.test_check_ch00_more import exercise_5
-from tests.test_check_ch02 import GOOD as GOOD_Q3_CH02, document_byte_offset, parse_idx
-from tests.test_check_hint_tiers import _dp_group, _merge_step_last_tie
+from tests.check.test_ch00 import correct as dp_size
+from tests.check.test_ch00_memory_and_hints import exercise_5
+from tests.check.test_ch02 import GOOD as GOOD_Q3_CH02, document_byte_offset, parse_idx
+from tests.check.test_hint_tiers import _dp_group, _merge_step_last_tie
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # ------------------------------------------------------------------------------------------

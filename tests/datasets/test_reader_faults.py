@@ -15,7 +15,7 @@ from labsupport.datasets.sft_packing import PackedSFT, pack_sft, tokenize_sft
 
 
 class CharTokenizer:
-    """One id per character; specials pad 0, bos 2, eos 3 (as tests/test_packing.py's)."""
+    """One id per character; specials pad 0, bos 2, eos 3 (as tests/datasets/test_packing.py's)."""
 
     bos, eos, pad = 2, 3, 0
 

@@ -1,7 +1,7 @@
 """labsupport.datasets.gpt_samples (chapter 4): Megatron GPT sample index, masks, position ids and the
 compact cu_seqlens form, checked against literal transcriptions of Megatron's loops and against
 the token stream itself (the comparison with the real megatron-core is in
-test_crosscheck_packing.py)."""
+tests/crosscheck/test_packing.py)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,5 +1,5 @@
 """labsupport.datasets.blending (chapter 3) on its own: the data_prefix parser and its errors, the greedy
-blending rule against a plain Python loop (megatron-core itself: test_crosscheck_blending.py),
+blending rule against a plain Python loop (megatron-core itself: tests/crosscheck/test_blending.py),
 BlendedDataset, blend_report, the exercise arithmetic and the chapter's checks."""
 from __future__ import annotations
 

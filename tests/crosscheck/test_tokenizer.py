@@ -15,7 +15,7 @@ import pytest
 from labsupport.datasets.indexed import optimal_dtype
 from labsupport.datasets.tokenizer import Tokenizer, train_sentencepiece
 
-from test_tokenizer import EDGE_CASES, synthetic_docs, write_jsonl
+from tests.datasets.test_tokenizer import EDGE_CASES, synthetic_docs, write_jsonl
 
 pytestmark = pytest.mark.crosscheck
 

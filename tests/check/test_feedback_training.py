@@ -10,7 +10,7 @@ import pytest
 from labsupport.check import ch06 as check
 from labsupport.check._core import FAIL
 
-from tests.test_check_ch06 import batch_arithmetic, diagnose, dp_slice, locate_sample, restart_with_new_blend
+from tests.check.test_ch06 import batch_arithmetic, diagnose, dp_slice, locate_sample, restart_with_new_blend
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,7 @@ grade an honest instructor would give, every escape attempt fails (the submissio
 honest code earns, and nothing outside its sandbox changed), the grader survives all of them, and
 both CSVs are complete with one row per student × question however often the grader runs.
 
-The class is generated from solutions/ and exercises/ by tests/adversarial_class.py.  The escape
+The class is generated from solutions/ and exercises/ by tests/grading/adversarial_class.py.  The escape
 attempts need the bubblewrap sandbox; without it the class is not graded (the CLI refuses)."""
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import pytest
 from labsupport.paths import REPO_ROOT
 from labsupport.workbook import grade
 from labsupport.workbook.grading.sandbox import sandbox_mode
-from tests.adversarial_class import ABSTRACT, MARKER, NAME, ODD_IDS, QUESTIONS, SOCKET, build_class, student_names
+from tests.grading.adversarial_class import ABSTRACT, MARKER, NAME, ODD_IDS, QUESTIONS, SOCKET, build_class, student_names
 
 STUDENTS = student_names()
 ARGS = ["--seed", "class-test", "--jobs", "2", "--cell-timeout", "8", "--timeout", "10", "--memory-mb", "1536"]

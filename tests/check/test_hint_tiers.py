@@ -14,10 +14,10 @@ from labsupport.datasets.tokenizer import compare_tokenizers, tokens_per_charact
 from labsupport.distributed import collectives as C
 from labsupport.distributed.training_memory import training_memory_gb
 
-from tests.test_check_ch02 import document_byte_offset, document_tokens, parse_idx
-from tests.test_check_ch04 import GOOD_Q4
-from tests.test_check_ch05 import GOOD_Q3
-from tests.test_check_ch06 import batch_arithmetic, diagnose, dp_slice, locate_sample, restart_with_new_blend
+from tests.check.test_ch02 import document_byte_offset, document_tokens, parse_idx
+from tests.check.test_ch04 import GOOD_Q4
+from tests.check.test_ch05 import GOOD_Q3
+from tests.check.test_ch06 import batch_arithmetic, diagnose, dp_slice, locate_sample, restart_with_new_blend
 
 MODULES = (ch00, ch01, ch02, ch03, ch04, ch05, ch06)
 CHECKS = [(m, name) for m in MODULES for name, fn in vars(m).items() if getattr(fn, "is_check", False)]
@@ -57,7 +57,7 @@ def test_hints_are_tiered_and_escalate_with_each_failure(module, name, capsys):
 
 # ------------------------------------------------------------------------------------------
 # correct answers and the wrong ones whose mistake a check names
-from tests.test_check_ch00 import correct as _dp  # noqa: E402  (chapter 0's correct q1, one copy)
+from tests.check.test_ch00 import correct as _dp  # noqa: E402  (chapter 0's correct q1, one copy)
 
 
 def _dp_group(rank, tp, pp, dp):
@@ -138,7 +138,7 @@ def _epochs_raw(weights, sizes, total):
 
 
 def _exercise_2_with(epochs):
-    from tests.test_check_ch03_more import exercise_2
+    from tests.check.test_ch03_wrong_answers_and_hints import exercise_2
 
     def answer(total, code, weight):
         return {**exercise_2(total, code, weight), "b_code_epochs": epochs(total, code, weight)}
@@ -158,8 +158,8 @@ def _resume(update=True, from_zero=False):
 
 
 def _fit(order_key, best=False):
-    """A packing function: tests/test_packing.py's item-by-item fit in the order ``order_key(lengths)``."""
-    from tests.test_packing import item_by_item
+    """A packing function: tests/datasets/test_packing.py's item-by-item fit in the order ``order_key(lengths)``."""
+    from tests.datasets.test_packing import item_by_item
 
     return lambda lengths, pack_size: item_by_item(lengths, pack_size, best, key=order_key(lengths))
 
@@ -362,7 +362,7 @@ def _headings(chapter: str) -> list[str]:
     import re
     from pathlib import Path
 
-    path = next(Path(__file__).resolve().parents[1].joinpath("notebooks").glob(f"{chapter}_*.ipynb"))
+    path = next(Path(__file__).resolve().parents[2].joinpath("notebooks").glob(f"{chapter}_*.ipynb"))
     found = []
     for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
         if cell["cell_type"] == "markdown":

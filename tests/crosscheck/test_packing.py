@@ -76,6 +76,7 @@ def _assert_same_samples(mine, theirs, where):
         if "attention_mask" in a:
             rebuilt = attention_mask_from_cu_seqlens(b["cu_seqlens"], a["tokens"].numel())
             assert torch.equal(rebuilt, a["attention_mask"]), f"{where} sample {k} attention_mask"
+    return len(theirs)
 
 
 def test_build_sample_idx_equals_the_cpp_helper(mc):
@@ -123,6 +124,7 @@ def test_masks_equal_megatron_function(mc):
 @pytest.mark.parametrize("flags", [(a, b, c) for a in (False, True) for b in (False, True) for c in (False, True)])
 def test_gpt_dataset_equals_megatron(mc, tmp_path, flags):
     rng = np.random.default_rng(hash(flags) % 2**32)
+    compared = 0
     for trial in range(6):
         vocab = int(rng.integers(8, 400))
         eod = int(rng.integers(0, vocab))
@@ -141,12 +143,14 @@ def test_gpt_dataset_equals_megatron(mc, tmp_path, flags):
             mine = GPTDataset(ds, None, num_samples, GPTDatasetConfig(seq_length=seq, seed=seed,
                                                                       **dict(zip(FLAGS, flags)), eod_token=eod,
                                                                       pad_token=pad))
-            _assert_same_samples(mine, theirs, f"flags={flags} trial={trial} S={seq} seed={seed}")
+            compared += _assert_same_samples(mine, theirs, f"flags={flags} trial={trial} S={seq} seed={seed}")
+    assert compared > 0, f"flags={flags}: no sample was compared"
 
 
 def test_validation_split_options_equal_megatron(mc, tmp_path):
     """drop_last_partial_validation_sequence=False pads the last sample; add_extra_token=False rolls."""
     rng = np.random.default_rng(11)
+    compared, padded = 0, 0
     for trial in range(12):
         vocab, eod = 300, 2
         prefix = tmp_path / f"v{trial}"
@@ -164,7 +168,11 @@ def test_validation_split_options_equal_megatron(mc, tmp_path):
                                                                eod_token=eod, pad_token=7,
                                                                drop_last_partial_sequence=drop,
                                                                add_extra_token=extra))
-            _assert_same_samples(mine, theirs, f"valid trial={trial}")
+            compared += _assert_same_samples(mine, theirs, f"valid trial={trial}")
+            tokens = int(np.sum(ds.sequence_lengths))
+        padded += not drop and len(theirs) * seq > tokens - extra   # the last sample runs past the data
+    assert compared > 0, "no validation sample was compared"
+    assert padded > 0, "no trial had a padded last validation sample: the test compared only full ones"
 
 
 def test_equal_to_what_the_training_builder_returns(mc, tmp_path):
@@ -179,7 +187,7 @@ def test_equal_to_what_the_training_builder_returns(mc, tmp_path):
         mine = GPTDataset(ds, None, 80, GPTDatasetConfig(seq_length=32, seed=5, reset_position_ids=True,
                                                          reset_attention_mask=True, eod_mask_loss=True, eod_token=3,
                                                          pad_token=0))
-        _assert_same_samples(mine, train, "builder")
+        assert _assert_same_samples(mine, train, "builder") > 0, "the builder returned no sample to compare"
 
 
 def test_epochs_repeat_documents_not_sample_windows(mc, tmp_path):

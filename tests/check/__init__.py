@@ -1,0 +1,1 @@
+"""The exercise checks (labsupport.check): each chapter's questions, feedback tiers, hints, model answers."""

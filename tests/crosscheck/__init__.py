@@ -1,0 +1,1 @@
+"""labsupport against the real megatron-core package (marker `crosscheck`)."""

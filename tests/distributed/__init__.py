@@ -1,0 +1,1 @@
+"""Chapter 5's collectives and NCCL tuning model (labsupport.distributed)."""

@@ -1,0 +1,1 @@
+"""The chapter notebooks as pages: structure, parameters, conventions, figures and tables."""

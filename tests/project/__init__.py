@@ -1,0 +1,1 @@
+"""The project as a whole: layout and layers, dependency lists, versions, data, benchmarks, entry points."""
