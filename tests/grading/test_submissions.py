@@ -149,3 +149,28 @@ def test_one_gradebook_per_folder(tmp_path, capsys):
            {k: v for k, v in before.items() if not k.endswith(".lock")}
     assert json.loads((book / "grading-run.json").read_text())["gradebook"] == "grades.csv"
     assert _run(tmp_path, subs, book / "grades.csv", "--regrade") == 0   # the same gradebook again: fine
+
+
+@pytest.mark.parametrize("chapter, question, spec", [
+    ("01", "q1", "labsupport.datasets.bpe:merge_step"),              # called by a check helper, not the body
+    ("01", "q2", "labsupport.datasets.tokenizer:tokens_per_character"),
+    ("03", "q1", "labsupport.datasets.blending:reference_blending_indices"),
+    ("05", "q5", "labsupport.distributed.collectives:bus_factor"),   # reached through the rule engine's `right`
+])
+def test_a_reference_reached_through_helpers_is_a_reference(chapter, question, spec):
+    q = next(q for q in discover()[chapter].questions if q.name == question)
+    assert spec in q.references, q.references
+
+
+def test_references_are_the_closure_over_the_check_helpers():
+    """What a check body names directly is a subset of its references, and every labsupport.check helper the
+    body reaches contributes what it names (the closure is computed, not listed by hand)."""
+    import inspect
+
+    for chapter in discover().values():
+        for q in chapter.questions:
+            body = inspect.unwrap(getattr(chapter.module, q.name))
+            direct = exercise._named_references(exercise._code_names(body.__code__), body.__globals__)
+            reached = set().union(*(exercise._named_references(n, g) for n, g in exercise._reachable(body)))
+            if getattr(chapter.module, "REFERENCES", {}).get(q.name) is None:
+                assert direct <= reached == set(q.references), (chapter.key, q.name)

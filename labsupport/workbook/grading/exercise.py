@@ -105,40 +105,67 @@ def _code_names(code: types.CodeType) -> set[str]:
     return names
 
 
-def references(module: types.ModuleType, check_fn: Any) -> list[str]:
-    """The ``labsupport`` functions (outside ``labsupport.check``) a check compares with, found in
-    its body: module-level functions it names, methods of classes it names and functions of
-    modules it names — ``"module:qualname"`` each.  A module may list them itself in
-    ``REFERENCES = {"q1": [...]}``."""
-    explicit = getattr(module, "REFERENCES", {}).get(getattr(check_fn, "question", ""), None)
-    if explicit is not None:
-        return list(explicit)
-    body = inspect.unwrap(check_fn)
-    names = _code_names(body.__code__)
+def _reachable(body: Any) -> list[tuple[set[str], dict[str, Any]]]:
+    """``(names, globals)`` of the check body and of every ``labsupport.check`` function it reaches by
+    name, transitively — helpers, the rule engine, a chapter's shared mistakes — each with the
+    namespace its names resolve in."""
+    seen: set[int] = set()
+    todo, out = [body], []
+    while todo:
+        fn = todo.pop()
+        if id(fn.__code__) in seen:
+            continue
+        seen.add(id(fn.__code__))
+        names, scope = _code_names(fn.__code__), fn.__globals__
+        out.append((names, scope))
+        for name in names:
+            obj = inspect.unwrap(scope[name]) if inspect.isfunction(scope.get(name)) else None
+            if obj is not None and getattr(obj, "__module__", "").startswith("labsupport.check"):
+                todo.append(obj)
+    return out
+
+
+def _ours(obj: Any) -> bool:
+    mod = getattr(obj, "__module__", "") or getattr(obj, "__name__", "")
+    return mod.startswith("labsupport.") and not mod.startswith("labsupport.check")
+
+
+def _named_references(names: set[str], scope: dict[str, Any]) -> set[str]:
+    """The labsupport functions outside ``labsupport.check`` that ``names`` reach in ``scope``:
+    functions, methods of classes and functions of modules it names."""
     out: set[str] = set()
-
-    def ours(obj: Any) -> bool:
-        mod = getattr(obj, "__module__", "") or getattr(obj, "__name__", "")
-        return mod.startswith("labsupport.") and not mod.startswith("labsupport.check")
-
     for name in names:
-        obj = getattr(module, name, None)
+        obj = scope.get(name)
         if obj is None:
             continue
-        if inspect.isfunction(obj) and ours(obj):
+        if inspect.isfunction(obj) and _ours(obj):
             out.add(f"{obj.__module__}:{obj.__qualname__}")
-        elif inspect.isclass(obj) and ours(obj):
+        elif inspect.isclass(obj) and _ours(obj):
             for attr in names:
                 member = inspect.getattr_static(obj, attr, None)
                 if isinstance(member, (staticmethod, classmethod)):
                     member = member.__func__
                 if inspect.isfunction(member):
                     out.add(f"{obj.__module__}:{obj.__qualname__}.{attr}")
-        elif inspect.ismodule(obj) and ours(obj):
+        elif inspect.ismodule(obj) and _ours(obj):
             for attr in names:
                 member = getattr(obj, attr, None)
-                if inspect.isfunction(member) and ours(member):
+                if inspect.isfunction(member) and _ours(member):
                     out.add(f"{member.__module__}:{member.__qualname__}")
+    return out
+
+
+def references(module: types.ModuleType, check_fn: Any) -> list[str]:
+    """The ``labsupport`` functions (outside ``labsupport.check``) a check compares with: those its
+    body names, and those named by every ``labsupport.check`` helper it reaches (the transitive
+    closure: a reference called through a helper or the rule engine is found too) —
+    ``"module:qualname"`` each.  A module may list them itself in ``REFERENCES = {"q1": [...]}``."""
+    explicit = getattr(module, "REFERENCES", {}).get(getattr(check_fn, "question", ""), None)
+    if explicit is not None:
+        return list(explicit)
+    out: set[str] = set()
+    for names, scope in _reachable(inspect.unwrap(check_fn)):
+        out |= _named_references(names, scope)
     return sorted(out)
 
 
