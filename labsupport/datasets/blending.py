@@ -52,6 +52,9 @@ from labsupport.datasets.utils import normalize_index
 from labsupport.fileio import PathLike, atomic_open, atomic_write
 from labsupport.paths import shown_path
 from labsupport.datasets.tokenizer import TokenizerMismatchError
+from labsupport.datasets.indexed import IndexedDataset
+from labsupport.datasets.gpt_samples import GPTDataset
+import sys
 
 __all__ = [
     "BlendError", "OverdrawError", "TokenizerMismatchError",
@@ -259,7 +262,7 @@ def _chunked(w: np.ndarray, size: int, **options) -> tuple[np.ndarray, np.ndarra
     """The numpy engine: :mod:`labsupport.datasets.blending_numpy` (imported here, as Megatron
     imports its compiled ``helpers``, because it uses this module's loop to re-run the steps it
     must)."""
-    from labsupport.datasets.blending_numpy import chunked_blending_indices
+    from labsupport.datasets.blending_numpy import chunked_blending_indices  # noqa: PLC0415 - import cycle (blending_numpy uses this module's loop)
 
     return chunked_blending_indices(w, size, **options)
 
@@ -279,7 +282,7 @@ def blending_engine(engine: str = "auto", work: int | None = None) -> str:
         return engine
     if work is not None and work <= _SEQUENTIAL_WORK:
         return "python"
-    from labsupport.datasets.blending_numba import numba_problem
+    from labsupport.datasets.blending_numba import numba_problem  # noqa: PLC0415 - numba compile on first use (start-up time)
 
     return "numpy" if numba_problem() else "numba"
 
@@ -287,7 +290,7 @@ def blending_engine(engine: str = "auto", work: int | None = None) -> str:
 def _run_engine(engine: str, w: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     """``size`` steps of the greedy from step 0 with the resolved ``engine``."""
     if engine == "numba":
-        from labsupport.datasets.blending_numba import numba_blending_indices
+        from labsupport.datasets.blending_numba import numba_blending_indices  # noqa: PLC0415 - numba compile on first use (start-up time)
 
         return numba_blending_indices(w, size)
     if engine == "numpy":
@@ -615,7 +618,6 @@ class BlendedDataset:
     # -- construction helpers
     def _open(self, src: Any, name: str) -> Any:
         if isinstance(src, (str, os.PathLike)):
-            from labsupport.datasets.indexed import IndexedDataset
 
             _check_prefix_files(os.fspath(src), f"dataset {name!r}")
             return IndexedDataset(os.fspath(src))
@@ -631,7 +633,6 @@ class BlendedDataset:
     def _mid_level(self, ds: Any, d: int) -> Any:
         if not self._wraps(ds):
             return ds
-        from labsupport.datasets.gpt_samples import GPTDataset
 
         eod = self._eod(ds, d)
         num = None if self.size is None else self.requested[d]
@@ -697,7 +698,6 @@ class BlendedDataset:
                 problem = "damaged (indices out of range)"
             else:
                 return di, si
-        import sys
 
         print(f"warning: blend cache {shown_path(paths['dataset_index.npy'])} is {problem}; rebuilding it", file=sys.stderr)
         return None

@@ -34,6 +34,7 @@ from labsupport.paths import shown_path
 from labsupport.fileio import PathLike, atomic_open
 from labsupport.datasets.bin_packing import lower_bound, pack
 from labsupport.datasets.gpt_samples import position_ids_from_cu_seqlens
+import zipfile
 
 __all__ = ["SFTRecord", "SFTFormatError", "read_sft_jsonl", "TokenizedSFT", "tokenize_sft",
            "TOO_LONG_POLICIES", "PackedSFT", "pack_sft"]
@@ -352,7 +353,6 @@ class PackedSFT:
     @classmethod
     def load(cls, path: PathLike) -> "PackedSFT":
         """Read a file written by :meth:`save` (never unpickles)."""
-        import zipfile
 
         path = Path(path)
         fmt: str | None = None

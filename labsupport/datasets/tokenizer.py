@@ -36,6 +36,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import sentencepiece as spm
 from labsupport.fileio import PathLike, atomic_write
+from labsupport.paths import DOMAINS, data_file, display_path, work_dir
+from labsupport.datasets.indexed import optimal_dtype
 
 
 __all__ = [
@@ -311,7 +313,6 @@ class Tokenizer:
         return (_tokenizer_from_state, (self._proto, str(self.path), self._in_memory))
 
     def __repr__(self) -> str:
-        from labsupport.paths import display_path
 
         where = self.path.name if self._in_memory else display_path(self.path)
         return (f"Tokenizer({where}, vocab_size={self.vocab_size}, "
@@ -360,7 +361,6 @@ class Tokenizer:
     def dtype(self) -> np.dtype:
         """The dtype chapter 2 stores this tokenizer's ids in: Megatron's rule,
         :func:`labsupport.datasets.indexed.optimal_dtype` (uint16 below 65,500 ids, else int32)."""
-        from labsupport.datasets.indexed import optimal_dtype
         return np.dtype(optimal_dtype(self.vocab_size))
 
     @property
@@ -578,7 +578,6 @@ def workbook_tokenizer(vocab_size: int = WORKBOOK_VOCAB_SIZE, model_type: str = 
     model.  Safe when several processes call it at once (temporary name + rename; all write
     identical bytes) and prints nothing.
     """
-    from labsupport.paths import DOMAINS, data_file, work_dir
 
     files = [data_file(d) for d in DOMAINS]
     recipe = hashlib.sha256()

@@ -71,6 +71,7 @@ import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
 from labsupport.datasets.tokenizer import _META, Tokenizer, with_article
+import random
 
 __all__ = ["WordCache", "WORD_CACHE_MAX_WORDS", "BPE_ENGINES", "word_cache_problem", "fine_cut_problem",
            "bpe_engine_problem", "piece_classes", "fine_word_re", "read_model_proto", "normalization_free_proto"]
@@ -223,7 +224,7 @@ def _check(tok: Tokenizer) -> str | None:
     sp = tok._sp
     try:
         model = read_model_proto(tok)
-    except Exception as exc:  # protobuf's DecodeError, or a newer proto it cannot read
+    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError, or a newer proto it cannot read
         return f"the model proto could not be read ({exc})"
     trainer, norm = model.trainer_spec, model.normalizer_spec
     if trainer.model_type != model_pb2.TrainerSpec.BPE:
@@ -302,7 +303,7 @@ def _check_bpe(tok: Tokenizer) -> tuple[str | None, Any]:
     problem = word_cache_problem(tok)
     if problem:
         return f"no word cache ({problem})", None
-    from labsupport.datasets import spm_bpe_numba
+    from labsupport.datasets import spm_bpe_numba  # noqa: PLC0415 - numba compile on first use (start-up time)
 
     model = read_model_proto(tok)
     problem = spm_bpe_numba.bpe_tables_problem(model)
@@ -324,9 +325,8 @@ def _bpe_probe_words(model: model_pb2.ModelProto, tok: Tokenizer, n_random: int 
     """Words for :func:`bpe_engine_problem`: every piece (and "▁" + piece), the normalized probe
     texts' words, and ``n_random`` words of 2–6 random pieces or characters (some of no piece,
     some over the loop's short-word limit), from a fixed seed."""
-    import random
 
-    from labsupport.datasets.spm_bpe_numba import _SCAN_MAX
+    from labsupport.datasets.spm_bpe_numba import _SCAN_MAX  # noqa: PLC0415 - numba compile on first use (start-up time)
 
     pieces = [p.piece for p in model.pieces if p.type in _MERGEABLE]
     words = pieces + [_META + p for p in pieces if not p.startswith(_META)]
@@ -557,7 +557,7 @@ class WordCache:
             return []
         self.encoded += len(words)
         if self._bpe_tables is not None:
-            from labsupport.datasets.spm_bpe_numba import encode_words
+            from labsupport.datasets.spm_bpe_numba import encode_words  # noqa: PLC0415 - numba compile on first use (start-up time)
 
             try:
                 ids, ends = encode_words(self._bpe_tables, words, escape_spaces=self._space == " ")

@@ -112,8 +112,8 @@ def _bootstrap(fn: Callable, args: tuple, kwargs: dict, rank: int, world_size: i
     warnings.simplefilter("ignore")
     started = False
     try:
-        import torch
-        import torch.distributed as dist
+        import torch  # noqa: PLC0415 - runs in the spawned worker process
+        import torch.distributed as dist  # noqa: PLC0415 - runs in the spawned worker process
 
         torch.set_num_threads(1)
         if backend == "nccl":
@@ -168,7 +168,7 @@ def _check_fn(fn: Callable) -> None:
 
 
 def _check_nccl(world_size: int, env: Mapping[str, str]) -> None:
-    import torch
+    import torch  # noqa: PLC0415 - torch only when called (start-up time of the importing command)
 
     if not torch.cuda.is_available():
         raise ValueError("run_workers: backend='nccl' needs CUDA GPUs and this machine has none "

@@ -127,7 +127,7 @@ def nccl_environment(environ: Mapping[str, str] | None = None) -> dict[str, obje
     environ = os.environ if environ is None else environ
     version = None
     try:
-        import torch
+        import torch  # noqa: PLC0415 - torch only when called (start-up time of the importing command)
 
         if torch.cuda.is_available() or hasattr(torch._C, "_nccl_version"):
             v = torch.cuda.nccl.version()

@@ -17,6 +17,8 @@ from typing import Any, Sequence
 
 import torch
 import torch.distributed as dist
+from labsupport.distributed.launch import _clean_message
+import os
 
 __all__ = [
     "whoami", "fail_on_rank", "hang_on_rank", "guide_collectives",
@@ -35,7 +37,6 @@ def rank_device() -> torch.device:
 
 
 def _clean(exc: BaseException) -> str:
-    from labsupport.distributed.launch import _clean_message
 
     return f"{type(exc).__name__}: {_clean_message(str(exc))}"
 
@@ -341,7 +342,6 @@ def print_rank_lines(lines: int = 2) -> int:
 
 def exit_on_rank(bad_rank: int, code: int = 3) -> int:
     """``bad_rank`` leaves the process abruptly (``os._exit``), as a crashed worker would."""
-    import os
 
     if dist.get_rank() == bad_rank:
         os._exit(code)

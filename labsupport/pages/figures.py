@@ -39,7 +39,7 @@ def draw_starvation(loaders: dict[str, float], *, mfu: float = 0.4, peak_tflops:
                     gpus_per_node: int = 8, sizes: Sequence[float] = (125e6, 350e6, 1.3e9, 7e9, 13e9, 70e9), ax=None):
     """Tokens/s consumed by one GPU and by one node vs model size (log–log), with a horizontal line per
     loader (label → tokens/s on one core) and a marker where each loader line crosses the GPU line."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - matplotlib only when a figure is drawn (start-up time)
 
     if ax is None:
         _, ax = plt.subplots(figsize=(9.6, 4.8), layout="constrained")
@@ -77,8 +77,8 @@ def draw_idx_into_bin(lengths: Sequence[int], pointers: Sequence[int], doc_index
                       tokens: Sequence[int], itemsize: int, ax=None):
     """The three ``.idx`` arrays above the ``.bin`` tokens, with an arrow from each pointer to the
     first byte of its sequence and brackets for the documents that ``doc_index`` groups."""
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import FancyArrowPatch, Rectangle
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - matplotlib only when a figure is drawn (start-up time)
+    from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: PLC0415 - matplotlib only when a figure is drawn (start-up time)
 
     n_tok = len(tokens)
     if ax is None:

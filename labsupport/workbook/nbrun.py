@@ -64,8 +64,8 @@ def execute_notebook(path: Path, timeout: int = 600, env: dict[str, str] | None 
     No timing or widget-state metadata is stored, so re-running an unchanged notebook gives
     an unchanged file (apart from timing outputs in ``nbval-ignore-output`` cells).
     """
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
+    from nbclient import NotebookClient  # noqa: PLC0415 - nbclient only when a notebook runs (start-up time)
+    from nbclient.exceptions import CellExecutionError  # noqa: PLC0415 - nbclient only when a notebook runs (start-up time)
 
     path = Path(path)
     nb = nbformat.read(path, as_version=4)

@@ -25,6 +25,8 @@ from labsupport.workbook.nbrun import (KERNEL, RunResult, _first_line, execute_n
                                        process_env, write_notebook)
 from labsupport.cli import run_command
 from labsupport.paths import REPO_ROOT
+import time
+import ast
 
 
 def _notebooks(selectors: list[str], default_dir: Path) -> list[Path]:
@@ -49,9 +51,8 @@ def _notebooks(selectors: list[str], default_dir: Path) -> list[Path]:
 
 
 def _papermill(nb: Path, out_dir: Path, params: dict, timeout: int) -> RunResult:
-    import time
 
-    import papermill as pm
+    import papermill as pm  # noqa: PLC0415 - papermill only when a notebook runs (start-up time)
 
     out = out_dir / nb.name
     # papermill saves its output after every cell: run under a temporary name, so that a Ctrl-C or
@@ -80,7 +81,7 @@ class UsageError(Exception):
 
 def _check_parameters(notebooks: list[Path], params: dict) -> None:
     """Refuse a parameter that papermill does not find in a notebook's ``parameters`` cell."""
-    import papermill as pm
+    import papermill as pm  # noqa: PLC0415 - papermill only when a notebook runs (start-up time)
 
     for nb in notebooks:
         known = pm.inspect_notebook(str(nb))
@@ -94,7 +95,6 @@ def _check_parameters(notebooks: list[Path], params: dict) -> None:
 
 def _default_type(spec: dict) -> type | None:
     """The type of a parameter's default as the cell writes it (``seed = 0`` → int), or None."""
-    import ast
 
     try:
         default = ast.literal_eval(str(spec.get("default")))
@@ -116,7 +116,7 @@ def _check_type(nb: Path, name: str, value, spec: dict) -> None:
 
 
 def _parse_value(text: str):
-    import yaml
+    import yaml  # noqa: PLC0415 - PyYAML comes with papermill (not a declared dependency)
 
     try:
         return yaml.safe_load(text)

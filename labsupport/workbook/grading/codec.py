@@ -18,6 +18,7 @@ import types
 from typing import Any
 
 import numpy as np
+from labsupport.datasets.tokenizer import Tokenizer
 
 MAX_DEPTH = 64
 MAX_ITEMS = 10_000_000
@@ -96,7 +97,7 @@ def encode(value: Any, _depth: int = 0) -> Any:
     if module.startswith("torch") and hasattr(value, "detach"):
         return _array(value.detach().cpu().numpy())
     if module.startswith("omegaconf") and kind.__name__ in ("DictConfig", "ListConfig"):
-        from omegaconf import OmegaConf
+        from omegaconf import OmegaConf  # noqa: PLC0415 - omegaconf only for config values (start-up time of the grading worker)
 
         return {"$t": "omegaconf", "v": encode(OmegaConf.to_container(value, resolve=True), d)}
     if module == "labsupport.datasets.tokenizer" and kind.__name__ == "Tokenizer":
@@ -162,14 +163,13 @@ def decode(data: Any) -> Any:
         arr[:] = items
         return arr.reshape(tuple(data["shape"]))
     if tag == "tokenizer":
-        from labsupport.datasets.tokenizer import Tokenizer
 
         key = data["model"]
         if key not in _TOKENIZERS:
             _TOKENIZERS[key] = Tokenizer.from_bytes(_unb64(key), data["name"])
         return _TOKENIZERS[key]
     if tag == "omegaconf":
-        from omegaconf import OmegaConf
+        from omegaconf import OmegaConf  # noqa: PLC0415 - omegaconf only for config values (start-up time of the grading worker)
 
         plain = decode(data["v"])
         if not isinstance(plain, (dict, list)):

@@ -40,6 +40,7 @@ from labsupport.workbook.grading.sandbox import (
     prepare_folder,
     raise_learner_exception,
 )
+import re
 
 # statuses of a gradebook row (besides the checks' own "passed", "failed", "not attempted")
 MISSING, UNPARSABLE, TIMED_OUT, NOT_RUN, FLAGGED, UNREADABLE, ERROR = (
@@ -401,7 +402,6 @@ class Session:
 
 def identify(path: Path, forced_chapter: str | None) -> tuple[str, str | None]:
     """(student id, chapter number or None) from the file's name and folder."""
-    import re
 
     path = Path(path)
     m = re.match(r"^(\d\d)_", path.name)

@@ -37,6 +37,8 @@ from typing import Any
 
 from labsupport.paths import REPO_ROOT
 from labsupport.workbook.grading import cgroup
+from labsupport.workbook.grading.stubs import hidden_references, strip_references, write_check_stubs
+import builtins
 
 _HEADER = struct.Struct("<Q")
 _BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
@@ -195,7 +197,6 @@ def prepare_folder(workdir: Path, chapter: Any = None) -> Path:
     The copy holds no check code: ``labsupport/check`` becomes stubs carrying only the option lists
     the exercise prints, and the reference functions of ``chapter``'s questions raise instead of
     answering, except those its setup cells call (:mod:`.stubs`)."""
-    from labsupport.workbook.grading.stubs import hidden_references, strip_references, write_check_stubs
 
     lib = workdir / "lib"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
@@ -373,7 +374,6 @@ def raise_learner_exception(info: dict[str, Any]) -> None:
     """Re-raise, in the grader, an exception the student's code raised in its own process: the same
     builtin type where it is an ``Exception`` (so ``except ValueError`` in a check still works),
     :class:`LearnerError` otherwise; ``learner_where`` tells :func:`_core._blame` whose it was."""
-    import builtins
 
     cls: type[Exception] = LearnerError
     for name in info.get("bases", []):

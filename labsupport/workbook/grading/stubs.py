@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from labsupport.paths import REPO_ROOT
+import re
 
 _PLAIN = (str, int, float, bool, type(None))
 
@@ -135,7 +136,6 @@ def hidden_references(chapter: Any) -> tuple[list[str], list[str]]:
     needs them (:data:`INFRASTRUCTURE`) — with every reference a kept function itself calls in
     its module (chapter 5's kept ``bus_bandwidth`` calls ``bus_factor``: hiding that would break
     the exercise's own setup cell).  Kept ones cannot be hidden, and the header names them."""
-    import re
 
     setup = "\n".join(c.source for c in chapter.cells if c.kind == "setup")
     specs = sorted({s for q in chapter.questions for s in q.references})
