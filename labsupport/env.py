@@ -92,8 +92,8 @@ def measured_on_gpu(section: str, results_file: "os.PathLike | str | None" = Non
     ``benchmarks/results/gpu.json`` (written by ``make gpu-report``), as lines to print.
 
     ``section``: ``"environment"`` (chapter 0), ``"attention"`` and ``"packing_throughput"``
-    (chapter 4), ``"collectives"`` (chapter 5), ``"end_to_end"`` (chapter 6).  Says so plainly when no GPU measurement has been
-    committed (a file written with ``--device cpu`` holds toy numbers and is not quoted).
+    (chapter 4), ``"collectives"`` (chapter 5), ``"end_to_end"`` (chapter 6).  Says so plainly when
+    no GPU measurement has been committed (a file written with ``--device cpu`` holds toy numbers and is not quoted).
     """
 
 

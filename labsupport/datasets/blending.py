@@ -242,7 +242,8 @@ def greedy_step(weights: Sequence[float], counts: Sequence[int], step: int) -> i
 
 def reference_blending_indices(weights: Sequence[float], size: int, *, start: int = 0,
                                counts: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The rule as a plain Python loop (the readable reference; slow: tens of ns per step and dataset in CPython, measured in chapter 3).
+    """The rule as a plain Python loop (the readable reference; slow: tens of ns per step and dataset
+    in CPython, measured in chapter 3).
 
     Steps ``start .. start + size - 1`` from ``counts`` (default: all zero at step 0); resuming
     from the counts reached at step ``start`` continues the uninterrupted sequence exactly.
@@ -636,7 +637,8 @@ class BlendedDataset:
 
         eod = self._eod(ds, d)
         num = None if self.size is None else self.requested[d]
-        return GPTDataset(ds, self.seq_length, num, self.seed, reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False, eod_token=eod)
+        return GPTDataset(ds, self.seq_length, num, self.seed, reset_position_ids=False, reset_attention_mask=False,
+                          eod_mask_loss=False, eod_token=eod)
 
     def _eod(self, ds: Any, d: int) -> int:
         if self._eod_token is not None:
@@ -691,7 +693,8 @@ class BlendedDataset:
             problem = f"unreadable ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
         else:
             if not (di.dtype == np.int16 and si.dtype == np.int64 and di.shape == si.shape == (expected,)):
-                problem = f"of another shape or dtype ({di.dtype}{di.shape}, {si.dtype}{si.shape}; expected {expected} samples)"
+                problem = (f"of another shape or dtype ({di.dtype}{di.shape}, {si.dtype}{si.shape}; "
+                           f"expected {expected} samples)")
             elif _index_digest(di, si) != want:
                 problem = "damaged (its sha256 does not match the one saved with it)"
             elif di.size and (int(di.min()) < 0 or int(di.max()) >= n_datasets or int(si.min()) < 0):
@@ -699,7 +702,8 @@ class BlendedDataset:
             else:
                 return di, si
 
-        print(f"warning: blend cache {shown_path(paths['dataset_index.npy'])} is {problem}; rebuilding it", file=sys.stderr)
+        print(f"warning: blend cache {shown_path(paths['dataset_index.npy'])} is {problem}; rebuilding it",
+              file=sys.stderr)
         return None
 
     def _check_overdraw(self, datasets: list[Any]) -> None:
@@ -756,8 +760,8 @@ class BlendRow:
     """One dataset's line of a :class:`BlendReport` (samples are blended samples).
 
     Over several epochs Megatron's GPTDataset shuffles all epochs' copies of the document list in
-    one permutation (a short last epoch apart), so the sample *windows* differ from pass to pass (almost no sample repeats exactly); what repeats
-    is the text — every document is read about ``epochs`` times
+    one permutation (a short last epoch apart), so the sample *windows* differ from pass to pass
+    (almost no sample repeats exactly); what repeats is the text — every document is read about ``epochs`` times
     (:meth:`~labsupport.datasets.gpt_samples.GPTDataset.token_reads` counts it per document).
     """
 
@@ -766,7 +770,8 @@ class BlendRow:
     realised: float        #: drawn / blend size
     drawn: int             #: samples the blend takes from this dataset
     available: int         #: samples in one epoch of the dataset (one pass over its text)
-    repeated: float        #: share of the drawn samples' text that the run reads again: 1 − 1/epochs (0 below one epoch)
+    #: share of the drawn samples' text that the run reads again: 1 − 1/epochs (0 below one epoch)
+    repeated: float
     epochs: float          #: drawn / available — how many times each document (each token) is read
     warning: bool          #: epochs above the report's threshold
 

@@ -332,7 +332,8 @@ class _Chunks:
                 start = true
                 if first is None and j > 0 and chained[j] and np.array_equal(true, self.end_state[j - 1]):
                     k = int(breaks[np.searchsorted(breaks, j)]) if breaks.size and breaks[-1] >= j else self.P
-                    prev_at_L, true = (k - 1, self.start_state[k - 1], self.end_state[k - 1]), self.end_state[k - 1].copy()
+                    prev_at_L = (k - 1, self.start_state[k - 1], self.end_state[k - 1])
+                    true = self.end_state[k - 1].copy()
                     j = k
                     continue
                 if first is None:

@@ -19,9 +19,10 @@ it imports this module, never the other way round.
 
 Special ids of the models trained here: ``pad=0, unk=1, bos=2, eos=3``.  **eod** (the end of
 document token that ``--append-eod`` appends in chapter 2) is the id of a piece named ``<eod>``
-when a model has one (e.g. trained with ``control_symbols=["<eod>"]``), else the EOS id.  The workbook's models have none, so
-eod == eos — the same choice as Megatron-Core's ``SentencePieceTokenizer.eod`` and NeMo's
-``preprocess_data_for_megatron.py --append-eod`` (both use the EOS id).
+when a model has one (e.g. trained with ``control_symbols=["<eod>"]``), else the EOS id.  The
+workbook's models have none, so eod == eos — the same choice as Megatron-Core's
+``SentencePieceTokenizer.eod`` and NeMo's ``preprocess_data_for_megatron.py --append-eod`` (both
+use the EOS id).
 """
 from __future__ import annotations
 
@@ -278,7 +279,8 @@ class Tokenizer:
         if not path.is_file():
             raise FileNotFoundError(
                 f"tokenizer model {str(path)!r} does not exist; train one with "
-                "labsupport.datasets.tokenizer.train_sentencepiece(...) or use labsupport.datasets.tokenizer.workbook_tokenizer()"
+                "labsupport.datasets.tokenizer.train_sentencepiece(...) or use "
+                "labsupport.datasets.tokenizer.workbook_tokenizer()"
             )
         self._init(path.read_bytes(), path)
 

@@ -369,7 +369,8 @@ def _raise_first_error(errors: list[tuple], procs: list, folder: Path) -> None:
     # connection, possibly before its death is noticed here); otherwise the earliest report
     first = min(errors, key=lambda e: (e[0] != "died", e[-1]))
     others = world_size - 1
-    stopped = {0: "it was stopped", 1: "the other rank was stopped"}.get(others, f"the other {others} ranks were stopped")
+    stopped = {0: "it was stopped", 1: "the other rank was stopped"}.get(others,
+                                                                         f"the other {others} ranks were stopped")
     if first[0] == "died":
         _, rank, code, _ = first
         started = (folder / f"stdout.{rank}").exists()

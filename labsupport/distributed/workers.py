@@ -111,7 +111,8 @@ def guide_all_reduce_snippet(numel: int = 1024, seed: int = 0) -> dict[str, Any]
     device, checked against the mean of every rank's gradients and against ``ReduceOp.AVG``."""
     rank, world_size, dev = dist.get_rank(), dist.get_world_size(), rank_device()
     gen = torch.Generator().manual_seed(seed * 1000 + rank)
-    gradients = torch.randn(numel, generator=gen, dtype=torch.float64).to(dev)   # guide: torch.randn(1024, device=f"cuda:{rank}")
+    # guide: torch.randn(1024, device=f"cuda:{rank}")
+    gradients = torch.randn(numel, generator=gen, dtype=torch.float64).to(dev)
     local = gradients.clone()
     dist.all_reduce(gradients, op=dist.ReduceOp.SUM)                            # as in the NCCL guide
     gradients /= world_size

@@ -30,7 +30,8 @@ def _grid(ax, rows: Sequence[Sequence[float]], title: str, width: int) -> None:
     for r, row in enumerate(rows):
         for c, v in enumerate(row):
             shade = 0.92 - 0.55 * abs(v) / vmax
-            ax.add_patch(Rectangle((c - 0.45, r - 0.4), 0.9, 0.8, facecolor=(shade, shade, 1.0), edgecolor="0.4", lw=0.6))
+            ax.add_patch(Rectangle((c - 0.45, r - 0.4), 0.9, 0.8, facecolor=(shade, shade, 1.0), edgecolor="0.4",
+                                   lw=0.6))
             ax.text(c, r, f"{v:g}", ha="center", va="center", fontsize=7)
     ax.set_title(title, fontsize=9)
 

@@ -45,7 +45,8 @@ def draw_starvation(loaders: dict[str, float], *, mfu: float = 0.4, peak_tflops:
         _, ax = plt.subplots(figsize=(9.6, 4.8), layout="constrained")
     n = np.geomspace(min(sizes) / 1.5, max(sizes) * 1.5, 200)
     one = gpu_tokens_per_second(n, mfu=mfu, peak_tflops=peak_tflops)
-    ax.plot(n, one, color="black", lw=2, label=f"one H100 consumes ({mfu:.0%} of {peak_tflops:.0f} TFLOPS, 6·N FLOPs/token)")
+    ax.plot(n, one, color="black", lw=2,
+            label=f"one H100 consumes ({mfu:.0%} of {peak_tflops:.0f} TFLOPS, 6·N FLOPs/token)")
     ax.plot(n, one * gpus_per_node, color="gray", lw=1.5, ls="--", label=f"one {gpus_per_node}-GPU node consumes")
     ax.scatter(sizes, gpu_tokens_per_second(np.array(sizes), mfu=mfu, peak_tflops=peak_tflops), color="black", zorder=3)
     for s in sizes:   # model sizes, on a white box so that a loader line passing behind never covers them

@@ -78,7 +78,8 @@ def draw_parallel_grid(layout, ax=None):
             x = per_node * 1.2 + 0.05
             ax.plot([x, x + 0.15, x + 0.15, x], [-first_node + 0.85, -first_node + 0.85, -last_node - 0.05,
                                                  -last_node - 0.05], color="crimson", lw=1.6)
-            ax.text(x + 0.25, (-first_node - last_node + 0.8) / 2, f"TP group {group}:\n{last_node - first_node + 1} nodes",
+            ax.text(x + 0.25, (-first_node - last_node + 0.8) / 2,
+                    f"TP group {group}:\n{last_node - first_node + 1} nodes",
                     ha="left", va="center", fontsize=8, color="crimson")
     for node in range(nodes):
         ax.text(-0.25, -node + 0.4, f"node {node}", ha="right", va="center", fontsize=9)

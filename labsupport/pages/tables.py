@@ -38,7 +38,8 @@ class Table:
     def __post_init__(self) -> None:
         for i, row in enumerate(self.rows):
             if len(row) != len(self.columns):
-                raise ValueError(f"Table row {i} has {len(row)} cells for {len(self.columns)} columns {list(self.columns)}: "
+                raise ValueError(f"Table row {i} has {len(row)} cells for {len(self.columns)} columns "
+                                 f"{list(self.columns)}: "
                                  "give one cell per column")
 
     def _text_rows(self) -> list[list[str]]:

@@ -73,7 +73,8 @@ def draw_trace(trace: DocumentTrace, blend: Any, run: Any, seq_length: int, occu
     a1.set_xlabel("key position (token)")
     a1.set_ylabel("query position (token)")
     a1.grid(False)
-    a1.set_title(f"mask of blend sample {occ.blend_index} (dark: may attend),\ndoc {trace.document} outlined", fontsize=9)
+    a1.set_title(f"mask of blend sample {occ.blend_index} (dark: may attend),\ndoc {trace.document} outlined",
+                 fontsize=9)
     losses = np.asarray(run.token_losses[occ.blend_index])
     inside = np.zeros(seq_length, dtype=bool)
     inside[lo:hi] = True

@@ -483,7 +483,8 @@ def _print_totals(book: Gradebook) -> None:
         pts = [r for r in book.rows if (r["student"], r["chapter"]) == key]
         got = sum(float(r["points"] or 0) for r in pts)
         flagged = sum(1 for r in pts if r["flags"])
-        print(f"  {plain(key[0]):<24} {plain(key[1] or '?'):<5} {got:g}/{sum(float(r['max_points'] or 0) for r in pts):g}"
+        worth = sum(float(r['max_points'] or 0) for r in pts)
+        print(f"  {plain(key[0]):<24} {plain(key[1] or '?'):<5} {got:g}/{worth:g}"
               + (f"  ({flagged} flagged)" if flagged else ""))
 
 

@@ -109,7 +109,8 @@ def _check_type(nb: Path, name: str, value, spec: dict) -> None:
     if kind is None:
         return
     ok = {int: lambda v: isinstance(v, int) and not isinstance(v, bool),
-          float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)}.get(kind, lambda v: isinstance(v, kind))
+          float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)}.get(
+              kind, lambda v: isinstance(v, kind))
     if not ok(value):
         raise UsageError(f"-p {name} {value!r}: {nb.parent.name}/{nb.name}'s parameter {name} is {kind.__name__} "
                          f"(default {spec.get('default')}); give a value of that type")
@@ -144,9 +145,11 @@ def _main(argv: list[str] | None) -> int:
     ap = argparse.ArgumentParser(prog="python -m labsupport.runall", description=__doc__.split("\n\n")[0],
                                  epilog="exit status: 0 all ran, 1 a notebook failed or an error, 2 usage error, "
                                         "130 interrupted")
-    ap.add_argument("targets", nargs="*", help="chapter numbers, notebooks or folders (default: every notebooks/NN_*.ipynb)")
+    ap.add_argument("targets", nargs="*",
+                    help="chapter numbers, notebooks or folders (default: every notebooks/NN_*.ipynb)")
     ap.add_argument("--out", default="runs", help="output folder for papermill runs (default: runs/)")
-    ap.add_argument("--in-place", action="store_true", help="execute and overwrite the notebooks themselves (make outputs)")
+    ap.add_argument("--in-place", action="store_true",
+                    help="execute and overwrite the notebooks themselves (make outputs)")
     ap.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                     help="papermill parameter (YAML-typed value); repeatable")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")

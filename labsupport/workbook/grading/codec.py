@@ -116,7 +116,8 @@ def encode(value: Any, _depth: int = 0) -> Any:
         return {"$t": "dict", "v": [[encode(k, d), encode(v, d)] for k, v in dict.items(value)]}
     if isinstance(value, (list, tuple)):
         return {"$t": "tuple" if isinstance(value, tuple) else "list",
-                "v": [encode(x, d) for x in (tuple.__iter__(value) if isinstance(value, tuple) else list.__iter__(value))]}
+                "v": [encode(x, d)
+                      for x in (tuple.__iter__(value) if isinstance(value, tuple) else list.__iter__(value))]}
     try:
         text = repr(value)
     except Exception:  # noqa: BLE001 - a repr that raises

@@ -246,7 +246,8 @@ class Session:
                                            f"(line {getattr(exc, 'lineno', '?')})"
                     continue
                 except (RecursionError, MemoryError) as exc:  # built to exhaust the compiler
-                    self.syntax[cell.id] = f"{type(exc).__name__}: the cell is too deeply nested or too large to compile"
+                    self.syntax[cell.id] = (f"{type(exc).__name__}: the cell is too deeply nested or too large "
+                                            "to compile")
                     continue
             self.program.append((pos, cell, source))
         self.state: dict[str, str] = {}
@@ -348,7 +349,8 @@ class Session:
         elif self.stop_at is not None and any(self.position(c) >= self.stop_at for c in q.cells):
             row.status, row.reason = NOT_RUN, f"not reached: {self.stop_reason}"
         elif time.monotonic() >= self.submission_deadline:
-            row.status, row.reason = TIMED_OUT, f"the submission ran past its {self.limits.submission_timeout:g} s limit"
+            row.status = TIMED_OUT
+            row.reason = f"the submission ran past its {self.limits.submission_timeout:g} s limit"
         else:
             self._run_check(q, row, feedback)
         if row.status in (MISSING, UNPARSABLE, TIMED_OUT, NOT_RUN) or row.reason.startswith("memory:"):
@@ -444,7 +446,8 @@ def grade_file(path: Path, chapters: dict[str, Chapter], options: Options, force
                 student, None, "cannot tell the chapter: name the file NN_topic.ipynb or pass --chapter", ERROR))
         chapter = chapters[guess]
     elif guess is not None and guess != chapter.number:
-        flags.append(f"wrong-chapter: submitted as chapter {chapter.number}, but its cells are chapter {guess}'s exercises")
+        flags.append(f"wrong-chapter: submitted as chapter {chapter.number}, "
+                     f"but its cells are chapter {guess}'s exercises")
     answers, how = answer_sources(chapter, cells)
     for source in answers.values():  # trying to signal other processes taints the whole submission
         flags += [f for f in static_flags(source, []) if f.startswith("signals") and f not in flags]

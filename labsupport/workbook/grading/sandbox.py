@@ -158,7 +158,8 @@ def enforcement(limits: Limits | None = None, mode: str | None = None) -> list[s
     lines = []
     if mode == "bwrap":
         lines.append(f"isolation: bwrap — uid {SANDBOX_UID} in its own user namespace, no capabilities, no_new_privs, "
-                     "no nested user namespaces; own mount/PID/IPC/UTS/network namespaces (no network, no host sockets); "
+                     "no nested user namespaces; own mount/PID/IPC/UTS/network namespaces "
+                     "(no network, no host sockets); "
                      "sees /usr, the Python environment and its own read-only copy of labsupport (no check code, no "
                      "answer keys), never the repository, solutions/, the gradebook, other submissions or the seed")
         lines.append(f"disk: {limits.disk_mb} MiB tmpfs home, {limits.disk_mb // 4} MiB /tmp, "
@@ -230,7 +231,8 @@ class Worker:
         lib = (INSIDE / "lib") if sandboxed else self.workdir / "lib"
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "TMPDIR": "/tmp" if sandboxed else str(home / "tmp"),
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home),
+               "TMPDIR": "/tmp" if sandboxed else str(home / "tmp"),
                "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "LABSUPPORT_HEADLESS": "1", "PYTHONHASHSEED": "0",
                "MPLBACKEND": "Agg", "LABSUPPORT_WORK": str(home / "work"), "OMP_NUM_THREADS": "1",
                "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
