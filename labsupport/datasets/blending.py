@@ -47,7 +47,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from labsupport.datasets.blending_loop import _sequential
+from labsupport.datasets.blending_loop import sequential_steps
 from labsupport.datasets.utils import normalize_index
 from labsupport.fileio import PathLike, atomic_open, atomic_write
 from labsupport.paths import shown_path
@@ -251,7 +251,7 @@ def reference_blending_indices(weights: Sequence[float], size: int, *, start: in
     """
     w = [float(v) for v in weights]
     c = [0] * len(w) if counts is None else [int(v) for v in counts]
-    dl, sl, _ = _sequential(w, int(size), c, int(start))
+    dl, sl, _ = sequential_steps(w, int(size), c, int(start))
     return np.array(dl, dtype=np.int16), np.array(sl, dtype=np.int64)
 
 
@@ -418,7 +418,7 @@ def megatron_blend_size(weights: Sequence[float], size: int) -> int:
 # =============================================================================================
 # tokenizer fingerprints (chapter 1's invariant)
 # =============================================================================================
-def _sidecar_of(source: Any) -> dict | None:
+def sidecar_of(source: Any) -> dict | None:
     """The labsupport sidecar dict behind a prefix, an IndexedDataset or a GPTDataset."""
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source) + ".json"
@@ -434,7 +434,7 @@ def _sidecar_of(source: Any) -> dict | None:
         return meta
     inner = getattr(source, "dataset", None)        # chapter 4's GPTDataset wraps an indexed dataset
     if inner is not None and inner is not source:
-        return _sidecar_of(inner)
+        return sidecar_of(inner)
     return None
 
 
@@ -442,7 +442,7 @@ def tokenizer_fingerprint(source: Any) -> str | None:
     """The tokenizer fingerprint recorded beside a dataset (``<prefix>.json`` → tokenizer →
     fingerprint), or None when there is no sidecar.  ``source``: a prefix, an
     ``IndexedDataset`` or a ``GPTDataset`` over one."""
-    meta = _sidecar_of(source)
+    meta = sidecar_of(source)
     if not meta:
         return None
     tok = meta.get("tokenizer")
@@ -643,7 +643,7 @@ class BlendedDataset:
     def _eod(self, ds: Any, d: int) -> int:
         if self._eod_token is not None:
             return self._eod_token
-        meta = _sidecar_of(ds) or {}
+        meta = sidecar_of(ds) or {}
         if isinstance(meta.get("eod"), int):
             return int(meta["eod"])
         raise BlendError(f"dataset {self.names[d]!r}: no eod id in its sidecar; pass eod_token=")

@@ -73,7 +73,7 @@ LOSSLESS_OPTIONS: dict[str, object] = {
 WORKBOOK_VOCAB_SIZE = 8000
 
 
-_META = "\u2581"  # SentencePiece's whitespace symbol "▁"
+META_SYMBOL = "\u2581"  # SentencePiece's whitespace symbol "▁"
 
 
 def with_article(noun: str) -> str:
@@ -305,9 +305,9 @@ class Tokenizer:
         self._fingerprint = hashlib.sha256(self._proto).hexdigest()
         # Literal "▁" in the text would decode as a space; models without a dummy prefix and
         # with byte pieces can encode it as its three UTF-8 bytes instead (see encode()).
-        self._meta_bytes = [sp.piece_to_id(f"<0x{b:02X}>") for b in _META.encode("utf-8")]
+        self._meta_bytes = [sp.piece_to_id(f"<0x{b:02X}>") for b in META_SYMBOL.encode("utf-8")]
         has_bytes = all(i != sp.unk_id() and sp.is_byte(i) for i in self._meta_bytes)
-        no_prefix = not sp.encode("a", out_type=str)[0].startswith(_META)
+        no_prefix = not sp.encode("a", out_type=str)[0].startswith(META_SYMBOL)
         self._escape_meta = has_bytes and no_prefix
 
     # pickling (multiprocessing workers in chapter 2): ship the proto, not the C++ object
@@ -435,13 +435,13 @@ class Tokenizer:
         """
         if not isinstance(text, str):
             raise TypeError(f"encode expects a str, got {type(text).__name__}")
-        if self._escape_meta and _META in text:
+        if self._escape_meta and META_SYMBOL in text:
             return self._encode_with_meta(text)
         return self._sp.encode(text)
 
     def _encode_with_meta(self, text: str) -> list[int]:
         ids: list[int] = []
-        parts = text.split(_META)
+        parts = text.split(META_SYMBOL)
         for k, part in enumerate(parts):
             if k:
                 ids.extend(self._meta_bytes)
@@ -464,7 +464,7 @@ class Tokenizer:
         out = self._sp.encode(texts, num_threads=n)
         if self._escape_meta:
             for i, t in enumerate(texts):
-                if _META in t:
+                if META_SYMBOL in t:
                     out[i] = self._encode_with_meta(t)
         return out
 
@@ -539,7 +539,7 @@ def compare_tokenizers(train_tok: Tokenizer, serve_tok: Tokenizer, probe_texts: 
     sa, sb = train_tok.special_ids(), serve_tok.special_ids()
     garbled = None
     for t, ids in zip(texts, a_ids):
-        shown = _decode_lenient(serve_tok, ids)
+        shown = decode_lenient(serve_tok, ids)
         if shown != t:
             garbled = shown
             break
@@ -554,7 +554,7 @@ def compare_tokenizers(train_tok: Tokenizer, serve_tok: Tokenizer, probe_texts: 
     }
 
 
-def _decode_lenient(tok: Tokenizer, ids: Sequence[int]) -> str:
+def decode_lenient(tok: Tokenizer, ids: Sequence[int]) -> str:
     """decode(), with ids outside the vocabulary shown as U+FFFD instead of raising."""
     out, run = [], []
     for i in ids:

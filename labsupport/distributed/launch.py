@@ -77,7 +77,7 @@ class WorkerTimeout(WorkerError, TimeoutError):
 
 # ----------------------------------------------------------------------------- worker side
 
-def _clean_message(text: str) -> str:
+def clean_message(text: str) -> str:
     """Drop the ``[rank0]:[F1129 21:24:19.113 ProcessGroupGloo.cpp:2216]`` prefixes torch puts on
     C++ errors (they hold a timestamp), keep the first line."""
     text = re.sub(r"\[rank\d+\]:\[[A-Z]\d{4} [\d:.]+ [^\]]*\]\s*", "", str(text))
@@ -127,7 +127,7 @@ def _bootstrap(fn: Callable, args: tuple, kwargs: dict, rank: int, world_size: i
         payload = pickle.dumps(("ok", rank, result, time.monotonic()))
     except BaseException as exc:  # noqa: BLE001 - every failure is reported to the parent
         tb = traceback.extract_tb(exc.__traceback__)
-        payload = pickle.dumps(("error", rank, type(exc).__name__, _clean_message(str(exc)), _where(tb),
+        payload = pickle.dumps(("error", rank, type(exc).__name__, clean_message(str(exc)), _where(tb),
                                 "".join(traceback.format_exception(exc)), started, time.monotonic()))
         sys.stdout.flush()
         sys.stderr.flush()

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import torch
 import torch.distributed as dist
-from labsupport.distributed.launch import _clean_message
+from labsupport.distributed.launch import clean_message
 import os
 
 __all__ = [
@@ -38,7 +38,7 @@ def rank_device() -> torch.device:
 
 def _clean(exc: BaseException) -> str:
 
-    return f"{type(exc).__name__}: {_clean_message(str(exc))}"
+    return f"{type(exc).__name__}: {clean_message(str(exc))}"
 
 
 # ----------------------------------------------------------------------------- demos of the launcher

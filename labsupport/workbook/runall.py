@@ -21,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-from labsupport.workbook.nbrun import (KERNEL, RunResult, _first_line, execute_notebook, headless_env,
+from labsupport.workbook.nbrun import (KERNEL, RunResult, first_line, execute_notebook, headless_env,
                                        process_env, write_notebook)
 from labsupport.cli import run_command
 from labsupport.paths import REPO_ROOT
@@ -69,7 +69,7 @@ def _papermill(nb: Path, out_dir: Path, params: dict, timeout: int) -> RunResult
         if partial.exists():   # a failed run is kept: papermill marked the failing cell in it
             os.replace(partial, out)
         ename = getattr(exc, "ename", type(exc).__name__)
-        evalue = getattr(exc, "evalue", None) or _first_line(str(exc))
+        evalue = getattr(exc, "evalue", None) or first_line(str(exc))
         return RunResult(nb, time.perf_counter() - start, False, f"{ename}: {evalue}"[:200])
     finally:
         partial.unlink(missing_ok=True)   # interrupted (Ctrl-C): nothing under the chapter's name

@@ -415,7 +415,7 @@ def identify(path: Path, forced_chapter: str | None) -> tuple[str, str | None]:
     return student, forced_chapter or (m.group(1) if m else None)
 
 
-def _unreadable_rows(student: str, chapter: Chapter | None, reason: str, status: str = UNREADABLE) -> list[Row]:
+def unreadable_rows(student: str, chapter: Chapter | None, reason: str, status: str = UNREADABLE) -> list[Row]:
     if chapter is None:
         return [Row(student, "", "", status, 0.0, 0.0, reason)]
     return [Row(student, chapter.key, q.name, status, 0.0, q.points, reason) for q in chapter.questions]
@@ -429,20 +429,20 @@ def grade_file(path: Path, chapters: dict[str, Chapter], options: Options, force
     student = student or sid
     chapter = chapters.get(number) if number else None
     if number and chapter is None:
-        graded = Graded(student, number, str(path), _unreadable_rows(
+        graded = Graded(student, number, str(path), unreadable_rows(
             student, None, f"no exercise notebook for chapter {number} in exercises/", ERROR))
         graded.rows[0].chapter = f"ch{number}"
         return graded
     try:
         cells = read_submission(path)
     except Unreadable as exc:
-        return Graded(student, chapter.key if chapter else "", str(path), _unreadable_rows(student, chapter, str(exc)),
+        return Graded(student, chapter.key if chapter else "", str(path), unreadable_rows(student, chapter, str(exc)),
                       feedback=[f"your file could not be graded: {exc}"])
     guess = chapter_of(cells, chapters)
     flags: list[str] = []
     if chapter is None:
         if guess is None:
-            return Graded(student, "", str(path), _unreadable_rows(
+            return Graded(student, "", str(path), unreadable_rows(
                 student, None, "cannot tell the chapter: name the file NN_topic.ipynb or pass --chapter", ERROR))
         chapter = chapters[guess]
     elif guess is not None and guess != chapter.number:
