@@ -48,6 +48,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from labsupport.datasets.blending_loop import sequential_steps
+from labsupport.datasets.blending_numpy import chunked_blending_indices
 from labsupport.datasets.utils import normalize_index
 from labsupport.fileio import PathLike, atomic_open, atomic_write
 from labsupport.paths import shown_path
@@ -260,11 +261,8 @@ _SEQUENTIAL_WORK = 20_000
 
 
 def _chunked(w: np.ndarray, size: int, **options) -> tuple[np.ndarray, np.ndarray]:
-    """The numpy engine: :mod:`labsupport.datasets.blending_numpy` (imported here, as Megatron
-    imports its compiled ``helpers``, because it uses this module's loop to re-run the steps it
-    must)."""
-    from labsupport.datasets.blending_numpy import chunked_blending_indices  # noqa: PLC0415 - import cycle (blending_numpy uses this module's loop)
-
+    """The numpy engine: :mod:`labsupport.datasets.blending_numpy` (it re-runs the steps it must
+    with the loop of :mod:`labsupport.datasets.blending_loop`)."""
     return chunked_blending_indices(w, size, **options)
 
 
