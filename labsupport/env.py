@@ -5,12 +5,12 @@ reports the device; ``device()`` picks CUDA when it is there, else the CPU.
 """
 from __future__ import annotations
 
+from pathlib import Path
+import json
 import os
 import random
 
 import numpy as np
-import json
-from pathlib import Path
 from labsupport.paths import REPO_ROOT
 
 _DEVICE_CHOICES = ("auto", "cpu", "cuda")

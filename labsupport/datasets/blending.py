@@ -35,6 +35,7 @@ megatron-core's (``tests/test_crosscheck_blending.py``).
 """
 from __future__ import annotations
 
+import sys
 import hashlib
 import json
 import math
@@ -55,7 +56,6 @@ from labsupport.paths import shown_path
 from labsupport.datasets.tokenizer import TokenizerMismatchError
 from labsupport.datasets.indexed import IndexedDataset
 from labsupport.datasets.gpt_samples import GPTDataset
-import sys
 
 __all__ = [
     "BlendError", "OverdrawError", "TokenizerMismatchError",

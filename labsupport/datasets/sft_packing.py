@@ -20,6 +20,7 @@ sequences with ``sum(L_i - 1) <= pack_size`` (``create_hist`` subtracts one for 
 """
 from __future__ import annotations
 
+import zipfile
 import json
 import os
 from dataclasses import dataclass, field
@@ -34,7 +35,6 @@ from labsupport.paths import shown_path
 from labsupport.fileio import PathLike, atomic_open
 from labsupport.datasets.bin_packing import lower_bound, pack
 from labsupport.datasets.gpt_samples import position_ids_from_cu_seqlens
-import zipfile
 
 __all__ = ["SFTRecord", "SFTFormatError", "read_sft_jsonl", "TokenizedSFT", "tokenize_sft",
            "TOO_LONG_POLICIES", "PackedSFT", "pack_sft"]

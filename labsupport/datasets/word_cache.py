@@ -62,6 +62,7 @@ differ on real text (measured: 6–36 of 6,000 documents), so unigram models fal
 """
 from __future__ import annotations
 
+import random
 import itertools
 import re
 from typing import Any, Sequence
@@ -71,7 +72,6 @@ import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
 from labsupport.datasets.tokenizer import META_SYMBOL, Tokenizer, with_article
-import random
 
 __all__ = ["WordCache", "WORD_CACHE_MAX_WORDS", "BPE_ENGINES", "word_cache_problem", "fine_cut_problem",
            "bpe_engine_problem", "piece_classes", "fine_word_re", "read_model_proto", "normalization_free_proto"]

@@ -11,6 +11,7 @@ broken workers (one raises, one hangs) for the failure demos.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from typing import Any, Sequence
@@ -18,7 +19,6 @@ from typing import Any, Sequence
 import torch
 import torch.distributed as dist
 from labsupport.distributed.launch import clean_message
-import os
 
 __all__ = [
     "whoami", "fail_on_rank", "hang_on_rank", "guide_collectives",

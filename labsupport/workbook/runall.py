@@ -16,6 +16,8 @@ parameter); 130 interrupted (Ctrl-C).
 """
 from __future__ import annotations
 
+import ast
+import time
 import argparse
 import os
 import sys
@@ -25,8 +27,6 @@ from labsupport.workbook.nbrun import (KERNEL, RunResult, first_line, execute_no
                                        process_env, write_notebook)
 from labsupport.cli import run_command
 from labsupport.paths import REPO_ROOT
-import time
-import ast
 
 
 def _notebooks(selectors: list[str], default_dir: Path) -> list[Path]:

@@ -6,6 +6,7 @@ modules and printed lines of the submission are never read.  Only its answer cel
 """
 from __future__ import annotations
 
+import re
 import builtins
 import hashlib
 import json
@@ -40,7 +41,6 @@ from labsupport.workbook.grading.sandbox import (
     prepare_folder,
     raise_learner_exception,
 )
-import re
 
 # statuses of a gradebook row (besides the checks' own "passed", "failed", "not attempted")
 MISSING, UNPARSABLE, TIMED_OUT, NOT_RUN, FLAGGED, UNREADABLE, ERROR = (

@@ -20,6 +20,7 @@ instructor passes ``--no-sandbox``.  :func:`enforcement` says exactly what a run
 """
 from __future__ import annotations
 
+import builtins
 import functools
 import json
 import os
@@ -38,7 +39,6 @@ from typing import Any
 from labsupport.paths import REPO_ROOT
 from labsupport.workbook.grading import cgroup
 from labsupport.workbook.grading.stubs import hidden_references, strip_references, write_check_stubs
-import builtins
 
 _HEADER = struct.Struct("<Q")
 _BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "

@@ -11,6 +11,7 @@ count or read the grader's checks.)
 """
 from __future__ import annotations
 
+import re
 import ast
 import functools
 import importlib
@@ -19,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from labsupport.paths import REPO_ROOT
-import re
 
 _PLAIN = (str, int, float, bool, type(None))
 
