@@ -17,7 +17,7 @@ GPU_TAG = "requires-gpu"
 
 def _cuda() -> bool:
     try:
-        import torch
+        import torch  # noqa: PLC0415 - torch only for the sessions that ask for it (start-up time)
     except ImportError:  # a partial environment (e.g. checking the data path on another Python)
         return False
     return bool(torch.cuda.is_available())

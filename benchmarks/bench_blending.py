@@ -40,6 +40,10 @@ from pathlib import Path
 from benchmarks._common import machine_info, write_results, require
 
 import numpy as np
+from labsupport.datasets import blending
+import subprocess
+import tempfile
+from labsupport.datasets.blending import blending_engine
 
 RESULTS = Path(__file__).resolve().parent / "results" / "blending.json"
 
@@ -50,7 +54,7 @@ def _machine() -> dict:
 def _helpers():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Transformer Engine and Apex are not installed"
-        from megatron.core.datasets import helpers
+        from megatron.core.datasets import helpers  # noqa: PLC0415 - megatron-core is an optional dependency
     return helpers
 
 
@@ -99,7 +103,6 @@ SIDES = ("megatron", "labsupport", "labsupport_numpy")
 
 
 def _time_side(side: str, helpers, weights: list[float], warr: np.ndarray, size: int):
-    from labsupport.datasets import blending
 
     t0 = time.perf_counter()
     if side == "megatron":
@@ -112,7 +115,6 @@ def _time_side(side: str, helpers, weights: list[float], warr: np.ndarray, size:
 
 
 def run(sizes: list[int], repeats: int, seeds: int, large_repeats: int) -> dict:
-    from labsupport.datasets import blending
 
     helpers = _helpers()
     blending.build_blending_indices([0.5, 0.5], 100_000)          # compile (or load) numba's loop
@@ -174,8 +176,6 @@ print(t1 - t0, t2 - t1)
 def compile_cost() -> dict:
     """Seconds to import the numba engine and to make its first call, in a fresh process with an
     empty numba cache (compiling) and again with the cache it left (loading)."""
-    import subprocess
-    import tempfile
 
     out = {}
     with tempfile.TemporaryDirectory() as cache:
@@ -198,7 +198,6 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--seeds", type=int, default=3, help="Dirichlet α=0.1 seeds")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
-    from labsupport.datasets.blending import blending_engine
 
     machine = _machine()
     cases_run = run(args.sizes, args.repeats, args.seeds, args.large_repeats)

@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 
 from benchmarks._common import machine_info, write_results, require
+from labsupport.distributed.collectives import measure_all_reduce
+from labsupport.distributed import collectives as C
 
 
 RESULTS = Path(__file__).resolve().parent / "results" / "collectives.json"
@@ -44,15 +46,13 @@ def _reps(sizes: list[int], reps: int) -> list[int]:
 
 
 def _time(world_size: int, sizes: list[int], impl: str, reps: int) -> list[float]:
-    from labsupport.distributed.collectives import measure_all_reduce
 
     return measure_all_reduce(world_size, sizes, _reps(sizes, reps), impl=impl, timeout=600)
 
 
 def bench_rings(world_sizes: list[int], sizes: list[int], reps: int, repeats: int) -> list[dict]:
-    from labsupport.distributed import collectives as C
-    from labsupport.distributed.launch import run_workers
-    from labsupport.distributed.workers import ring_vs_all_reduce
+    from labsupport.distributed.launch import run_workers  # noqa: PLC0415 - the launcher only when measuring (start-up time)
+    from labsupport.distributed.workers import ring_vs_all_reduce  # noqa: PLC0415 - the torch workers only when measuring (start-up time)
 
     rows = []
     for n in world_sizes:
@@ -80,13 +80,13 @@ def bench_rings(world_sizes: list[int], sizes: list[int], reps: int, repeats: in
             }
             rows.append(row)
             print(f"n={n} S={nbytes:>9} B  dist {best['dist'][i] * 1e3:8.2f} ms  ring {best['ring'][i] * 1e3:8.2f} ms  "
-                  f"naive {best['naive'][i] * 1e3:8.2f} ms  naive/ring bytes {row['ratios']['naive_over_ring_bytes']:.2f}",
+                  f"naive {best['naive'][i] * 1e3:8.2f} ms  "
+                  f"naive/ring bytes {row['ratios']['naive_over_ring_bytes']:.2f}",
                   flush=True)
     return rows
 
 
 def bench_sweep(world_size: int, sizes: list[int], reps: int, repeats: int) -> dict:
-    from labsupport.distributed import collectives as C
 
     best = [float("inf")] * len(sizes)
     for _ in range(repeats):
@@ -96,7 +96,8 @@ def bench_sweep(world_size: int, sizes: list[int], reps: int, repeats: int) -> d
              "busbw_GBps": C.bus_bandwidth("all_reduce", s, t, world_size),
              "model_seconds": C.alpha_beta_time("all_reduce", s, world_size, alpha, beta)} for s, t in zip(sizes, best)]
     for r in rows:
-        print(f"sweep n={world_size} S={r['nbytes']:>9} B  {r['seconds'] * 1e6:10.1f} µs  busbw {r['busbw_GBps']:.3f} GB/s",
+        print(f"sweep n={world_size} S={r['nbytes']:>9} B  {r['seconds'] * 1e6:10.1f} µs  "
+              f"busbw {r['busbw_GBps']:.3f} GB/s",
               flush=True)
     return {"world_size": world_size, "rows": rows, "alpha_seconds": alpha, "beta_seconds_per_byte": beta,
             "fitted_link_GBps": (1 / beta / 1e9) if beta > 0 else None,
@@ -133,7 +134,8 @@ def main(argv: list[str] | None = None) -> dict:
         "naive/ring follows it only for large S, where bandwidth dominates",
         "with more ranks than CPU cores every step waits for a descheduled peer: compare the 2- and 4-rank sweeps",
     ]
-    wrong = [f"world {r['world_size']}, {r['nbytes']} B" for r in result["rings"] if not r.get("equal_to_dist_all_reduce", True)]
+    wrong = [f"world {r['world_size']}, {r['nbytes']} B" for r in result["rings"]
+             if not r.get("equal_to_dist_all_reduce", True)]
     require(not wrong, f"the send/recv rings disagree with dist.all_reduce at {', '.join(wrong)}")
     result["wall_seconds"] = round(time.perf_counter() - start, 1)
     write_results(args.out, result)

@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(prog="python -m benchmarks grading", description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", type=int, default=25, help="submissions in the class (default 25)")
     args = ap.parse_args(argv)
-    from tests.adversarial_class import build_class
+    from tests.adversarial_class import build_class  # noqa: PLC0415 - the test suite's class builder (tests/ is not installed), only when this runs
 
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
         tmp = Path(tmp)

@@ -68,6 +68,17 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._common import Mismatch, machine_info, write_results
+from labsupport.datasets.tokenizer import Tokenizer
+from labsupport.paths import DOMAINS, data_file
+import sysconfig
+import sentencepiece as spm
+from labsupport.datasets.word_cache import fine_cut_problem, read_model_proto, word_cache_problem
+from labsupport.datasets.preprocess import preprocess
+import subprocess
+from labsupport.paths import REPO_ROOT
+from labsupport.datasets.preprocess import AUTO_NUMBA_BYTES_PER_WORKER
+from labsupport.datasets.indexed import IndexedDataset
+from labsupport.datasets.tokenizer import workbook_tokenizer
 
 RESULTS = Path(__file__).resolve().parent / "results" / "indexed.json"
 
@@ -78,7 +89,7 @@ def _machine() -> dict:
 def _megatron():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        from megatron.core.datasets import indexed_dataset
+        from megatron.core.datasets import indexed_dataset  # noqa: PLC0415 - megatron-core is an optional dependency
     return indexed_dataset
 
 
@@ -92,7 +103,6 @@ class MegatronEncoder:
         self.model_path, self.json_keys, self.append_eod = model_path, json_keys, append_eod
 
     def initializer(self) -> None:
-        from labsupport.datasets.tokenizer import Tokenizer
 
         MegatronEncoder.tokenizer = Tokenizer(self.model_path)
 
@@ -119,7 +129,6 @@ def megatron_preprocess(input_path: str, model_path: str, output_prefix: str, wo
                         json_keys=("text",), append_eod: bool = True) -> dict:
     """Megatron's ``process_json_file`` with megatron-core's builder; returns counts."""
     mc = _megatron()
-    from labsupport.datasets.tokenizer import Tokenizer
 
     encoder = MegatronEncoder(model_path, list(json_keys), append_eod)
     vocab = Tokenizer(model_path).vocab_size
@@ -144,7 +153,6 @@ def megatron_preprocess(input_path: str, model_path: str, output_prefix: str, wo
 
 # ----------------------------------------------------------------------------- measurements
 def make_corpus(path: Path, repeat: int) -> dict:
-    from labsupport.paths import DOMAINS, data_file
 
     parts = [data_file(d).read_bytes() for d in DOMAINS]
     with open(path, "wb") as fh:
@@ -159,7 +167,6 @@ def make_foreign_corpus(path: Path, max_bytes: int, site_packages: bool = False)
     """The running Python's standard library ``.py`` files (sorted, one JSON document each, UTF-8
     only) up to ``max_bytes`` of JSON lines: text this project did not choose.  ``site_packages``:
     then the ``.py`` files of the installed packages (sorted by path), for a larger corpus."""
-    import sysconfig
 
     paths = sysconfig.get_paths()
     sources = sorted(f for f in Path(paths["stdlib"]).rglob("*.py") if "site-packages" not in f.parts)
@@ -190,7 +197,6 @@ def train_foreign_tokenizer(corpus: Path, out: Path, vocab_size: int, rule: str 
     sampled) with SentencePiece's default options except ``rule`` (the normalization rule),
     ``byte_fallback`` and ``add_dummy_prefix``; spaces are squeezed (SentencePiece's default).
     The defaults are the case the issue measured: nmt_nfkc, byte fallback, dummy prefix."""
-    import sentencepiece as spm
 
     lines = [ln for doc in (json.loads(x)["text"] for x in corpus.read_text(encoding="utf-8").splitlines())
              for ln in doc.splitlines() if ln.strip()]
@@ -201,8 +207,6 @@ def train_foreign_tokenizer(corpus: Path, out: Path, vocab_size: int, rule: str 
     spm.set_random_generator_seed(0)
     with open(out, "wb") as fh:
         spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=fh, **options)
-    from labsupport.datasets.tokenizer import Tokenizer
-    from labsupport.datasets.word_cache import fine_cut_problem, read_model_proto, word_cache_problem
 
     tok = Tokenizer(out)
     norm = read_model_proto(tok).normalizer_spec
@@ -272,7 +276,6 @@ def bench_preprocess(corpus: Path, model: str, out: Path, workers: int, repeats:
                      tokenizer_only: bool = True, methods: tuple[str, ...] = METHODS) -> dict:
     """Best-of-``repeats`` seconds of each of ``methods`` (interleaved, order rotated) on
     ``corpus``; raises Mismatch unless every method wrote byte-identical ``.bin``/``.idx``."""
-    from labsupport.datasets.preprocess import preprocess
 
     best = dict.fromkeys(methods, float("inf"))
     counts, cache_stats = {}, {}
@@ -297,7 +300,8 @@ def bench_preprocess(corpus: Path, model: str, out: Path, workers: int, repeats:
     if not cache_stats["labsupport"]["used"] or cache_stats.get("labsupport_no_word_cache", {}).get("used"):
         raise Mismatch(f"word cache not used as intended: {cache_stats}")
     if "labsupport_numba" in cache_stats and cache_stats["labsupport_numba"]["bpe_engine"] != "numba":
-        raise Mismatch(f"the compiled BPE loop was asked for but not used: {cache_stats['labsupport_numba']['bpe_problem']}")
+        raise Mismatch("the compiled BPE loop was asked for but not used: "
+                       f"{cache_stats['labsupport_numba']['bpe_problem']}")
     for name in [m for m in methods if m != "megatron"]:
         for ext in (".bin", ".idx"):
             a = (out / f"{name}_text_document{ext}").read_bytes()
@@ -311,7 +315,6 @@ def bench_preprocess(corpus: Path, model: str, out: Path, workers: int, repeats:
     if tokenizer_only:
         # the ceiling for any preprocessor running BPE on every document with this many threads:
         # tokenizing the already parsed texts in memory, nothing else (no JSON, IPC, writing)
-        from labsupport.datasets.tokenizer import Tokenizer
 
         tok = Tokenizer(model)
         texts = [json.loads(line)["text"] for line in corpus.read_bytes().splitlines()]
@@ -375,9 +378,7 @@ def bench_large(corpus: Path, model: str, out: Path, workers: int, repeats: int)
     Megatron's method in a fresh interpreter (its imports — torch, through megatron-core —
     included) and in this process (no start costs: the harshest comparison for labsupport).
     Every process start, import and the compiled loop's start is in labsupport's time."""
-    import subprocess
 
-    from labsupport.paths import REPO_ROOT
 
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     commands = {
@@ -405,7 +406,8 @@ def bench_large(corpus: Path, model: str, out: Path, workers: int, repeats: int)
             best[name] = min(best[name], time.perf_counter() - t0)
     for name in names[1:]:
         for ext in (".bin", ".idx"):
-            if (out / f"{name}_text_document{ext}").read_bytes() != (out / f"megatron_in_process_text_document{ext}").read_bytes():
+            theirs = (out / f"megatron_in_process_text_document{ext}").read_bytes()
+            if (out / f"{name}_text_document{ext}").read_bytes() != theirs:
                 raise Mismatch(f"{name} and Megatron wrote different {ext} files")
     engine = "numba" if "compiled BPE loop" in summary else "sentencepiece"
     mb = corpus.stat().st_size / 1e6
@@ -439,10 +441,7 @@ def bench_bpe_engine_start(corpus: Path, model: str, out: Path, workers: int, re
     """The compiled BPE loop's one-time start in a fresh process (median of ``repeats``), the whole
     ``python -m labsupport.preprocess`` process with each engine (best of ``repeats``), and the input
     size from which the loop pays for its start (start seconds / seconds saved per MB)."""
-    import subprocess
 
-    from labsupport.datasets.preprocess import AUTO_NUMBA_BYTES_PER_WORKER
-    from labsupport.paths import REPO_ROOT
 
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     starts = [float(subprocess.run([sys.executable, "-c", _START_SNIPPET, model], check=True, env=env,
@@ -459,7 +458,8 @@ def bench_bpe_engine_start(corpus: Path, model: str, out: Path, workers: int, re
             best = min(best, time.perf_counter() - t0)
         cli[engine] = best
     for ext in (".bin", ".idx"):
-        if (out / f"cli_numba_text_document{ext}").read_bytes() != (out / f"cli_sentencepiece_text_document{ext}").read_bytes():
+        compiled = (out / f"cli_numba_text_document{ext}").read_bytes()
+        if compiled != (out / f"cli_sentencepiece_text_document{ext}").read_bytes():
             raise Mismatch(f"the two engines wrote different {ext} files")
     start = float(np.median(starts))
     return {"start_seconds_median": start, "start_seconds": starts,
@@ -481,7 +481,6 @@ def _time_reads(fn, indices, repeats: int) -> float:
 
 
 def bench_reads(prefix: str, n_reads: int, window: int, repeats: int, seed: int = 0) -> dict:
-    from labsupport.datasets.indexed import IndexedDataset
 
     mc = _megatron()
     ours, theirs = IndexedDataset(prefix), mc.IndexedDataset(prefix)
@@ -563,7 +562,6 @@ def main(argv: list[str] | None = None) -> dict:
         return _grid_only(args)
     args.out = RESULTS if args.out is None else args.out
 
-    from labsupport.datasets.tokenizer import workbook_tokenizer
 
     model = workbook_tokenizer()
     tmp = Path(tempfile.mkdtemp(prefix="bench_indexed_"))
@@ -672,8 +670,10 @@ def main(argv: list[str] | None = None) -> dict:
               f"compiled BPE: min {grid['ratio_numba_min']:.2f}×, median {grid['ratio_numba_median']:.2f}×, "
               f"below 1.5×: {grid['cells_below_1_5_numba'] or 'none'}")
     if large is not None:
-        print(f"  {large['input_bytes'] / 1e6:.0f} MB of installed Python source, whole `python -m labsupport.preprocess` "
-              f"process (default engine: {large['default_engine_used']}): {large['ratio_cli_over_megatron_in_process']:.2f}× "
+        print(f"  {large['input_bytes'] / 1e6:.0f} MB of installed Python source, "
+              f"whole `python -m labsupport.preprocess` "
+              f"process (default engine: {large['default_engine_used']}): "
+              f"{large['ratio_cli_over_megatron_in_process']:.2f}× "
               f"Megatron in-process, {large['ratio_cli_over_megatron_process']:.2f}× Megatron as a process; "
               f"with --bpe-engine sentencepiece {large['ratio_cli_sentencepiece_over_megatron_in_process']:.2f}×")
     print(f"random access: ds[i] {r['random_access_getitem']:.2f}×, "

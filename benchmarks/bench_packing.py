@@ -34,6 +34,14 @@ from pathlib import Path
 from benchmarks._common import Mismatch, machine_info, write_results, require
 
 import numpy as np
+from labsupport.datasets.indexed import IndexedDataset
+from labsupport.datasets.gpt_dataset_config import GPTDatasetConfig
+from labsupport.datasets.gpt_samples import GPTDataset, attention_mask_from_cu_seqlens
+from labsupport.datasets.preprocess import workbook_prefixes
+from labsupport.datasets.tokenizer import Tokenizer, workbook_tokenizer
+from labsupport.datasets.bin_packing import ALGORITHMS, lower_bound, pack, packing_efficiency
+import tempfile
+import labsupport
 
 RESULTS = Path(__file__).resolve().parent / "results" / "packing.json"
 NEMO_SOURCE = ("NVIDIA/NeMo nemo/utils/sequence_packing_utils.py (first_fit, first_fit_decreasing), "
@@ -92,18 +100,13 @@ class _MegatronTokenizer:
 
 
 def bench_gpt_samples(seq_length: int, n_samples: int, repeats: int, check_dense: int, cache: Path) -> dict:
-    import torch
-    from labsupport.datasets.indexed import IndexedDataset
-    from labsupport.datasets.gpt_dataset_config import GPTDatasetConfig
-    from labsupport.datasets.gpt_samples import GPTDataset, attention_mask_from_cu_seqlens
-    from labsupport.datasets.preprocess import workbook_prefixes
-    from labsupport.datasets.tokenizer import Tokenizer, workbook_tokenizer
+    import torch  # noqa: PLC0415 - torch only for this benchmark (start-up time of python -m benchmarks)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        from megatron.core.datasets import indexed_dataset as mc_indexed
-        from megatron.core.datasets.gpt_dataset import GPTDataset as McGPTDataset, GPTDatasetConfig
-        from megatron.core.datasets.utils import Split
+        from megatron.core.datasets import indexed_dataset as mc_indexed  # noqa: PLC0415 - megatron-core is an optional dependency
+        from megatron.core.datasets.gpt_dataset import GPTDataset as McGPTDataset, GPTDatasetConfig  # noqa: PLC0415 - megatron-core is an optional dependency
+        from megatron.core.datasets.utils import Split  # noqa: PLC0415 - megatron-core is an optional dependency
     logging.getLogger("megatron").setLevel(logging.ERROR)
 
     tok = Tokenizer(workbook_tokenizer())
@@ -171,7 +174,6 @@ def bench_gpt_samples(seq_length: int, n_samples: int, repeats: int, check_dense
 
 # ------------------------------------------------------------------------------------ part 2
 def bench_packing(n: int, pack_size: int, repeats: int, nemo_repeats: int) -> dict:
-    from labsupport.datasets.bin_packing import ALGORITHMS, lower_bound, pack, packing_efficiency
 
     lengths = sft_like_lengths(n, pack_size=pack_size)
     as_list = lengths.tolist()
@@ -197,7 +199,6 @@ def bench_packing(n: int, pack_size: int, repeats: int, nemo_repeats: int) -> di
 
 
 def bench_million(n: int, pack_size: int, repeats: int) -> dict:
-    from labsupport.datasets.bin_packing import ALGORITHMS, lower_bound, pack, packing_efficiency
 
     lengths = sft_like_lengths(n, seed=1, pack_size=pack_size)
     rows = {}
@@ -221,9 +222,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
 
-    import tempfile
 
-    import labsupport
 
     with tempfile.TemporaryDirectory() as cache:
         gpt = bench_gpt_samples(args.seq_length, args.gpt_samples, args.repeats, args.check_dense, Path(cache))
@@ -241,7 +240,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     g = result["gpt_samples"]
     print(f"GPT samples S={g['seq_length']}: " + ", ".join(
-        f"{k} {v['samples_per_s']:.0f}/s (×{g['speedup_vs_megatron_reset_flags'][k]:.1f})" for k, v in g["methods"].items()))
+        f"{k} {v['samples_per_s']:.0f}/s (×{g['speedup_vs_megatron_reset_flags'][k]:.1f})"
+        for k, v in g["methods"].items()))
     p = result["packing_20k"]
     print(f"pack {p['lengths']['n']} lengths: " + ", ".join(
         f"{k} {v['seconds'] * 1e3:.1f} ms eff {v['efficiency']:.4f} (×{p['speedup_vs_nemo'][k]:.0f})"

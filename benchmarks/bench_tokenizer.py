@@ -8,8 +8,8 @@ ways to encode it, measured side by side in one run:
 * ``batch_threads`` — ``tok.encode_batch(docs, num_threads=cpu_count)``: one call, C++ threads.
 
 Two workloads: whole documents, and their non-empty lines as separate texts (short texts, where
-the per-call cost shows).  Each timing is the best of ``--repeats`` runs (the methods take turns); all three must give the
-same ids.  Run: ``.venv/bin/python -m benchmarks.bench_tokenizer``; writes
+the per-call cost shows).  Each timing is the best of ``--repeats`` runs (the methods take turns);
+all three must give the same ids.  Run: ``.venv/bin/python -m benchmarks.bench_tokenizer``; writes
 ``benchmarks/results/tokenizer.json``.
 """
 from __future__ import annotations
@@ -21,6 +21,9 @@ import time
 from pathlib import Path
 
 from benchmarks._common import machine_info, write_results
+import labsupport
+from labsupport.paths import DOMAINS
+from labsupport.datasets.tokenizer import Tokenizer, read_documents, workbook_tokenizer
 
 RESULTS = Path(__file__).resolve().parent / "results" / "tokenizer.json"
 
@@ -69,9 +72,6 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
 
-    import labsupport
-    from labsupport.paths import DOMAINS
-    from labsupport.datasets.tokenizer import Tokenizer, read_documents, workbook_tokenizer
 
     tok = Tokenizer(workbook_tokenizer())
     docs = [d for name in DOMAINS for d in read_documents(labsupport.data_file(name))]

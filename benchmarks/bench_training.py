@@ -13,7 +13,8 @@ Recorded per pipeline: tokens/s (all tokens computed), useful tokens/s (tokens w
 padding), the data loader's share of the step time (sampler + dataset + collate), and the
 median step time; step 1 is left out (start-up).  A third run reads the packed samples without
 ``reset_attention_mask``: on CPU the boundary mask is a dense S×S mask per sample (the GPU path of
-chapter 4 uses ``cu_seqlens`` instead), so that run separates the mask's cost from the data path's.  Run: ``.venv/bin/python -m benchmarks.bench_training``.
+chapter 4 uses ``cu_seqlens`` instead), so that run separates the mask's cost from the data path's.
+Run: ``.venv/bin/python -m benchmarks.bench_training``.
 """
 from __future__ import annotations
 
@@ -24,18 +25,18 @@ import time
 from pathlib import Path
 
 from benchmarks._common import machine_info, require, write_results
+from labsupport.datasets.tokenizer import Tokenizer, read_documents
+from labsupport.paths import data_file
 
 RESULTS = Path(__file__).resolve().parent / "results" / "training.json"
 
 
 def measure(seq_length: int, batch: int, steps: int) -> dict:
-    import torch
+    import torch  # noqa: PLC0415 - torch only for this benchmark (start-up time of python -m benchmarks)
 
-    from labsupport.datasets.tokenizer import Tokenizer, read_documents
-    from labsupport.paths import data_file
-    from labsupport.training.data import NaiveTextDataset, build_blend
-    from labsupport.training.settings import load_settings
-    from labsupport.training.trainer import train
+    from labsupport.training.data import NaiveTextDataset, build_blend  # noqa: PLC0415 - labsupport.training pulls in torch (start-up time of python -m benchmarks)
+    from labsupport.training.settings import load_settings  # noqa: PLC0415 - labsupport.training pulls in torch (start-up time of python -m benchmarks)
+    from labsupport.training.trainer import train  # noqa: PLC0415 - labsupport.training pulls in torch (start-up time of python -m benchmarks)
 
     torch.set_num_threads(1)
     settings = load_settings(overrides=[f"model.encoder_seq_length={seq_length}", f"model.micro_batch_size={batch}",

@@ -36,6 +36,9 @@ from typing import Any
 import numpy as np
 
 from benchmarks._common import machine_info, require, write_results
+from labsupport.datasets.bin_packing import first_fit_decreasing
+from labsupport.datasets.gpt_samples import attention_mask_from_cu_seqlens, position_ids_from_cu_seqlens
+from labsupport.distributed import collectives as C
 
 RESULTS = Path(__file__).parent / "results" / "gpu.json"
 
@@ -51,13 +54,13 @@ LINKS = {
 
 
 def _sync(device) -> None:
-    import torch
+    import torch  # noqa: PLC0415 - torch only for this benchmark (start-up time of python -m benchmarks)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
 def environment(device) -> dict[str, Any]:
-    import torch
+    import torch  # noqa: PLC0415 - torch only for this benchmark (start-up time of python -m benchmarks)
     info: dict[str, Any] = {"date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
                             "torch": torch.__version__, "cuda": torch.version.cuda, "device_type": device.type}
     if device.type == "cuda":
@@ -83,10 +86,10 @@ def _document_lengths(rng: np.random.Generator, total: int, mean: int) -> list[i
 
 def attention_check(device, seq: int, heads: int, head_dim: int, seed: int) -> dict[str, Any]:
     """Chapter 4's varlen path on one packed row vs per-document SDPA (the reference)."""
-    import torch
-    import torch.nn.functional as F
+    import torch  # noqa: PLC0415 - torch only for this benchmark (start-up time of python -m benchmarks)
+    import torch.nn.functional as F  # noqa: PLC0415 - torch only for this benchmark (start-up time of python -m benchmarks)
 
-    from labsupport.models.tiny_lm import varlen_attention
+    from labsupport.models.tiny_lm import varlen_attention  # noqa: PLC0415 - labsupport.models pulls in torch (start-up time)
 
     rng = np.random.default_rng(seed)
     lens = _document_lengths(rng, seq, seq // 6)
@@ -109,11 +112,9 @@ def attention_check(device, seq: int, heads: int, head_dim: int, seed: int) -> d
 def packing_throughput(device, *, seq: int, vocab: int, d_model: int, n_heads: int, n_layers: int,
                        examples: int, mean_tokens: int, steps: int, seed: int) -> dict[str, Any]:
     """Training tokens/s, packed rows (boundary mask, restarted positions) vs one example per padded row."""
-    import torch
+    import torch  # noqa: PLC0415 - torch only for this benchmark (start-up time of python -m benchmarks)
 
-    from labsupport.datasets.bin_packing import first_fit_decreasing
-    from labsupport.datasets.gpt_samples import attention_mask_from_cu_seqlens, position_ids_from_cu_seqlens
-    from labsupport.models.tiny_lm import TinyCausalLM
+    from labsupport.models.tiny_lm import TinyCausalLM  # noqa: PLC0415 - labsupport.models pulls in torch (start-up time)
 
     rng = np.random.default_rng(seed)
     lengths = np.clip(np.round(rng.lognormal(np.log(mean_tokens), 0.6, examples)), 16, seq).astype(np.int64)
@@ -171,9 +172,8 @@ def packing_throughput(device, *, seq: int, vocab: int, d_model: int, n_heads: i
 
 def collectives(device, sizes: list[int]) -> dict[str, Any]:
     """NCCL all-reduce over every GPU there is; with one GPU, the local copy and the α–β predictions."""
-    import torch
+    import torch  # noqa: PLC0415 - torch only for this benchmark (start-up time of python -m benchmarks)
 
-    from labsupport.distributed import collectives as C
 
     out: dict[str, Any] = {"sizes_bytes": sizes}
     n = torch.cuda.device_count() if device.type == "cuda" else 0
@@ -206,14 +206,15 @@ def collectives(device, sizes: list[int]) -> dict[str, Any]:
         rows = []
         for s in sizes:
             t = C.alpha_beta_time("all_reduce", s, link["world_size"], link["alpha_s"], link["beta_s_per_byte"])
-            rows.append({"bytes": s, "seconds": t, "busbw_GBps": C.bus_bandwidth("all_reduce", s, t, link["world_size"])})
+            rows.append({"bytes": s, "seconds": t,
+                         "busbw_GBps": C.bus_bandwidth("all_reduce", s, t, link["world_size"])})
         out["alpha_beta_predictions"][name] = {"assumptions": link, "all_reduce": rows}
     return out
 
 
 def end_to_end(device, steps: int) -> dict[str, Any]:
     """Chapter 6's training run on ``device`` (bf16 autocast on CUDA), through the same ``train()``."""
-    from labsupport.training.trainer import train
+    from labsupport.training.trainer import train  # noqa: PLC0415 - labsupport.training pulls in torch (start-up time of python -m benchmarks)
 
     cuda = device.type == "cuda"
     overrides = [f"trainer.max_steps={steps}", f"trainer.accelerator={'gpu' if cuda else 'cpu'}",
@@ -250,7 +251,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
 
-    import torch
+    import torch  # noqa: PLC0415 - torch only for this benchmark (start-up time of python -m benchmarks)
 
     if args.device == "cuda" and not torch.cuda.is_available():
         print("gpu_report: torch sees no CUDA device here; run it on a GPU machine (make gpu-report)", file=sys.stderr)

@@ -21,8 +21,10 @@ from labsupport.paths import CONFIG_DIR
 KEY_NOTES: dict[str, tuple[str, str]] = {
     "model.hidden_size": ("width of every transformer layer (d_model)", "book §6.3"),
     "model.num_layers": ("number of transformer layers", "book §6.3"),
-    "model.tensor_model_parallel_size": ("GPUs that split each layer's matrices (TP); all-gather / reduce-scatter inside every layer", "ch00 grid, ch05 collectives"),
-    "model.pipeline_model_parallel_size": ("GPUs that hold consecutive groups of layers (PP); send/recv between stages", "ch00 grid, ch05 collectives"),
+    "model.tensor_model_parallel_size": ("GPUs that split each layer's matrices (TP); all-gather / reduce-scatter "
+                                         "inside every layer", "ch00 grid, ch05 collectives"),
+    "model.pipeline_model_parallel_size": ("GPUs that hold consecutive groups of layers (PP); send/recv between stages",
+                                           "ch00 grid, ch05 collectives"),
     "model.precision": ("number format of the compute: bf16 halves memory and traffic vs fp32", "book §1.14"),
     "data.data_prefix": ("weights and .bin/.idx prefixes to blend", "ch02 indexing, ch03 blending"),
     "data.seq_length": ("tokens per training sample; packing fills it", "ch04 packing"),

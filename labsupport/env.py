@@ -5,10 +5,13 @@ reports the device; ``device()`` picks CUDA when it is there, else the CPU.
 """
 from __future__ import annotations
 
+from pathlib import Path
+import json
 import os
 import random
 
 import numpy as np
+from labsupport.paths import REPO_ROOT
 
 _DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
@@ -19,7 +22,7 @@ NO_GPU_NOTE = "No CUDA device here: this cell runs on a GPU machine (make test-g
 def cuda_available() -> bool:
     """True when torch is importable and sees at least one CUDA device."""
     try:
-        import torch
+        import torch  # noqa: PLC0415 - torch only when called (start-up time of the importing command)
     except ImportError:  # pragma: no cover - torch is a hard dependency
         return False
     return bool(torch.cuda.is_available())
@@ -40,7 +43,7 @@ def device(prefer: str = "auto"):
     ``prefer="cuda"`` without a GPU raises RuntimeError saying so (instead of failing
     later inside a kernel launch).
     """
-    import torch
+    import torch  # noqa: PLC0415 - torch only when called (start-up time of the importing command)
 
     if prefer not in _DEVICE_CHOICES:
         raise ValueError(f"device must be one of {_DEVICE_CHOICES}, got {prefer!r}")
@@ -64,7 +67,7 @@ def setup(seed: int = 0, device: str = "auto", quiet: bool = False):
 
     Prints one line such as ``labsupport ready · seed 0 · device cpu`` unless ``quiet``.
     """
-    import torch
+    import torch  # noqa: PLC0415 - torch only when called (start-up time of the importing command)
 
     random.seed(seed)
     np.random.seed(seed)
@@ -72,7 +75,7 @@ def setup(seed: int = 0, device: str = "auto", quiet: bool = False):
     np.set_printoptions(linewidth=100, precision=4, suppress=True, threshold=200)
     torch.set_printoptions(linewidth=100, precision=4, sci_mode=False)
     try:
-        import matplotlib as mpl
+        import matplotlib as mpl  # noqa: PLC0415 - matplotlib only when a figure is drawn (start-up time)
 
         mpl.rcParams.update({"figure.dpi": 96, "savefig.dpi": 96, "figure.figsize": (7.0, 3.6),
                              "axes.grid": True, "grid.alpha": 0.3})
@@ -89,13 +92,10 @@ def measured_on_gpu(section: str, results_file: "os.PathLike | str | None" = Non
     ``benchmarks/results/gpu.json`` (written by ``make gpu-report``), as lines to print.
 
     ``section``: ``"environment"`` (chapter 0), ``"attention"`` and ``"packing_throughput"``
-    (chapter 4), ``"collectives"`` (chapter 5), ``"end_to_end"`` (chapter 6).  Says so plainly when no GPU measurement has been
-    committed (a file written with ``--device cpu`` holds toy numbers and is not quoted).
+    (chapter 4), ``"collectives"`` (chapter 5), ``"end_to_end"`` (chapter 6).  Says so plainly when
+    no GPU measurement has been committed (a file written with ``--device cpu`` holds toy numbers and is not quoted).
     """
-    import json
-    from pathlib import Path
 
-    from labsupport.paths import REPO_ROOT
 
     sections = ("environment", "attention", "packing_throughput", "collectives", "end_to_end")
     if section not in sections:

@@ -46,7 +46,8 @@ def work_dir(*parts: str) -> Path:
 
 def _workbook_relative(path: os.PathLike | str) -> str | None:
     p = Path(path).resolve()
-    for base, label in ((REPO_ROOT, ""), (Path(os.environ.get("LABSUPPORT_WORK", REPO_ROOT / "work")).resolve(), "work/")):
+    work = Path(os.environ.get("LABSUPPORT_WORK", REPO_ROOT / "work")).resolve()
+    for base, label in ((REPO_ROOT, ""), (work, "work/")):
         try:
             return label + p.relative_to(base).as_posix()
         except ValueError:

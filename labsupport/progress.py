@@ -16,12 +16,12 @@ T = TypeVar("T")
 def progress(iterable: Iterable[T] | None = None, **kwargs):
     """``tqdm(iterable, **kwargs)`` with the right front end for this run."""
     if is_headless():
-        from tqdm import tqdm
+        from tqdm import tqdm  # noqa: PLC0415 - tqdm's console or notebook front end is chosen at call time
 
         kwargs.setdefault("file", sys.stderr)
         kwargs.setdefault("mininterval", 1.0)
         kwargs.setdefault("ascii", True)
         return tqdm(iterable, **kwargs)
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # noqa: PLC0415 - tqdm's console or notebook front end is chosen at call time
 
     return tqdm(iterable, **kwargs)

@@ -1,5 +1,7 @@
 """``python -m labsupport.train``: chapter 6's training run from the command line.
 
+Entry point only (the command stays short); the code is :mod:`labsupport.training.cli`.
+
     python -m labsupport.train --config configs/megatron_gpt_tiny.yaml trainer.max_steps=50 \\
         --save-dir work/runs/a --save-every 10 --log work/runs/a/log.jsonl
     torchrun --nproc-per-node 2 -m labsupport.train --config configs/megatron_gpt_tiny.yaml trainer.devices=2

@@ -169,12 +169,16 @@ def record(mlm: Mirror, nemo: Mirror, bridge: Mirror) -> dict:
     for cls, path in (("TrainingConfig", mtrain), ("SchedulerConfig", mtrain), ("LoggerConfig", mtrain),
                       ("CheckpointConfig", mtrain), ("RNGConfig", mcommon)):
         own = dataclass_fields(bsrc, cls) if f"class {cls}(" in bsrc else []
-        out[f"bridge:{cls}"] = entry(bridge, BRIDGE_REF, [(bcfg, cls), (f"3rdparty/Megatron-LM@{pin[:7]}/{path}", cls)],
-                                     sorted(set(own + pinned(path, cls))), f"fields of {cls} as ConfigContainer uses it")
+        out[f"bridge:{cls}"] = entry(bridge, BRIDGE_REF,
+                                     [(bcfg, cls), (f"3rdparty/Megatron-LM@{pin[:7]}/{path}", cls)],
+                                     sorted(set(own + pinned(path, cls))),
+                                     f"fields of {cls} as ConfigContainer uses it")
     tok = "src/megatron/bridge/training/tokenizers/config.py"
     out["bridge:TokenizerConfig"] = entry(
-        bridge, BRIDGE_REF, [(tok, "TokenizerConfig"), (f"3rdparty/Megatron-LM@{pin[:7]}/{mtrain}", "TokenizerConfig")],
-        sorted(set(dataclass_fields(bridge.show(BRIDGE_REF, tok), "TokenizerConfig") + pinned(mtrain, "TokenizerConfig"))),
+        bridge, BRIDGE_REF,
+        [(tok, "TokenizerConfig"), (f"3rdparty/Megatron-LM@{pin[:7]}/{mtrain}", "TokenizerConfig")],
+        sorted(set(dataclass_fields(bridge.show(BRIDGE_REF, tok), "TokenizerConfig")
+                   + pinned(mtrain, "TokenizerConfig"))),
         "fields of megatron.bridge.training.tokenizers.config.TokenizerConfig")
     opt = "megatron/core/optimizer/optimizer_config.py"
     out["bridge:OptimizerConfig"] = entry(
@@ -246,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         data = record(Mirror("megatron-lm", a.megatron_lm), Mirror("nemo", a.nemo), Mirror("bridge", a.bridge))
     except (subprocess.CalledProcessError, KeyError) as exc:
-        print(f"error: reading the mirrors failed ({exc}); check the --megatron-lm/--nemo/--bridge git dirs", file=sys.stderr)
+        print(f"error: reading the mirrors failed ({exc}); check the --megatron-lm/--nemo/--bridge git dirs",
+              file=sys.stderr)
         return 1
     doc = {"recorded": datetime.date.today().isoformat(), "script": "scripts/record_upstream_fields.py",
            "sources": data}

@@ -8,8 +8,8 @@
 | ``indexed`` | 2 | ``.bin``/``.idx`` reader and builder (MMIDIDX) | ``datasets/indexed_dataset.py`` |
 | ``preprocess`` | 2 | jsonl → ``.bin``/``.idx`` (the CLI's code) | ``tools/preprocess_data.py`` |
 | ``blending`` | 3 | blending indices, ``BlendedDataset`` | ``datasets/blended_dataset.py`` |
-| ``blending_numba`` | 3 | Megatron's blending loop compiled by numba (the default engine) | ``datasets/helpers.cpp`` |
-| ``blending_numpy`` | 3 | the numpy engine of the blending indices (where numba is missing), proven equal | ``datasets/helpers.cpp`` |
+| ``blending_numba`` | 3 | Megatron's blending loop, compiled by numba (default) | ``datasets/helpers.cpp`` |
+| ``blending_numpy`` | 3 | numpy engine of the blending indices (no numba), proven equal | ``datasets/helpers.cpp`` |
 | ``gpt_samples`` | 4 | GPT document/sample/shuffle indices, masks | ``datasets/gpt_dataset.py`` |
 | ``bin_packing`` | 4 | bin-packing heuristics for SFT packing | NeMo ``sequence_packing_utils.py`` |
 | ``sft_packing`` | 4 | SFT jsonl → packed sequences with ``cu_seqlens`` | NeMo ``prepare_packed_ft_dataset.py`` |

@@ -35,6 +35,7 @@ megatron-core's (``tests/crosscheck/test_blending.py``).
 """
 from __future__ import annotations
 
+import sys
 import hashlib
 import json
 import math
@@ -47,11 +48,15 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from labsupport.datasets.blending_loop import _sequential
+from labsupport.datasets.blending_loop import sequential_steps
+from labsupport.datasets.blending_numpy import chunked_blending_indices
 from labsupport.datasets.utils import normalize_index
 from labsupport.fileio import PathLike, atomic_open, atomic_write
 from labsupport.paths import shown_path
 from labsupport.datasets.tokenizer import TokenizerMismatchError
+from labsupport.datasets.indexed import IndexedDataset
+from labsupport.datasets.gpt_dataset_config import GPTDatasetConfig
+from labsupport.datasets.gpt_samples import GPTDataset
 
 __all__ = [
     "BlendError", "OverdrawError", "TokenizerMismatchError",
@@ -239,7 +244,8 @@ def greedy_step(weights: Sequence[float], counts: Sequence[int], step: int) -> i
 
 def reference_blending_indices(weights: Sequence[float], size: int, *, start: int = 0,
                                counts: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The rule as a plain Python loop (the readable reference; slow: tens of ns per step and dataset in CPython, measured in chapter 3).
+    """The rule as a plain Python loop (the readable reference; slow: tens of ns per step and dataset
+    in CPython, measured in chapter 3).
 
     Steps ``start .. start + size - 1`` from ``counts`` (default: all zero at step 0); resuming
     from the counts reached at step ``start`` continues the uninterrupted sequence exactly.
@@ -247,7 +253,7 @@ def reference_blending_indices(weights: Sequence[float], size: int, *, start: in
     """
     w = [float(v) for v in weights]
     c = [0] * len(w) if counts is None else [int(v) for v in counts]
-    dl, sl, _ = _sequential(w, int(size), c, int(start))
+    dl, sl, _ = sequential_steps(w, int(size), c, int(start))
     return np.array(dl, dtype=np.int16), np.array(sl, dtype=np.int64)
 
 
@@ -256,11 +262,8 @@ _SEQUENTIAL_WORK = 20_000
 
 
 def _chunked(w: np.ndarray, size: int, **options) -> tuple[np.ndarray, np.ndarray]:
-    """The numpy engine: :mod:`labsupport.datasets.blending_numpy` (imported here, as Megatron
-    imports its compiled ``helpers``, because it uses this module's loop to re-run the steps it
-    must)."""
-    from labsupport.datasets.blending_numpy import chunked_blending_indices
-
+    """The numpy engine: :mod:`labsupport.datasets.blending_numpy` (it re-runs the steps it must
+    with the loop of :mod:`labsupport.datasets.blending_loop`)."""
     return chunked_blending_indices(w, size, **options)
 
 
@@ -279,7 +282,7 @@ def blending_engine(engine: str = "auto", work: int | None = None) -> str:
         return engine
     if work is not None and work <= _SEQUENTIAL_WORK:
         return "python"
-    from labsupport.datasets.blending_numba import numba_problem
+    from labsupport.datasets.blending_numba import numba_problem  # noqa: PLC0415 - numba compile on first use (start-up time)
 
     return "numpy" if numba_problem() else "numba"
 
@@ -287,7 +290,7 @@ def blending_engine(engine: str = "auto", work: int | None = None) -> str:
 def _run_engine(engine: str, w: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     """``size`` steps of the greedy from step 0 with the resolved ``engine``."""
     if engine == "numba":
-        from labsupport.datasets.blending_numba import numba_blending_indices
+        from labsupport.datasets.blending_numba import numba_blending_indices  # noqa: PLC0415 - numba compile on first use (start-up time)
 
         return numba_blending_indices(w, size)
     if engine == "numpy":
@@ -414,7 +417,7 @@ def megatron_blend_size(weights: Sequence[float], size: int) -> int:
 # =============================================================================================
 # tokenizer fingerprints (chapter 1's invariant)
 # =============================================================================================
-def _sidecar_of(source: Any) -> dict | None:
+def sidecar_of(source: Any) -> dict | None:
     """The labsupport sidecar dict behind a prefix, an IndexedDataset or a GPTDataset."""
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source) + ".json"
@@ -430,7 +433,7 @@ def _sidecar_of(source: Any) -> dict | None:
         return meta
     inner = getattr(source, "dataset", None)        # chapter 4's GPTDataset wraps an indexed dataset
     if inner is not None and inner is not source:
-        return _sidecar_of(inner)
+        return sidecar_of(inner)
     return None
 
 
@@ -438,7 +441,7 @@ def tokenizer_fingerprint(source: Any) -> str | None:
     """The tokenizer fingerprint recorded beside a dataset (``<prefix>.json`` → tokenizer →
     fingerprint), or None when there is no sidecar.  ``source``: a prefix, an
     ``IndexedDataset`` or a ``GPTDataset`` over one."""
-    meta = _sidecar_of(source)
+    meta = sidecar_of(source)
     if not meta:
         return None
     tok = meta.get("tokenizer")
@@ -615,7 +618,6 @@ class BlendedDataset:
     # -- construction helpers
     def _open(self, src: Any, name: str) -> Any:
         if isinstance(src, (str, os.PathLike)):
-            from labsupport.datasets.indexed import IndexedDataset
 
             _check_prefix_files(os.fspath(src), f"dataset {name!r}")
             return IndexedDataset(os.fspath(src))
@@ -631,9 +633,6 @@ class BlendedDataset:
     def _mid_level(self, ds: Any, d: int) -> Any:
         if not self._wraps(ds):
             return ds
-        from labsupport.datasets.gpt_dataset_config import GPTDatasetConfig
-        from labsupport.datasets.gpt_samples import GPTDataset
-
         config = GPTDatasetConfig(seq_length=self.seq_length, seed=self.seed, eod_token=self._eod(ds, d),
                                   reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False)
         return GPTDataset(ds, None, None if self.size is None else self.requested[d], config)
@@ -641,7 +640,7 @@ class BlendedDataset:
     def _eod(self, ds: Any, d: int) -> int:
         if self._eod_token is not None:
             return self._eod_token
-        meta = _sidecar_of(ds) or {}
+        meta = sidecar_of(ds) or {}
         if isinstance(meta.get("eod"), int):
             return int(meta["eod"])
         raise BlendError(f"dataset {self.names[d]!r}: no eod id in its sidecar; pass eod_token=")
@@ -691,16 +690,17 @@ class BlendedDataset:
             problem = f"unreadable ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
         else:
             if not (di.dtype == np.int16 and si.dtype == np.int64 and di.shape == si.shape == (expected,)):
-                problem = f"of another shape or dtype ({di.dtype}{di.shape}, {si.dtype}{si.shape}; expected {expected} samples)"
+                problem = (f"of another shape or dtype ({di.dtype}{di.shape}, {si.dtype}{si.shape}; "
+                           f"expected {expected} samples)")
             elif _index_digest(di, si) != want:
                 problem = "damaged (its sha256 does not match the one saved with it)"
             elif di.size and (int(di.min()) < 0 or int(di.max()) >= n_datasets or int(si.min()) < 0):
                 problem = "damaged (indices out of range)"
             else:
                 return di, si
-        import sys
 
-        print(f"warning: blend cache {shown_path(paths['dataset_index.npy'])} is {problem}; rebuilding it", file=sys.stderr)
+        print(f"warning: blend cache {shown_path(paths['dataset_index.npy'])} is {problem}; rebuilding it",
+              file=sys.stderr)
         return None
 
     def _check_overdraw(self, datasets: list[Any]) -> None:
@@ -757,8 +757,8 @@ class BlendRow:
     """One dataset's line of a :class:`BlendReport` (samples are blended samples).
 
     Over several epochs Megatron's GPTDataset shuffles all epochs' copies of the document list in
-    one permutation (a short last epoch apart), so the sample *windows* differ from pass to pass (almost no sample repeats exactly); what repeats
-    is the text — every document is read about ``epochs`` times
+    one permutation (a short last epoch apart), so the sample *windows* differ from pass to pass
+    (almost no sample repeats exactly); what repeats is the text — every document is read about ``epochs`` times
     (:meth:`~labsupport.datasets.gpt_samples.GPTDataset.token_reads` counts it per document).
     """
 
@@ -767,7 +767,8 @@ class BlendRow:
     realised: float        #: drawn / blend size
     drawn: int             #: samples the blend takes from this dataset
     available: int         #: samples in one epoch of the dataset (one pass over its text)
-    repeated: float        #: share of the drawn samples' text that the run reads again: 1 − 1/epochs (0 below one epoch)
+    #: share of the drawn samples' text that the run reads again: 1 − 1/epochs (0 below one epoch)
+    repeated: float
     epochs: float          #: drawn / available — how many times each document (each token) is read
     warning: bool          #: epochs above the report's threshold
 

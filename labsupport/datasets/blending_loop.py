@@ -22,7 +22,7 @@ def blending_loop(weights, start, counts, dataset_index, dataset_sample_index) -
     start + len(dataset_index) - 1`` from the per-dataset ``counts`` reached at ``start`` (updated
     in place), writing each step's dataset and its sample number there.
 
-    The one copy of the loop: on Python lists it is the readable reference (:func:`_sequential`,
+    The one copy of the loop: on Python lists it is the readable reference (:func:`sequential_steps`,
     behind :func:`labsupport.datasets.blending.reference_blending_indices`), the numpy engine runs it
     over the datasets that can still win, and :mod:`labsupport.datasets.blending_numba` compiles
     this same function for numpy arrays.
@@ -43,7 +43,7 @@ def blending_loop(weights, start, counts, dataset_index, dataset_sample_index) -
         counts[best] += 1
 
 
-def _sequential(w: list[float], size: int, counts: list[int], start: int
+def sequential_steps(w: list[float], size: int, counts: list[int], start: int
                 ) -> tuple[list[int], list[int], list[int]]:
     """:func:`blending_loop` on Python lists: ``(datasets, sample numbers, counts)``."""
     dl = [0] * size

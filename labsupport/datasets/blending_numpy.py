@@ -54,7 +54,7 @@ import math
 
 import numpy as np
 
-from labsupport.datasets.blending_loop import _sequential
+from labsupport.datasets.blending_loop import sequential_steps
 
 __all__ = ["chunked_blending_indices"]
 
@@ -212,7 +212,7 @@ def _guess_counts(w_eff: np.ndarray, steps: np.ndarray, base: np.ndarray, base_s
 
 def _sequential_pruned(w: list[float], size: int, counts: list[int], start: int,
                        window: int = 64) -> tuple[list[int], list[int], list[int]]:
-    """The sequential loop (``blending._sequential``), same output, scanning only the datasets
+    """The sequential loop (``blending.sequential_steps``), same output, scanning only the datasets
     that can win.  Per window of steps, a dataset whose error cannot reach the mean error of all
     datasets (a lower bound of the maximum) before the window ends is skipped: its error stays
     strictly below the winner's, so it is neither picked nor first on a tie."""
@@ -233,7 +233,7 @@ def _sequential_pruned(w: list[float], size: int, counts: list[int], start: int,
         cand = [d for d in range(n) if w[d] * x1 - counts[d] >= bound]
         wc = [w[d] for d in cand]
         cc = [counts[d] for d in cand]
-        picked, numbers, cc = _sequential(wc, L, cc, start + done)   # the loop over the candidates only
+        picked, numbers, cc = sequential_steps(wc, L, cc, start + done)   # the loop over the candidates only
         dl.extend(cand[q] for q in picked)
         sl.extend(numbers)
         for q, d in enumerate(cand):
@@ -332,7 +332,8 @@ class _Chunks:
                 start = true
                 if first is None and j > 0 and chained[j] and np.array_equal(true, self.end_state[j - 1]):
                     k = int(breaks[np.searchsorted(breaks, j)]) if breaks.size and breaks[-1] >= j else self.P
-                    prev_at_L, true = (k - 1, self.start_state[k - 1], self.end_state[k - 1]), self.end_state[k - 1].copy()
+                    prev_at_L = (k - 1, self.start_state[k - 1], self.end_state[k - 1])
+                    true = self.end_state[k - 1].copy()
                     j = k
                     continue
                 if first is None:

@@ -76,7 +76,9 @@ from labsupport.datasets import staging
 from labsupport.datasets.word_cache import BPE_ENGINES, WordCache, bpe_engine_problem, word_cache_problem
 from labsupport.cli import fail, run_command
 from labsupport.fileio import PathLike, process_alive
-from labsupport.paths import shown_path
+from labsupport.paths import DOMAINS, data_file, shown_path, work_dir
+from labsupport.datasets.tokenizer import Tokenizer, workbook_tokenizer
+from labsupport.progress import progress
 
 #: Raw input bytes per work item (a block of whole lines).
 CHUNK_BYTES = 512 * 1024
@@ -257,7 +259,6 @@ def _encode_block(task: tuple[int, int, bytes]) -> tuple:
 
 # ----------------------------------------------------------------------------------- main loop
 def _load_tokenizer(tokenizer):
-    from labsupport.datasets.tokenizer import Tokenizer
 
     if isinstance(tokenizer, Tokenizer):
         return tokenizer
@@ -456,7 +457,6 @@ def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *
         pool = _start_pool(workers, (tok, keys, append_eod, dtype.str, cache_problem is None, fine_cut, engine))
         results = _ordered(pool, tasks(), window=2 * workers + 2) if pool is not None else map(_encode_block, tasks())
         if show_progress:
-            from labsupport.progress import progress
 
             bar = progress(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1000,
                            desc="preprocess")
@@ -688,8 +688,6 @@ def workbook_prefixes(domains: Sequence[str] | None = None) -> dict[str, str]:
     processes call it at once (each builds under temporary names and renames identical
     bytes into place) and prints nothing.
     """
-    from labsupport.datasets.tokenizer import Tokenizer, workbook_tokenizer
-    from labsupport.paths import DOMAINS, data_file, work_dir
 
     domains = tuple(DOMAINS if domains is None else domains)
     tok = Tokenizer(workbook_tokenizer())
@@ -717,7 +715,6 @@ def resolve_workbook_blend(data_prefix: Sequence[Any]) -> list[Any]:
     >>> resolve_workbook_blend([0.6, "/data/web_text_document", 0.4, "/mnt/my_text_document"])  # doctest: +SKIP
     [0.6, '<repo>/work/indexed/web_text_document', 0.4, '/mnt/my_text_document']
     """
-    from labsupport.paths import DOMAINS
 
     items = list(data_prefix)
     wanted = {}

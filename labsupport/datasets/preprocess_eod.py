@@ -44,11 +44,11 @@ def preprocess_tokenizer(model_path: str | os.PathLike,
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")                     # "Transformer Engine and Apex are not installed"
-        import megatron.core
+        import megatron.core  # noqa: PLC0415 - megatron-core is an optional dependency
         try:                                                # 0.17 on
-            from megatron.core.tokenizers.utils import build_tokenizer as module
+            from megatron.core.tokenizers.utils import build_tokenizer as module  # noqa: PLC0415 - megatron-core is an optional dependency
         except ImportError:                                 # 0.15, 0.16
-            from megatron.core.tokenizers.text.utils import build_tokenizer as module
+            from megatron.core.tokenizers.text.utils import build_tokenizer as module  # noqa: PLC0415 - megatron-core is an optional dependency
     args = argparse.Namespace(
         tokenizer_type=tokenizer_type, tokenizer_model=os.fspath(model_path),
         # the --tokenizer-* defaults (megatron/training/arguments.py, TokenizerConfig in 0.19)

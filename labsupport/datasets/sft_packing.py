@@ -20,6 +20,7 @@ sequences with ``sum(L_i - 1) <= pack_size`` (``create_hist`` subtracts one for 
 """
 from __future__ import annotations
 
+import zipfile
 import json
 import os
 from dataclasses import dataclass, field
@@ -352,7 +353,6 @@ class PackedSFT:
     @classmethod
     def load(cls, path: PathLike) -> "PackedSFT":
         """Read a file written by :meth:`save` (never unpickles)."""
-        import zipfile
 
         path = Path(path)
         fmt: str | None = None

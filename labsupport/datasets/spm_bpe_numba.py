@@ -31,7 +31,7 @@ How the compiled loop does it:
   the model's pieces (:class:`BpeTables`: every way to cut a piece into two keyed halves).
 - Sizes are counted in characters instead of UTF-8 bytes: a symbol only ever grows, so both say
   "changed" at the same moments.
-- A word of up to :data:`_SCAN_MAX` characters (nearly all of them) keeps its symbols in a
+- A word of up to :data:`SCAN_MAX` characters (nearly all of them) keeps its symbols in a
   compact array with the score of each adjacent pair, and each step scans for the best pair
   (highest score, leftmost) — the pair the heap would pop, because the heap's valid entries are
   exactly the current adjacent pairs.  Longer words use the heap, as SentencePiece does.
@@ -302,7 +302,7 @@ def _merge_by_heap(key, size, prev, nxt, n, table_keys, table_vals, n_keys, scor
 
 
 #: Words up to this many characters merge by scanning for the best pair (no heap).
-_SCAN_MAX = 48
+SCAN_MAX = 48
 
 
 def _merge_by_scan(c_key, c_start, n, p_score, p_key, table_keys, table_vals, n_keys, scores):  # pragma: no cover
@@ -369,7 +369,7 @@ def _encode(cps, word_ends, char_key, char_out, table_keys, table_vals, n_keys, 
         end = word_ends[w]
         n = end - start
         # 1. one symbol per character; 2–3. merge
-        if n <= _SCAN_MAX:
+        if n <= SCAN_MAX:
             for i in range(n):
                 c_key[i] = char_key[cps[start + i]]
                 c_start[i] = start + i

@@ -77,7 +77,8 @@ def _moves(folder: Path, finals: Sequence[str]) -> list[tuple[str, str]]:
 def _apply(folder: Path, moves: list[tuple[str, str]], done: int = 1) -> None:
     """The moves of a committed staging folder, idempotent (a rerun skips what is done)."""
     for src, dst in moves:
-        if dst.endswith(".idx") and os.path.exists(src) and os.path.exists(dst) and not _same_bytes(Path(src), Path(dst)):
+        if (dst.endswith(".idx") and os.path.exists(src) and os.path.exists(dst)
+                and not _same_bytes(Path(src), Path(dst))):
             _fault_point(done)
             os.unlink(dst)
             done += 1

@@ -19,9 +19,10 @@ it imports this module, never the other way round.
 
 Special ids of the models trained here: ``pad=0, unk=1, bos=2, eos=3``.  **eod** (the end of
 document token that ``--append-eod`` appends in chapter 2) is the id of a piece named ``<eod>``
-when a model has one (e.g. trained with ``control_symbols=["<eod>"]``), else the EOS id.  The workbook's models have none, so
-eod == eos — the same choice as Megatron-Core's ``SentencePieceTokenizer.eod`` and NeMo's
-``preprocess_data_for_megatron.py --append-eod`` (both use the EOS id).
+when a model has one (e.g. trained with ``control_symbols=["<eod>"]``), else the EOS id.  The
+workbook's models have none, so eod == eos — the same choice as Megatron-Core's
+``SentencePieceTokenizer.eod`` and NeMo's ``preprocess_data_for_megatron.py --append-eod`` (both
+use the EOS id).
 """
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import sentencepiece as spm
 from labsupport.fileio import PathLike, atomic_write
+from labsupport.paths import DOMAINS, data_file, display_path, work_dir
+from labsupport.datasets.indexed import optimal_dtype
 
 
 __all__ = [
@@ -70,7 +73,7 @@ LOSSLESS_OPTIONS: dict[str, object] = {
 WORKBOOK_VOCAB_SIZE = 8000
 
 
-_META = "\u2581"  # SentencePiece's whitespace symbol "▁"
+META_SYMBOL = "\u2581"  # SentencePiece's whitespace symbol "▁"
 
 
 def with_article(noun: str) -> str:
@@ -276,7 +279,8 @@ class Tokenizer:
         if not path.is_file():
             raise FileNotFoundError(
                 f"tokenizer model {str(path)!r} does not exist; train one with "
-                "labsupport.datasets.tokenizer.train_sentencepiece(...) or use labsupport.datasets.tokenizer.workbook_tokenizer()"
+                "labsupport.datasets.tokenizer.train_sentencepiece(...) or use "
+                "labsupport.datasets.tokenizer.workbook_tokenizer()"
             )
         self._init(path.read_bytes(), path)
 
@@ -301,9 +305,9 @@ class Tokenizer:
         self._fingerprint = hashlib.sha256(self._proto).hexdigest()
         # Literal "▁" in the text would decode as a space; models without a dummy prefix and
         # with byte pieces can encode it as its three UTF-8 bytes instead (see encode()).
-        self._meta_bytes = [sp.piece_to_id(f"<0x{b:02X}>") for b in _META.encode("utf-8")]
+        self._meta_bytes = [sp.piece_to_id(f"<0x{b:02X}>") for b in META_SYMBOL.encode("utf-8")]
         has_bytes = all(i != sp.unk_id() and sp.is_byte(i) for i in self._meta_bytes)
-        no_prefix = not sp.encode("a", out_type=str)[0].startswith(_META)
+        no_prefix = not sp.encode("a", out_type=str)[0].startswith(META_SYMBOL)
         self._escape_meta = has_bytes and no_prefix
 
     # pickling (multiprocessing workers in chapter 2): ship the proto, not the C++ object
@@ -311,7 +315,6 @@ class Tokenizer:
         return (_tokenizer_from_state, (self._proto, str(self.path), self._in_memory))
 
     def __repr__(self) -> str:
-        from labsupport.paths import display_path
 
         where = self.path.name if self._in_memory else display_path(self.path)
         return (f"Tokenizer({where}, vocab_size={self.vocab_size}, "
@@ -360,7 +363,6 @@ class Tokenizer:
     def dtype(self) -> np.dtype:
         """The dtype chapter 2 stores this tokenizer's ids in: Megatron's rule,
         :func:`labsupport.datasets.indexed.optimal_dtype` (uint16 below 65,500 ids, else int32)."""
-        from labsupport.datasets.indexed import optimal_dtype
         return np.dtype(optimal_dtype(self.vocab_size))
 
     @property
@@ -433,13 +435,13 @@ class Tokenizer:
         """
         if not isinstance(text, str):
             raise TypeError(f"encode expects a str, got {type(text).__name__}")
-        if self._escape_meta and _META in text:
+        if self._escape_meta and META_SYMBOL in text:
             return self._encode_with_meta(text)
         return self._sp.encode(text)
 
     def _encode_with_meta(self, text: str) -> list[int]:
         ids: list[int] = []
-        parts = text.split(_META)
+        parts = text.split(META_SYMBOL)
         for k, part in enumerate(parts):
             if k:
                 ids.extend(self._meta_bytes)
@@ -462,7 +464,7 @@ class Tokenizer:
         out = self._sp.encode(texts, num_threads=n)
         if self._escape_meta:
             for i, t in enumerate(texts):
-                if _META in t:
+                if META_SYMBOL in t:
                     out[i] = self._encode_with_meta(t)
         return out
 
@@ -537,7 +539,7 @@ def compare_tokenizers(train_tok: Tokenizer, serve_tok: Tokenizer, probe_texts: 
     sa, sb = train_tok.special_ids(), serve_tok.special_ids()
     garbled = None
     for t, ids in zip(texts, a_ids):
-        shown = _decode_lenient(serve_tok, ids)
+        shown = decode_lenient(serve_tok, ids)
         if shown != t:
             garbled = shown
             break
@@ -552,7 +554,7 @@ def compare_tokenizers(train_tok: Tokenizer, serve_tok: Tokenizer, probe_texts: 
     }
 
 
-def _decode_lenient(tok: Tokenizer, ids: Sequence[int]) -> str:
+def decode_lenient(tok: Tokenizer, ids: Sequence[int]) -> str:
     """decode(), with ids outside the vocabulary shown as U+FFFD instead of raising."""
     out, run = [], []
     for i in ids:
@@ -578,7 +580,6 @@ def workbook_tokenizer(vocab_size: int = WORKBOOK_VOCAB_SIZE, model_type: str = 
     model.  Safe when several processes call it at once (temporary name + rename; all write
     identical bytes) and prints nothing.
     """
-    from labsupport.paths import DOMAINS, data_file, work_dir
 
     files = [data_file(d) for d in DOMAINS]
     recipe = hashlib.sha256()

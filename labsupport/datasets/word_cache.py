@@ -62,6 +62,7 @@ differ on real text (measured: 6–36 of 6,000 documents), so unigram models fal
 """
 from __future__ import annotations
 
+import random
 import itertools
 import re
 from typing import Any, Sequence
@@ -70,7 +71,7 @@ import numpy as np
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
-from labsupport.datasets.tokenizer import _META, Tokenizer, with_article
+from labsupport.datasets.tokenizer import META_SYMBOL, Tokenizer, with_article
 
 __all__ = ["WordCache", "WORD_CACHE_MAX_WORDS", "BPE_ENGINES", "word_cache_problem", "fine_cut_problem",
            "bpe_engine_problem", "piece_classes", "fine_word_re", "read_model_proto", "normalization_free_proto"]
@@ -161,7 +162,7 @@ def piece_classes(model: model_pb2.ModelProto) -> list[str]:
     for p in model.pieces:
         if p.type in _MERGEABLE:
             for a, b in zip(p.piece, p.piece[1:]):
-                if a != _META and b != _META:
+                if a != META_SYMBOL and b != META_SYMBOL:
                     parent[root(a)] = root(b)
     classes: dict[str, list[str]] = {}
     for c in parent:
@@ -191,7 +192,7 @@ def _char_set(chars: str) -> str:
     return "".join(out)
 
 
-def fine_word_re(classes: Sequence[str], space: str = _META) -> re.Pattern:
+def fine_word_re(classes: Sequence[str], space: str = META_SYMBOL) -> re.Pattern:
     """The fine cut of a word (module docstring, step 4): a run of ``space`` then a run of one
     class, or of characters in no class; or a run of ``space`` alone.  ``"▁self.assertEqual(x,"``
     → ``"▁self"``, ``"."``, ``"assertEqual"``, ``"("``, ``"x"``, ``","`` for a model whose
@@ -223,7 +224,7 @@ def _check(tok: Tokenizer) -> str | None:
     sp = tok._sp
     try:
         model = read_model_proto(tok)
-    except Exception as exc:  # protobuf's DecodeError, or a newer proto it cannot read
+    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError, or a newer proto it cannot read
         return f"the model proto could not be read ({exc})"
     trainer, norm = model.trainer_spec, model.normalizer_spec
     if trainer.model_type != model_pb2.TrainerSpec.BPE:
@@ -241,7 +242,7 @@ def _check(tok: Tokenizer) -> str | None:
     if straddle:
         a, b = pieces.rfind("\x00", 0, straddle.start()) + 1, pieces.find("\x00", straddle.end())
         return f"the piece {pieces[a:b if b >= 0 else None]!r} could span a word boundary"
-    if not trainer.byte_fallback and sp.piece_to_id(_META) == sp.unk_id():
+    if not trainer.byte_fallback and sp.piece_to_id(META_SYMBOL) == sp.unk_id():
         return "no byte_fallback and no '▁' piece (runs of <unk> could merge across words)"
     cache = WordCache(tok, _proof=True)
     for text in _WORD_PROBES:
@@ -302,7 +303,7 @@ def _check_bpe(tok: Tokenizer) -> tuple[str | None, Any]:
     problem = word_cache_problem(tok)
     if problem:
         return f"no word cache ({problem})", None
-    from labsupport.datasets import spm_bpe_numba
+    from labsupport.datasets import spm_bpe_numba  # noqa: PLC0415 - numba compile on first use (start-up time)
 
     model = read_model_proto(tok)
     problem = spm_bpe_numba.bpe_tables_problem(model)
@@ -324,22 +325,21 @@ def _bpe_probe_words(model: model_pb2.ModelProto, tok: Tokenizer, n_random: int 
     """Words for :func:`bpe_engine_problem`: every piece (and "▁" + piece), the normalized probe
     texts' words, and ``n_random`` words of 2–6 random pieces or characters (some of no piece,
     some over the loop's short-word limit), from a fixed seed."""
-    import random
 
-    from labsupport.datasets.spm_bpe_numba import _SCAN_MAX
+    from labsupport.datasets.spm_bpe_numba import SCAN_MAX  # noqa: PLC0415 - numba compile on first use (start-up time)
 
     pieces = [p.piece for p in model.pieces if p.type in _MERGEABLE]
-    words = pieces + [_META + p for p in pieces if not p.startswith(_META)]
-    norm = tok._sp.normalize([t for t in _WORD_PROBES if _META not in t])
+    words = pieces + [META_SYMBOL + p for p in pieces if not p.startswith(META_SYMBOL)]
+    norm = tok._sp.normalize([t for t in _WORD_PROBES if META_SYMBOL not in t])
     words += [w for t in norm for w in _NORMALIZED_WORD_RE.findall(t)]
     rng = random.Random(0)
     odd = "\x00\t\n\r ~\u00e9\u0301\u3000\uac00\u4e00\U0001f600\U0010fffd"
     for k in range(n_random):
         parts = [rng.choice(pieces) if rng.random() < 0.8 else rng.choice(odd) for _ in range(rng.randint(2, 6))]
         if k % 50 == 0:  # long enough for the heap
-            parts = parts * (_SCAN_MAX // max(1, len("".join(parts))) + 2)
+            parts = parts * (SCAN_MAX // max(1, len("".join(parts))) + 2)
         words.append("".join(parts))
-    return [w.replace(" ", _META) for w in words if w]
+    return [w.replace(" ", META_SYMBOL) for w in words if w]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -405,7 +405,7 @@ class WordCache:
             self._word_sp = spm.SentencePieceProcessor()
             self._word_sp.LoadFromSerializedProto(normalization_free_proto(tokenizer))
             self._findall = _NORMALIZED_WORD_RE.findall
-            self._space = _META
+            self._space = META_SYMBOL
         self._double = self._space * 2
         #: why the misses are not cut finer (None: they are; module docstring, step 4)
         self.fine_problem: str | None = "turned off" if not fine else self.problem
@@ -489,10 +489,10 @@ class WordCache:
         of its words cut by the regex."""
         cut = self._cut
         if self._normalize is None:
-            return [cut(t) if _META not in t else None for t in texts]
-        plain = [t for t in texts if _META not in t]
+            return [cut(t) if META_SYMBOL not in t else None for t in texts]
+        plain = [t for t in texts if META_SYMBOL not in t]
         normalized = iter(self._normalize(plain) if plain else [])
-        return [cut(next(normalized)) if _META not in t else None for t in texts]
+        return [cut(next(normalized)) if META_SYMBOL not in t else None for t in texts]
 
     def _cut(self, text: str) -> Any:
         """One (normalized) text's words.  Where no two spaces touch, ``text.split(space)`` is the
@@ -557,7 +557,7 @@ class WordCache:
             return []
         self.encoded += len(words)
         if self._bpe_tables is not None:
-            from labsupport.datasets.spm_bpe_numba import encode_words
+            from labsupport.datasets.spm_bpe_numba import encode_words  # noqa: PLC0415 - numba compile on first use (start-up time)
 
             try:
                 ids, ends = encode_words(self._bpe_tables, words, escape_spaces=self._space == " ")

@@ -13,10 +13,13 @@ inside the ranks (the ring from send/recv among them) are in :mod:`labsupport.di
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
+
+from labsupport.distributed.launch import run_workers
 
 __all__ = [
     "RingSimulation", "ring_schedule", "simulate_ring_allreduce", "ring_bytes_per_rank",
@@ -244,8 +247,7 @@ def measure_all_reduce(world_size: int, sizes: Sequence[int], reps: int | Sequen
     stat: ``"mean"`` (one timer around the reps, nccl-tests' way) or ``"median"`` of the calls
     timed one by one — robust to the other processes of a shared CPU, what chapter 5 plots.
     impl: ``"dist"``, ``"ring"`` or ``"naive"``."""
-    from labsupport.distributed.launch import run_workers
-    from labsupport.distributed.workers import time_all_reduce
+    from labsupport.distributed.workers import time_all_reduce  # noqa: PLC0415 - torch only when measuring (start-up time)
 
     reps = reps if isinstance(reps, (int, float)) else list(reps)
     per_rank = run_workers(time_all_reduce, world_size, (list(sizes), reps, warmup, impl, "float32", stat),
@@ -257,7 +259,6 @@ def measure_local_add(sizes: Sequence[int], reps: int = 5) -> list[float]:
     """Bandwidth in decimal GB/s of ``np.add(a, b, out=b)`` on float32 buffers of each size (bytes):
     the reduction a gloo rank runs on every segment it receives, alone on this CPU. Counts 3 bytes
     moved per byte of buffer (read a, read b, write b); the median of ``reps`` timed loops."""
-    import time
 
     out = []
     for nbytes in sizes:

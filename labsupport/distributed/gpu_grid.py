@@ -106,8 +106,8 @@ def check_layout(cfg: DictConfig) -> ParallelLayout:
     """:func:`labsupport.config.parallel_layout` plus a warning when TP spans nodes.
 
     Megatron-Core accepts TP wider than a node (``initialize_model_parallel`` checks only that
-    TP × PP × CP divides the world), so this is a :class:`TensorParallelAcrossNodesWarning`, not an error; the message gives the cost from
-    :func:`tp_step_cost`. Returns the ``ParallelLayout``.
+    TP × PP × CP divides the world), so this is a :class:`TensorParallelAcrossNodesWarning`, not an
+    error; the message gives the cost from :func:`tp_step_cost`. Returns the ``ParallelLayout``.
     """
     layout = parallel_layout(cfg)
     if layout.tp_spans_nodes:

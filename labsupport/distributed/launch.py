@@ -77,7 +77,7 @@ class WorkerTimeout(WorkerError, TimeoutError):
 
 # ----------------------------------------------------------------------------- worker side
 
-def _clean_message(text: str) -> str:
+def clean_message(text: str) -> str:
     """Drop the ``[rank0]:[F1129 21:24:19.113 ProcessGroupGloo.cpp:2216]`` prefixes torch puts on
     C++ errors (they hold a timestamp), keep the first line."""
     text = re.sub(r"\[rank\d+\]:\[[A-Z]\d{4} [\d:.]+ [^\]]*\]\s*", "", str(text))
@@ -112,8 +112,8 @@ def _bootstrap(fn: Callable, args: tuple, kwargs: dict, rank: int, world_size: i
     warnings.simplefilter("ignore")
     started = False
     try:
-        import torch
-        import torch.distributed as dist
+        import torch  # noqa: PLC0415 - runs in the spawned worker process
+        import torch.distributed as dist  # noqa: PLC0415 - runs in the spawned worker process
 
         torch.set_num_threads(1)
         if backend == "nccl":
@@ -127,7 +127,7 @@ def _bootstrap(fn: Callable, args: tuple, kwargs: dict, rank: int, world_size: i
         payload = pickle.dumps(("ok", rank, result, time.monotonic()))
     except BaseException as exc:  # noqa: BLE001 - every failure is reported to the parent
         tb = traceback.extract_tb(exc.__traceback__)
-        payload = pickle.dumps(("error", rank, type(exc).__name__, _clean_message(str(exc)), _where(tb),
+        payload = pickle.dumps(("error", rank, type(exc).__name__, clean_message(str(exc)), _where(tb),
                                 "".join(traceback.format_exception(exc)), started, time.monotonic()))
         sys.stdout.flush()
         sys.stderr.flush()
@@ -168,7 +168,7 @@ def _check_fn(fn: Callable) -> None:
 
 
 def _check_nccl(world_size: int, env: Mapping[str, str]) -> None:
-    import torch
+    import torch  # noqa: PLC0415 - torch only when called (start-up time of the importing command)
 
     if not torch.cuda.is_available():
         raise ValueError("run_workers: backend='nccl' needs CUDA GPUs and this machine has none "
@@ -369,7 +369,8 @@ def _raise_first_error(errors: list[tuple], procs: list, folder: Path) -> None:
     # connection, possibly before its death is noticed here); otherwise the earliest report
     first = min(errors, key=lambda e: (e[0] != "died", e[-1]))
     others = world_size - 1
-    stopped = {0: "it was stopped", 1: "the other rank was stopped"}.get(others, f"the other {others} ranks were stopped")
+    stopped = {0: "it was stopped", 1: "the other rank was stopped"}.get(others,
+                                                                         f"the other {others} ranks were stopped")
     if first[0] == "died":
         _, rank, code, _ = first
         started = (folder / f"stdout.{rank}").exists()

@@ -72,7 +72,8 @@ NCCL_ENV_FACTS: dict[str, tuple[str, str]] = {
                   "unset = NCCL's tuner picks per call, so 'Ring (default)' is wrong"),
     "NCCL_ALGO_ALL": ("does not exist", "per-collective choice is written inside NCCL_ALGO, e.g. 'allreduce:tree'"),
     "NCCL_ALGO_TREE": ("does not exist", "an internal constant of NCCL, not a variable; use NCCL_ALGO=Tree"),
-    "NCCL_PROTO": ("exists, debug only", "values LL, LL128, Simple; unset = tuner picks; NVIDIA discourages setting it"),
+    "NCCL_PROTO": ("exists, debug only",
+                   "values LL, LL128, Simple; unset = tuner picks; NVIDIA discourages setting it"),
     "NCCL_MIN_NCHANNELS": ("deprecated", "deprecated since NCCL 2.17: use NCCL_MIN_CTAS"),
     "NCCL_MAX_NCHANNELS": ("deprecated", "deprecated since NCCL 2.17: use NCCL_MAX_CTAS"),
     "NCCL_BUFFSIZE": ("exists, debug only", "default 4 MiB (4194304), not 2 MB"),
@@ -110,7 +111,8 @@ def fact_check_exports(script: str, facts: Mapping[str, tuple[str, str]] | None 
         if name in facts:
             status, fact = facts[name]
         elif name.startswith("FI_"):
-            status, fact = "not NCCL's", "libfabric (AWS EFA provider), read through the aws-ofi-nccl plugin; not checked here"
+            status = "not NCCL's"
+            fact = "libfabric (AWS EFA provider), read through the aws-ofi-nccl plugin; not checked here"
         else:
             status, fact = "unchecked", "not in this fact table"
         rows.append({"line": str(lineno), "variable": name, "value": value, "guide_says": comment,
@@ -127,7 +129,7 @@ def nccl_environment(environ: Mapping[str, str] | None = None) -> dict[str, obje
     environ = os.environ if environ is None else environ
     version = None
     try:
-        import torch
+        import torch  # noqa: PLC0415 - torch only when called (start-up time of the importing command)
 
         if torch.cuda.is_available() or hasattr(torch._C, "_nccl_version"):
             v = torch.cuda.nccl.version()

@@ -23,6 +23,7 @@ large message (the "plateau effect" factor) — against ``tree_latency_us(16, 2)
 from __future__ import annotations
 
 import math
+from labsupport.distributed.collectives import bus_factor
 
 NCCL_VERSION = "2.30.7"
 NCCL_COMMIT = "73cf112295c33aee2b895f329f592f2a9b4b0f97"
@@ -132,7 +133,6 @@ def collective_seconds(collective: str, nbytes: float, n_ranks: int, n_nodes: in
     nbytes: S as nccl-tests counts it; the bus bytes are S × the busbw factor (2(n−1)/n for
     all_reduce, (n−1)/n for all_gather and reduce_scatter), which is how NCCL turns a bus
     bandwidth into an algorithm bandwidth (ratio nRanks / nsteps in ``ncclTopoTuneModel``)."""
-    from labsupport.distributed.collectives import bus_factor
 
     if busbw_GBps <= 0:
         raise ValueError(f"busbw_GBps must be > 0, got {busbw_GBps!r}")

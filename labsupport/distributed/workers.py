@@ -11,12 +11,14 @@ broken workers (one raises, one hangs) for the failure demos.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from typing import Any, Sequence
 
 import torch
 import torch.distributed as dist
+from labsupport.distributed.launch import clean_message
 
 __all__ = [
     "whoami", "fail_on_rank", "hang_on_rank", "guide_collectives",
@@ -35,9 +37,8 @@ def rank_device() -> torch.device:
 
 
 def _clean(exc: BaseException) -> str:
-    from labsupport.distributed.launch import _clean_message
 
-    return f"{type(exc).__name__}: {_clean_message(str(exc))}"
+    return f"{type(exc).__name__}: {clean_message(str(exc))}"
 
 
 # ----------------------------------------------------------------------------- demos of the launcher
@@ -110,7 +111,8 @@ def guide_all_reduce_snippet(numel: int = 1024, seed: int = 0) -> dict[str, Any]
     device, checked against the mean of every rank's gradients and against ``ReduceOp.AVG``."""
     rank, world_size, dev = dist.get_rank(), dist.get_world_size(), rank_device()
     gen = torch.Generator().manual_seed(seed * 1000 + rank)
-    gradients = torch.randn(numel, generator=gen, dtype=torch.float64).to(dev)   # guide: torch.randn(1024, device=f"cuda:{rank}")
+    # guide: torch.randn(1024, device=f"cuda:{rank}")
+    gradients = torch.randn(numel, generator=gen, dtype=torch.float64).to(dev)
     local = gradients.clone()
     dist.all_reduce(gradients, op=dist.ReduceOp.SUM)                            # as in the NCCL guide
     gradients /= world_size
@@ -341,7 +343,6 @@ def print_rank_lines(lines: int = 2) -> int:
 
 def exit_on_rank(bad_rank: int, code: int = 3) -> int:
     """``bad_rank`` leaves the process abruptly (``os._exit``), as a crashed worker would."""
-    import os
 
     if dist.get_rank() == bad_rank:
         os._exit(code)

@@ -249,14 +249,14 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     cu = cu_seqlens.to(device=q.device, dtype=torch.int32)
     errors = []
     try:
-        from torch.nn.attention.varlen import varlen_attn
+        from torch.nn.attention.varlen import varlen_attn  # noqa: PLC0415 - optional torch feature (newer torch versions only)
         params = inspect.signature(varlen_attn).parameters
         kwargs = {"is_causal": True} if "is_causal" in params else {"window_size": (-1, 0)}
         return varlen_attn(q, k, v, cu, cu, int(max_seqlen), int(max_seqlen), **kwargs), "varlen_attn"
     except Exception as exc:  # noqa: BLE001 - fall through to the next kernel, report at the end
         errors.append(f"varlen_attn: {type(exc).__name__}: {exc}")
     try:
-        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention  # noqa: PLC0415 - optional torch feature (newer torch versions only)
         t = q.shape[0]
         doc = torch.repeat_interleave(torch.arange(cu.numel() - 1, device=q.device), torch.diff(cu.long()))
 

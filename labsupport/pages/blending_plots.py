@@ -13,7 +13,7 @@ def plot_epochs(report: BlendReport, ax=None, title: str | None = None, ymax: fl
 
     ymax: the top of the y axis — pass the same value to panels that are compared side by
     side (default: fits this report and its threshold)."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - matplotlib only when a figure is drawn (start-up time)
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6.0, 3.2))

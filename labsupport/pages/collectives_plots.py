@@ -17,7 +17,7 @@ __all__ = ["plot_before_after", "plot_ring_steps", "plot_allreduce_sweep"]
 
 def _grid(ax, rows: Sequence[Sequence[float]], title: str, width: int) -> None:
     """Draw per-rank value rows as a table of boxes (row = rank)."""
-    from matplotlib.patches import Rectangle
+    from matplotlib.patches import Rectangle  # noqa: PLC0415 - matplotlib only when a figure is drawn (start-up time)
 
     ax.set_xlim(-0.5, width - 0.5)
     ax.set_ylim(len(rows) - 0.5, -0.5)
@@ -30,7 +30,8 @@ def _grid(ax, rows: Sequence[Sequence[float]], title: str, width: int) -> None:
     for r, row in enumerate(rows):
         for c, v in enumerate(row):
             shade = 0.92 - 0.55 * abs(v) / vmax
-            ax.add_patch(Rectangle((c - 0.45, r - 0.4), 0.9, 0.8, facecolor=(shade, shade, 1.0), edgecolor="0.4", lw=0.6))
+            ax.add_patch(Rectangle((c - 0.45, r - 0.4), 0.9, 0.8, facecolor=(shade, shade, 1.0), edgecolor="0.4",
+                                   lw=0.6))
             ax.text(c, r, f"{v:g}", ha="center", va="center", fontsize=7)
     ax.set_title(title, fontsize=9)
 
@@ -40,7 +41,7 @@ def plot_before_after(results: Sequence[Mapping[str, Mapping[str, Sequence[float
     """One row per collective, before | after, one line of boxes per rank.
 
     results: what ``run_workers(guide_collectives, n)`` returned (index = rank)."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - matplotlib only when a figure is drawn (start-up time)
 
     collectives = list(collectives or results[0].keys())
     fig, axes = plt.subplots(len(collectives), 2, figsize=(8.5, 1.15 * len(collectives) * (len(results) / 4 + 0.6)),
@@ -62,8 +63,8 @@ def plot_ring_steps(sim: RingSimulation):
     to rank 0); orange arrows are added by the receiver (reduce-scatter phase), green ones copied
     (all-gather phase).  First row: the input and the reduce-scatter steps; second row: the
     all-gather steps."""
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import FancyArrowPatch
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - matplotlib only when a figure is drawn (start-up time)
+    from matplotlib.patches import FancyArrowPatch  # noqa: PLC0415 - matplotlib only when a figure is drawn (start-up time)
 
     n, steps = sim.n, len(sim.contributors)
     cols = n  # input + (n−1) reduce-scatter steps on the first row; (n−1) all-gather steps below
@@ -111,7 +112,7 @@ def plot_allreduce_sweep(nbytes: Sequence[float], seconds: Sequence[float], worl
     """Left: time vs size (log–log) with the α–β fit and its latency floor 2(n−1)·α (the model's
     plateau of small messages); right: busbw vs size with the fitted link bandwidth 1/β.
     ``spread``: (lowest, highest) seconds per size over repeated sweeps, drawn as a band."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - matplotlib only when a figure is drawn (start-up time)
 
     s = np.asarray(nbytes, dtype=float)
     t = np.asarray(seconds, dtype=float)

@@ -14,13 +14,13 @@ import shutil
 from typing import Any
 
 from labsupport.paths import REPO_ROOT
+import psutil
 
 
 def environment_report() -> dict[str, Any]:
     """Facts about this machine; sizes in decimal GB. Machine-specific: never compare them."""
-    import psutil
-    import torch
-    import torch.distributed as dist
+    import torch  # noqa: PLC0415 - torch only when called (start-up time of the importing command)
+    import torch.distributed as dist  # noqa: PLC0415 - torch only when called (start-up time of the importing command)
 
     report: dict[str, Any] = {
         "python": platform.python_version(),
@@ -94,9 +94,9 @@ def pytorch_builtins() -> dict[str, str]:
     DDP and FSDP are looked up in their modules; bf16 autocast runs a CPU matmul and reports the
     result's dtype. Keys: ``torch``, ``DDP``, ``FSDP (fully_shard)``, ``bf16 autocast``.
     """
-    import torch
-    import torch.distributed.fsdp as fsdp
-    from torch.nn.parallel import DistributedDataParallel
+    import torch  # noqa: PLC0415 - torch only when called (start-up time of the importing command)
+    import torch.distributed.fsdp as fsdp  # noqa: PLC0415 - torch only when called (start-up time of the importing command)
+    from torch.nn.parallel import DistributedDataParallel  # noqa: PLC0415 - torch only when called (start-up time of the importing command)
 
     a = torch.ones(4, 4)
     with torch.autocast("cpu", dtype=torch.bfloat16):

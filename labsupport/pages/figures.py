@@ -39,13 +39,14 @@ def draw_starvation(loaders: dict[str, float], *, mfu: float = 0.4, peak_tflops:
                     gpus_per_node: int = 8, sizes: Sequence[float] = (125e6, 350e6, 1.3e9, 7e9, 13e9, 70e9), ax=None):
     """Tokens/s consumed by one GPU and by one node vs model size (log–log), with a horizontal line per
     loader (label → tokens/s on one core) and a marker where each loader line crosses the GPU line."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - matplotlib only when a figure is drawn (start-up time)
 
     if ax is None:
         _, ax = plt.subplots(figsize=(9.6, 4.8), layout="constrained")
     n = np.geomspace(min(sizes) / 1.5, max(sizes) * 1.5, 200)
     one = gpu_tokens_per_second(n, mfu=mfu, peak_tflops=peak_tflops)
-    ax.plot(n, one, color="black", lw=2, label=f"one H100 consumes ({mfu:.0%} of {peak_tflops:.0f} TFLOPS, 6·N FLOPs/token)")
+    ax.plot(n, one, color="black", lw=2,
+            label=f"one H100 consumes ({mfu:.0%} of {peak_tflops:.0f} TFLOPS, 6·N FLOPs/token)")
     ax.plot(n, one * gpus_per_node, color="gray", lw=1.5, ls="--", label=f"one {gpus_per_node}-GPU node consumes")
     ax.scatter(sizes, gpu_tokens_per_second(np.array(sizes), mfu=mfu, peak_tflops=peak_tflops), color="black", zorder=3)
     for s in sizes:   # model sizes, on a white box so that a loader line passing behind never covers them
@@ -77,8 +78,8 @@ def draw_idx_into_bin(lengths: Sequence[int], pointers: Sequence[int], doc_index
                       tokens: Sequence[int], itemsize: int, ax=None):
     """The three ``.idx`` arrays above the ``.bin`` tokens, with an arrow from each pointer to the
     first byte of its sequence and brackets for the documents that ``doc_index`` groups."""
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import FancyArrowPatch, Rectangle
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - matplotlib only when a figure is drawn (start-up time)
+    from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: PLC0415 - matplotlib only when a figure is drawn (start-up time)
 
     n_tok = len(tokens)
     if ax is None:

@@ -29,15 +29,15 @@ def megatron_core_version() -> str | None:
     try:
         with warnings.catch_warnings():   # megatron.core warns on import when Transformer Engine / Apex are absent
             warnings.simplefilter("ignore")
-            from megatron.core import package_info
+            from megatron.core import package_info  # noqa: PLC0415 - megatron-core is an optional dependency
     except ImportError:
         return None
     return package_info.__version__
 
 
 def _transformer_config(kwargs: dict):
-    import torch
-    from megatron.core.transformer.transformer_config import TransformerConfig
+    import torch  # noqa: PLC0415 - torch with the optional megatron-core (start-up time)
+    from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: PLC0415 - megatron-core is an optional dependency
 
     if kwargs.get("pipeline_model_parallel_size", 1) > 1:
         kwargs = {**kwargs, "pipeline_dtype": torch.bfloat16}   # Megatron requires it with PP
@@ -48,7 +48,7 @@ def _run(where: str, kwargs: dict) -> None:
     if where == "TransformerConfig.__post_init__":
         _transformer_config(kwargs)
     elif where == "transformer_block.get_num_layers_to_build":
-        from megatron.core.transformer.transformer_block import get_num_layers_to_build
+        from megatron.core.transformer.transformer_block import get_num_layers_to_build  # noqa: PLC0415 - megatron-core is an optional dependency
 
         get_num_layers_to_build(_transformer_config(kwargs), pp_rank=0)
     else:
@@ -57,8 +57,8 @@ def _run(where: str, kwargs: dict) -> None:
 
 def _initialize_in_one_process(kwargs: dict) -> None:
     """``initialize_model_parallel(**kwargs)`` in a gloo group of one process (world size 1)."""
-    import torch.distributed as dist
-    from megatron.core import parallel_state
+    import torch.distributed as dist  # noqa: PLC0415 - torch with the optional megatron-core (start-up time)
+    from megatron.core import parallel_state  # noqa: PLC0415 - megatron-core is an optional dependency
 
     with tempfile.TemporaryDirectory() as tmp:
         dist.init_process_group("gloo", init_method=f"file://{Path(tmp) / 'rendezvous'}", rank=0, world_size=1)

@@ -21,8 +21,8 @@ def draw_data_path(highlight: str | None = None, ax=None):
 
     Returns the matplotlib Axes (the caller calls ``plt.show()``).
     """
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - matplotlib only when a figure is drawn (start-up time)
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch  # noqa: PLC0415 - matplotlib only when a figure is drawn (start-up time)
 
     if ax is None:
         _, ax = plt.subplots(figsize=(12, 2.2))
@@ -49,8 +49,8 @@ def draw_data_path(highlight: str | None = None, ax=None):
 def draw_parallel_grid(layout, ax=None):
     """Every GPU of ``layout`` as a box, one row per node: colour = pipeline stage, hatch = DP replica,
     label = (tp, pp, dp) rank; outlines mark the TP groups. Returns the Axes (the caller calls plt.show())."""
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Rectangle
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - matplotlib only when a figure is drawn (start-up time)
+    from matplotlib.patches import Rectangle  # noqa: PLC0415 - matplotlib only when a figure is drawn (start-up time)
 
     per_node = max(layout.gpus_per_node, 1)
     nodes = -(-layout.world_size // per_node)
@@ -78,7 +78,8 @@ def draw_parallel_grid(layout, ax=None):
             x = per_node * 1.2 + 0.05
             ax.plot([x, x + 0.15, x + 0.15, x], [-first_node + 0.85, -first_node + 0.85, -last_node - 0.05,
                                                  -last_node - 0.05], color="crimson", lw=1.6)
-            ax.text(x + 0.25, (-first_node - last_node + 0.8) / 2, f"TP group {group}:\n{last_node - first_node + 1} nodes",
+            ax.text(x + 0.25, (-first_node - last_node + 0.8) / 2,
+                    f"TP group {group}:\n{last_node - first_node + 1} nodes",
                     ha="left", va="center", fontsize=8, color="crimson")
     for node in range(nodes):
         ax.text(-0.25, -node + 0.4, f"node {node}", ha="right", va="center", fontsize=9)

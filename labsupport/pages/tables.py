@@ -38,7 +38,8 @@ class Table:
     def __post_init__(self) -> None:
         for i, row in enumerate(self.rows):
             if len(row) != len(self.columns):
-                raise ValueError(f"Table row {i} has {len(row)} cells for {len(self.columns)} columns {list(self.columns)}: "
+                raise ValueError(f"Table row {i} has {len(row)} cells for {len(self.columns)} columns "
+                                 f"{list(self.columns)}: "
                                  "give one cell per column")
 
     def _text_rows(self) -> list[list[str]]:
@@ -77,7 +78,7 @@ def show_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, caption
                numeric: Sequence[str] = (), notes: Sequence[str] = ()) -> None:
     """Display a :class:`Table` in the notebook (HTML in JupyterLab, aligned text headless). Returns None, so a
     call on a cell's last line is not shown twice."""
-    from IPython.display import display
+    from IPython.display import display  # noqa: PLC0415 - IPython only when shown in a notebook (start-up time)
 
     table = Table(list(columns), [list(r) for r in rows], caption=caption, numeric=tuple(numeric), notes=tuple(notes))
     display(table)

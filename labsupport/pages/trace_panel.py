@@ -18,6 +18,7 @@ import numpy as np
 
 from labsupport.training.trace import DocumentTrace, documents_in_sample, trace_document
 from labsupport.pages.tables import Table
+from labsupport.datasets.gpt_samples import attention_mask_from_cu_seqlens
 
 __all__ = ["document_count", "pick_document", "trace_table", "draw_trace", "TracePanel"]
 
@@ -58,10 +59,9 @@ def draw_trace(trace: DocumentTrace, blend: Any, run: Any, seq_length: int, occu
     left, the packed sample's attention mask (query × key token positions; dark = may attend)
     with the document's block outlined; right, that sample's per-token loss (nats) at the step
     that read it, the document's tokens coloured and the rest grey.  Returns the figure."""
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Rectangle
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - matplotlib only when a figure is drawn (start-up time)
+    from matplotlib.patches import Rectangle  # noqa: PLC0415 - matplotlib only when a figure is drawn (start-up time)
 
-    from labsupport.datasets.gpt_samples import attention_mask_from_cu_seqlens
 
     occ = trace.occurrences[occurrence]
     lo, hi = occ.span
@@ -73,7 +73,8 @@ def draw_trace(trace: DocumentTrace, blend: Any, run: Any, seq_length: int, occu
     a1.set_xlabel("key position (token)")
     a1.set_ylabel("query position (token)")
     a1.grid(False)
-    a1.set_title(f"mask of blend sample {occ.blend_index} (dark: may attend),\ndoc {trace.document} outlined", fontsize=9)
+    a1.set_title(f"mask of blend sample {occ.blend_index} (dark: may attend),\ndoc {trace.document} outlined",
+                 fontsize=9)
     losses = np.asarray(run.token_losses[occ.blend_index])
     inside = np.zeros(seq_length, dtype=bool)
     inside[lo:hi] = True
@@ -117,7 +118,7 @@ class TracePanel:
 
     def build(self):
         """The widgets (a VBox), showing the current trace."""
-        import ipywidgets as W
+        import ipywidgets as W  # noqa: PLC0415 - ipywidgets only when the panel is shown (start-up time)
 
         top, self.document = self.limits(self.domain, self.document)
         dom = W.Dropdown(options=list(self.settings.names), value=self.domain, description="domain")
@@ -153,7 +154,7 @@ class TracePanel:
             self.redraw()
 
     def redraw(self) -> None:
-        from IPython.display import display
+        from IPython.display import display  # noqa: PLC0415 - IPython only when shown in a notebook (start-up time)
 
         out = self.widgets["output"]
         with out:

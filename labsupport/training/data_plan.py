@@ -69,9 +69,9 @@ def consumed_digest(blend: Any, consumed: int, hasher: Any = None, start: int = 
 
 
 def _sources(ds: Any) -> list[str] | None:
-    from labsupport.datasets.blending import _sidecar_of
+    from labsupport.datasets.blending import sidecar_of
 
-    meta = _sidecar_of(getattr(ds, "dataset", ds)) or {}
+    meta = sidecar_of(getattr(ds, "dataset", ds)) or {}
     src = meta.get("sources")
     return [s.get("sha256") for s in src] if isinstance(src, list) else None
 

@@ -92,7 +92,7 @@ def tokenizer_mismatch(settings: Settings, other_model: str | os.PathLike, sampl
     """Decode one training sample's ids with the training tokenizer and with ``other_model``,
     and show what the config check says when the other model is named in the config."""
     from labsupport.config import ConfigError
-    from labsupport.datasets.tokenizer import Tokenizer, _decode_lenient
+    from labsupport.datasets.tokenizer import Tokenizer, decode_lenient
 
     good, bad = Tokenizer(settings.tokenizer_path), Tokenizer(other_model)
     ids = [int(i) for i in sample["tokens"][:40]]
@@ -101,7 +101,7 @@ def tokenizer_mismatch(settings: Settings, other_model: str | os.PathLike, sampl
         refusal = None
     except ConfigError as exc:
         refusal = str(exc)
-    return {"same": good.decode(ids)[:chars], "other": _decode_lenient(bad, ids)[:chars], "refusal": refusal}
+    return {"same": good.decode(ids)[:chars], "other": decode_lenient(bad, ids)[:chars], "refusal": refusal}
 
 
 def small_domain_split(domain: str, train_docs: int, heldout_docs: int = 0) -> tuple[str, str | None]:

@@ -46,7 +46,7 @@ from labsupport.fileio import atomic_write
 from labsupport.paths import REPO_ROOT
 from labsupport.progress import progress
 from labsupport.workbook.grading.exercise import Chapter, Unreadable, discover, read_submission
-from labsupport.workbook.grading.grader import (SOLUTIONS, Graded, Options, _unreadable_rows, close_warm, grade_file,
+from labsupport.workbook.grading.grader import (SOLUTIONS, Graded, Options, unreadable_rows, close_warm, grade_file,
                                                 solution_answers)
 from labsupport.workbook.grading.sandbox import Limits, enforcement, sandbox_mode
 from labsupport.workbook.grading.similarity import similar_pairs
@@ -179,7 +179,7 @@ def _refused(sub: Submission, chapters: dict[str, Chapter]) -> Graded:
     """The rows of a submission that is not graded (``sub.problem`` says why)."""
     chapter = chapters.get(sub.number or "")
     return Graded(sub.student, chapter.key if chapter else "", str(sub.path),
-                  _unreadable_rows(sub.student, chapter, sub.problem, "error"),
+                  unreadable_rows(sub.student, chapter, sub.problem, "error"),
                   feedback=[f"your file was not graded: {sub.problem}"])
 
 
@@ -450,7 +450,7 @@ def _grade_in_pool(subs: list[Submission], chapters: dict[str, Chapter], options
                     finish(fut.result())
                 except Exception as exc:  # noqa: BLE001 - a pool process lost: this row only
                     chapter = chapters.get(sub.number or "")
-                    finish(Graded(sub.student, chapter.key if chapter else "", str(sub.path), _unreadable_rows(
+                    finish(Graded(sub.student, chapter.key if chapter else "", str(sub.path), unreadable_rows(
                         sub.student, chapter, f"grader error: {type(exc).__name__}: {exc}", "error")))
     finally:  # on Ctrl-C: drop what has not started, do not wait for the class to finish
         pool.shutdown(wait=False, cancel_futures=True)
@@ -483,7 +483,8 @@ def _print_totals(book: Gradebook) -> None:
         pts = [r for r in book.rows if (r["student"], r["chapter"]) == key]
         got = sum(float(r["points"] or 0) for r in pts)
         flagged = sum(1 for r in pts if r["flags"])
-        print(f"  {plain(key[0]):<24} {plain(key[1] or '?'):<5} {got:g}/{sum(float(r['max_points'] or 0) for r in pts):g}"
+        worth = sum(float(r['max_points'] or 0) for r in pts)
+        print(f"  {plain(key[0]):<24} {plain(key[1] or '?'):<5} {got:g}/{worth:g}"
               + (f"  ({flagged} flagged)" if flagged else ""))
 
 

@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     ap = argparse.ArgumentParser(prog="python -m labsupport.make_exercises", description=__doc__.split("\n\n")[0],
-                                 epilog="exit status: 0 done, 1 stale (--check) or an error, 2 usage error, 130 interrupted")
+                                 epilog="exit status: 0 done, 1 stale (--check) or an error, 2 usage error, "
+                                        "130 interrupted")
     ap.add_argument("--check", action="store_true", help="only report whether exercises/ is stale")
     ap.add_argument("--solutions", default=str(REPO_ROOT / "solutions"))
     ap.add_argument("--exercises", default=str(REPO_ROOT / "exercises"))

@@ -64,8 +64,8 @@ def execute_notebook(path: Path, timeout: int = 600, env: dict[str, str] | None 
     No timing or widget-state metadata is stored, so re-running an unchanged notebook gives
     an unchanged file (apart from timing outputs in ``nbval-ignore-output`` cells).
     """
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
+    from nbclient import NotebookClient  # noqa: PLC0415 - nbclient only when a notebook runs (start-up time)
+    from nbclient.exceptions import CellExecutionError  # noqa: PLC0415 - nbclient only when a notebook runs (start-up time)
 
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
@@ -81,16 +81,16 @@ def execute_notebook(path: Path, timeout: int = 600, env: dict[str, str] | None 
             client.execute()
         ok = True
     except CellExecutionError as exc:
-        ok, error = False, f"{exc.ename}: {_first_line(exc.evalue)}"
+        ok, error = False, f"{exc.ename}: {first_line(exc.evalue)}"
     except Exception as exc:  # noqa: BLE001 - kernel died, timeout, ...
-        ok, error = False, f"{type(exc).__name__}: {_first_line(str(exc))}"
+        ok, error = False, f"{type(exc).__name__}: {first_line(str(exc))}"
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
     nb.metadata.pop("widgets", None)
     return nb, RunResult(path, time.perf_counter() - start, ok, error)
 
 
-def _first_line(text: str, default: str = "") -> str:
+def first_line(text: str, default: str = "") -> str:
     for line in text.splitlines():
         line = line.strip()
         if line and not set(line) <= set("-"):

@@ -16,12 +16,14 @@ parameter); 130 interrupted (Ctrl-C).
 """
 from __future__ import annotations
 
+import ast
+import time
 import argparse
 import os
 import sys
 from pathlib import Path
 
-from labsupport.workbook.nbrun import (KERNEL, RunResult, _first_line, execute_notebook, headless_env,
+from labsupport.workbook.nbrun import (KERNEL, RunResult, first_line, execute_notebook, headless_env,
                                        process_env, write_notebook)
 from labsupport.cli import run_command
 from labsupport.paths import REPO_ROOT
@@ -49,9 +51,8 @@ def _notebooks(selectors: list[str], default_dir: Path) -> list[Path]:
 
 
 def _papermill(nb: Path, out_dir: Path, params: dict, timeout: int) -> RunResult:
-    import time
 
-    import papermill as pm
+    import papermill as pm  # noqa: PLC0415 - papermill only when a notebook runs (start-up time)
 
     out = out_dir / nb.name
     # papermill saves its output after every cell: run under a temporary name, so that a Ctrl-C or
@@ -68,7 +69,7 @@ def _papermill(nb: Path, out_dir: Path, params: dict, timeout: int) -> RunResult
         if partial.exists():   # a failed run is kept: papermill marked the failing cell in it
             os.replace(partial, out)
         ename = getattr(exc, "ename", type(exc).__name__)
-        evalue = getattr(exc, "evalue", None) or _first_line(str(exc))
+        evalue = getattr(exc, "evalue", None) or first_line(str(exc))
         return RunResult(nb, time.perf_counter() - start, False, f"{ename}: {evalue}"[:200])
     finally:
         partial.unlink(missing_ok=True)   # interrupted (Ctrl-C): nothing under the chapter's name
@@ -80,7 +81,7 @@ class UsageError(Exception):
 
 def _check_parameters(notebooks: list[Path], params: dict) -> None:
     """Refuse a parameter that papermill does not find in a notebook's ``parameters`` cell."""
-    import papermill as pm
+    import papermill as pm  # noqa: PLC0415 - papermill only when a notebook runs (start-up time)
 
     for nb in notebooks:
         known = pm.inspect_notebook(str(nb))
@@ -94,7 +95,6 @@ def _check_parameters(notebooks: list[Path], params: dict) -> None:
 
 def _default_type(spec: dict) -> type | None:
     """The type of a parameter's default as the cell writes it (``seed = 0`` → int), or None."""
-    import ast
 
     try:
         default = ast.literal_eval(str(spec.get("default")))
@@ -109,14 +109,15 @@ def _check_type(nb: Path, name: str, value, spec: dict) -> None:
     if kind is None:
         return
     ok = {int: lambda v: isinstance(v, int) and not isinstance(v, bool),
-          float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)}.get(kind, lambda v: isinstance(v, kind))
+          float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)}.get(
+              kind, lambda v: isinstance(v, kind))
     if not ok(value):
         raise UsageError(f"-p {name} {value!r}: {nb.parent.name}/{nb.name}'s parameter {name} is {kind.__name__} "
                          f"(default {spec.get('default')}); give a value of that type")
 
 
 def _parse_value(text: str):
-    import yaml
+    import yaml  # noqa: PLC0415 - PyYAML comes with papermill (not a declared dependency)
 
     try:
         return yaml.safe_load(text)
@@ -144,9 +145,11 @@ def _main(argv: list[str] | None) -> int:
     ap = argparse.ArgumentParser(prog="python -m labsupport.runall", description=__doc__.split("\n\n")[0],
                                  epilog="exit status: 0 all ran, 1 a notebook failed or an error, 2 usage error, "
                                         "130 interrupted")
-    ap.add_argument("targets", nargs="*", help="chapter numbers, notebooks or folders (default: every notebooks/NN_*.ipynb)")
+    ap.add_argument("targets", nargs="*",
+                    help="chapter numbers, notebooks or folders (default: every notebooks/NN_*.ipynb)")
     ap.add_argument("--out", default="runs", help="output folder for papermill runs (default: runs/)")
-    ap.add_argument("--in-place", action="store_true", help="execute and overwrite the notebooks themselves (make outputs)")
+    ap.add_argument("--in-place", action="store_true",
+                    help="execute and overwrite the notebooks themselves (make outputs)")
     ap.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                     help="papermill parameter (YAML-typed value); repeatable")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")

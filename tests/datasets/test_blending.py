@@ -324,8 +324,8 @@ def test_pruned_rerun_equals_the_loop():
             w = w * rng.uniform(0.3, 3.0)                                # unnormalised
         wl = w.tolist()
         start = int(rng.integers(0, 5_000))
-        _, _, counts = bl._sequential(wl, start, [0] * w.size, 0)
-        want = bl._sequential(wl, 3_000, list(counts), start)
+        _, _, counts = bl.sequential_steps(wl, start, [0] * w.size, 0)
+        want = bl.sequential_steps(wl, 3_000, list(counts), start)
         got = _sequential_pruned(wl, 3_000, list(counts), start, window=int(rng.integers(1, 200)))
         assert got == want, trial
 

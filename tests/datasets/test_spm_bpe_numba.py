@@ -61,7 +61,7 @@ def _assert_kernel_exact(tok: Tokenizer, words: list[str]) -> int:
     wrong = [(w, ids[a:b].tolist(), e) for w, a, b, e in zip(words, starts, ends.tolist(), expected)
              if ids[a:b].tolist() != e]
     assert not wrong, wrong[:3]
-    return sum(len(w) > K._SCAN_MAX for w in words)
+    return sum(len(w) > K.SCAN_MAX for w in words)
 
 
 def _long_words(rng: random.Random, pieces: list[str], n: int) -> list[str]:

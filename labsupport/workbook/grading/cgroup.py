@@ -58,7 +58,8 @@ def available() -> dict[str, str]:
         own = _own("")
         if own is not None:
             parent = ROOT / own.lstrip("/")
-            controllers = (parent / "cgroup.controllers").read_text().split() if (parent / "cgroup.controllers").exists() else []
+            listed = parent / "cgroup.controllers"
+            controllers = listed.read_text().split() if listed.exists() else []
             if "memory" in controllers and "pids" in controllers:
                 try:
                     (parent / "cgroup.subtree_control").write_text("+memory +pids")

@@ -18,6 +18,7 @@ import types
 from typing import Any
 
 import numpy as np
+from labsupport.datasets.tokenizer import Tokenizer
 
 MAX_DEPTH = 64
 MAX_ITEMS = 10_000_000
@@ -96,7 +97,7 @@ def encode(value: Any, _depth: int = 0) -> Any:
     if module.startswith("torch") and hasattr(value, "detach"):
         return _array(value.detach().cpu().numpy())
     if module.startswith("omegaconf") and kind.__name__ in ("DictConfig", "ListConfig"):
-        from omegaconf import OmegaConf
+        from omegaconf import OmegaConf  # noqa: PLC0415 - omegaconf only for config values (start-up time of the grading worker)
 
         return {"$t": "omegaconf", "v": encode(OmegaConf.to_container(value, resolve=True), d)}
     if module == "labsupport.datasets.tokenizer" and kind.__name__ == "Tokenizer":
@@ -115,7 +116,8 @@ def encode(value: Any, _depth: int = 0) -> Any:
         return {"$t": "dict", "v": [[encode(k, d), encode(v, d)] for k, v in dict.items(value)]}
     if isinstance(value, (list, tuple)):
         return {"$t": "tuple" if isinstance(value, tuple) else "list",
-                "v": [encode(x, d) for x in (tuple.__iter__(value) if isinstance(value, tuple) else list.__iter__(value))]}
+                "v": [encode(x, d)
+                      for x in (tuple.__iter__(value) if isinstance(value, tuple) else list.__iter__(value))]}
     try:
         text = repr(value)
     except Exception:  # noqa: BLE001 - a repr that raises
@@ -162,14 +164,13 @@ def decode(data: Any) -> Any:
         arr[:] = items
         return arr.reshape(tuple(data["shape"]))
     if tag == "tokenizer":
-        from labsupport.datasets.tokenizer import Tokenizer
 
         key = data["model"]
         if key not in _TOKENIZERS:
             _TOKENIZERS[key] = Tokenizer.from_bytes(_unb64(key), data["name"])
         return _TOKENIZERS[key]
     if tag == "omegaconf":
-        from omegaconf import OmegaConf
+        from omegaconf import OmegaConf  # noqa: PLC0415 - omegaconf only for config values (start-up time of the grading worker)
 
         plain = decode(data["v"])
         if not isinstance(plain, (dict, list)):

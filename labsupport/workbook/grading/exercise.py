@@ -26,6 +26,7 @@ from typing import Any
 from labsupport.paths import REPO_ROOT
 from labsupport.workbook.grading.source import parse
 from labsupport.workbook.make_exercises import STUB
+import nbformat
 
 MAX_NOTEBOOK_BYTES = 256 * 1024 * 1024   # figures make notebooks big; only code cells are kept
 _CHECK_IMPORT = re.compile(r"from\s+labsupport\.check\s+import\s+(ch\w+)\s+as\s+check\b")
@@ -263,7 +264,6 @@ def read_submission(path: Path) -> list[dict]:
 
 def _upgrade(nb: dict) -> dict:
     """An nbformat 3 notebook (``worksheets``, ``input``) as nbformat 4, with nbformat's converter."""
-    import nbformat
 
     try:
         return dict(nbformat.convert(nbformat.from_dict(nb), 4))

@@ -104,7 +104,8 @@ def static_flags(source: str, reference_specs: list[str]) -> list[str]:
                 add("check-module: reaches into the check module with getattr/setattr/vars")
             if func in ("importlib.reload", "reload", "__import__", "importlib.import_module") and node.args:
                 arg = node.args[0]
-                text = arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else (_dotted(arg) or "")
+                literal = isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+                text = arg.value if literal else (_dotted(arg) or "")
                 if "check" in text:
                     add(f"check-module: {func}({text})")
     return flags

@@ -6,6 +6,7 @@ modules and printed lines of the submission are never read.  Only its answer cel
 """
 from __future__ import annotations
 
+import re
 import builtins
 import hashlib
 import json
@@ -245,7 +246,8 @@ class Session:
                                            f"(line {getattr(exc, 'lineno', '?')})"
                     continue
                 except (RecursionError, MemoryError) as exc:  # built to exhaust the compiler
-                    self.syntax[cell.id] = f"{type(exc).__name__}: the cell is too deeply nested or too large to compile"
+                    self.syntax[cell.id] = (f"{type(exc).__name__}: the cell is too deeply nested or too large "
+                                            "to compile")
                     continue
             self.program.append((pos, cell, source))
         self.state: dict[str, str] = {}
@@ -347,7 +349,8 @@ class Session:
         elif self.stop_at is not None and any(self.position(c) >= self.stop_at for c in q.cells):
             row.status, row.reason = NOT_RUN, f"not reached: {self.stop_reason}"
         elif time.monotonic() >= self.submission_deadline:
-            row.status, row.reason = TIMED_OUT, f"the submission ran past its {self.limits.submission_timeout:g} s limit"
+            row.status = TIMED_OUT
+            row.reason = f"the submission ran past its {self.limits.submission_timeout:g} s limit"
         else:
             self._run_check(q, row, feedback)
         if row.status in (MISSING, UNPARSABLE, TIMED_OUT, NOT_RUN) or row.reason.startswith("memory:"):
@@ -401,7 +404,6 @@ class Session:
 
 def identify(path: Path, forced_chapter: str | None) -> tuple[str, str | None]:
     """(student id, chapter number or None) from the file's name and folder."""
-    import re
 
     path = Path(path)
     m = re.match(r"^(\d\d)_", path.name)
@@ -413,7 +415,7 @@ def identify(path: Path, forced_chapter: str | None) -> tuple[str, str | None]:
     return student, forced_chapter or (m.group(1) if m else None)
 
 
-def _unreadable_rows(student: str, chapter: Chapter | None, reason: str, status: str = UNREADABLE) -> list[Row]:
+def unreadable_rows(student: str, chapter: Chapter | None, reason: str, status: str = UNREADABLE) -> list[Row]:
     if chapter is None:
         return [Row(student, "", "", status, 0.0, 0.0, reason)]
     return [Row(student, chapter.key, q.name, status, 0.0, q.points, reason) for q in chapter.questions]
@@ -427,24 +429,25 @@ def grade_file(path: Path, chapters: dict[str, Chapter], options: Options, force
     student = student or sid
     chapter = chapters.get(number) if number else None
     if number and chapter is None:
-        graded = Graded(student, number, str(path), _unreadable_rows(
+        graded = Graded(student, number, str(path), unreadable_rows(
             student, None, f"no exercise notebook for chapter {number} in exercises/", ERROR))
         graded.rows[0].chapter = f"ch{number}"
         return graded
     try:
         cells = read_submission(path)
     except Unreadable as exc:
-        return Graded(student, chapter.key if chapter else "", str(path), _unreadable_rows(student, chapter, str(exc)),
+        return Graded(student, chapter.key if chapter else "", str(path), unreadable_rows(student, chapter, str(exc)),
                       feedback=[f"your file could not be graded: {exc}"])
     guess = chapter_of(cells, chapters)
     flags: list[str] = []
     if chapter is None:
         if guess is None:
-            return Graded(student, "", str(path), _unreadable_rows(
+            return Graded(student, "", str(path), unreadable_rows(
                 student, None, "cannot tell the chapter: name the file NN_topic.ipynb or pass --chapter", ERROR))
         chapter = chapters[guess]
     elif guess is not None and guess != chapter.number:
-        flags.append(f"wrong-chapter: submitted as chapter {chapter.number}, but its cells are chapter {guess}'s exercises")
+        flags.append(f"wrong-chapter: submitted as chapter {chapter.number}, "
+                     f"but its cells are chapter {guess}'s exercises")
     answers, how = answer_sources(chapter, cells)
     for source in answers.values():  # trying to signal other processes taints the whole submission
         flags += [f for f in static_flags(source, []) if f.startswith("signals") and f not in flags]

@@ -20,6 +20,7 @@ instructor passes ``--no-sandbox``.  :func:`enforcement` says exactly what a run
 """
 from __future__ import annotations
 
+import builtins
 import functools
 import json
 import os
@@ -37,6 +38,7 @@ from typing import Any
 
 from labsupport.paths import REPO_ROOT
 from labsupport.workbook.grading import cgroup
+from labsupport.workbook.grading.stubs import hidden_references, strip_references, write_check_stubs
 
 _HEADER = struct.Struct("<Q")
 _BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
@@ -156,7 +158,8 @@ def enforcement(limits: Limits | None = None, mode: str | None = None) -> list[s
     lines = []
     if mode == "bwrap":
         lines.append(f"isolation: bwrap — uid {SANDBOX_UID} in its own user namespace, no capabilities, no_new_privs, "
-                     "no nested user namespaces; own mount/PID/IPC/UTS/network namespaces (no network, no host sockets); "
+                     "no nested user namespaces; own mount/PID/IPC/UTS/network namespaces "
+                     "(no network, no host sockets); "
                      "sees /usr, the Python environment and its own read-only copy of labsupport (no check code, no "
                      "answer keys), never the repository, solutions/, the gradebook, other submissions or the seed")
         lines.append(f"disk: {limits.disk_mb} MiB tmpfs home, {limits.disk_mb // 4} MiB /tmp, "
@@ -195,7 +198,6 @@ def prepare_folder(workdir: Path, chapter: Any = None) -> Path:
     The copy holds no check code: ``labsupport/check`` becomes stubs carrying only the option lists
     the exercise prints, and the reference functions of ``chapter``'s questions raise instead of
     answering, except those its setup cells call (:mod:`.stubs`)."""
-    from labsupport.workbook.grading.stubs import hidden_references, strip_references, write_check_stubs
 
     lib = workdir / "lib"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
@@ -229,7 +231,8 @@ class Worker:
         lib = (INSIDE / "lib") if sandboxed else self.workdir / "lib"
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "TMPDIR": "/tmp" if sandboxed else str(home / "tmp"),
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home),
+               "TMPDIR": "/tmp" if sandboxed else str(home / "tmp"),
                "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "LABSUPPORT_HEADLESS": "1", "PYTHONHASHSEED": "0",
                "MPLBACKEND": "Agg", "LABSUPPORT_WORK": str(home / "work"), "OMP_NUM_THREADS": "1",
                "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
@@ -373,7 +376,6 @@ def raise_learner_exception(info: dict[str, Any]) -> None:
     """Re-raise, in the grader, an exception the student's code raised in its own process: the same
     builtin type where it is an ``Exception`` (so ``except ValueError`` in a check still works),
     :class:`LearnerError` otherwise; ``learner_where`` tells :func:`_core._blame` whose it was."""
-    import builtins
 
     cls: type[Exception] = LearnerError
     for name in info.get("bases", []):

@@ -11,6 +11,7 @@ count or read the grader's checks.)
 """
 from __future__ import annotations
 
+import re
 import ast
 import functools
 import importlib
@@ -44,8 +45,8 @@ def stub_source(module_name: str) -> str:
     for name, value in vars(module).items():
         if name.startswith("_") or name.startswith("MODEL_ANSWER") or name == "annotations":
             continue
-        if getattr(value, "is_check", False) or name == "summary" or (callable(value) and
-                                                                      getattr(value, "__module__", "") == module.__name__):
+        defined_here = callable(value) and getattr(value, "__module__", "") == module.__name__
+        if getattr(value, "is_check", False) or name == "summary" or defined_here:
             callables.append(name)
         elif _plain(value):
             lines.append(f"{name} = {value!r}")
@@ -53,7 +54,8 @@ def stub_source(module_name: str) -> str:
               "    print('(checks run in the grader while grading, not in this process)')", "    return None", ""]
     lines += [f"{name} = _graded_elsewhere" for name in sorted(callables)]
     lines += ["", "", "def __getattr__(name):",
-              f"    raise AttributeError(f'labsupport.check.{module_name}.{{name}} is not available while grading')", ""]
+              f"    raise AttributeError(f'labsupport.check.{module_name}.{{name}} is not available while grading')",
+              ""]
     return "\n".join(lines)
 
 
@@ -61,7 +63,8 @@ def write_check_stubs(folder: Path) -> None:
     """Replace the check package copied into ``folder`` (``…/labsupport/check``) by stubs."""
     folder = Path(folder)
     package = REPO_ROOT / "labsupport" / "check"   # a chapter's checks: chNN.py, or a package chNN/
-    names = sorted({p.stem for p in package.glob("ch*.py")} | {p.name for p in package.glob("ch*/") if (p / "__init__.py").is_file()})
+    names = sorted({p.stem for p in package.glob("ch*.py")}
+                   | {p.name for p in package.glob("ch*/") if (p / "__init__.py").is_file()})
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     (folder / "__init__.py").write_text('"""Check stubs: while grading, every check runs in the grader."""\n',
@@ -102,7 +105,8 @@ def strip_references(lib: Path, specs: list[str]) -> list[str]:
         for qual, node in sorted(found, key=lambda x: -x[1].body[0].lineno):
             first, last = node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno
             indent = " " * node.body[0].col_offset
-            lines[first - 1:last] = [f"{indent}raise RuntimeError({qual!r} ' is labsupport\\'s reference for a question "
+            lines[first - 1:last] = [f"{indent}raise RuntimeError({qual!r} ' is labsupport\\'s reference "
+                                     f"for a question "
                                      f"being graded: it is not available while grading')"]
             removed.append(f"{path.relative_to(lib).with_suffix('').as_posix().replace('/', '.')}:{qual}")
         path.write_text("\n".join(lines), encoding="utf-8")
@@ -135,7 +139,6 @@ def hidden_references(chapter: Any) -> tuple[list[str], list[str]]:
     needs them (:data:`INFRASTRUCTURE`) — with every reference a kept function itself calls in
     its module (chapter 5's kept ``bus_bandwidth`` calls ``bus_factor``: hiding that would break
     the exercise's own setup cell).  Kept ones cannot be hidden, and the header names them."""
-    import re
 
     setup = "\n".join(c.source for c in chapter.cells if c.kind == "setup")
     specs = sorted({s for q in chapter.questions for s in q.references})

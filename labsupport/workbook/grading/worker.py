@@ -27,6 +27,7 @@ import sys
 import traceback
 import warnings
 from typing import Any
+from labsupport.workbook.grading import codec
 
 _HEADER = struct.Struct("<Q")
 CELL_OUTPUT_CHARS = 4000
@@ -106,12 +107,11 @@ def _raised(exc: BaseException) -> dict:
 def main() -> None:
     req_fd, resp_fd = int(sys.argv[2]), int(sys.argv[3])
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversized file write fails, it does not kill
-    from labsupport.workbook.grading import codec
 
     nproc = int(os.environ.pop("LABSUPPORT_GRADE_NPROC", "0") or 0)
     if nproc > 0:  # counted in this sandbox's user namespace; the hard limit cannot be raised again
         try:
-            import resource
+            import resource  # noqa: PLC0415 - resource exists on Unix only
 
             resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
         except (ValueError, OSError):
