@@ -105,7 +105,8 @@ def bench_gpt_samples(seq_length: int, n_samples: int, repeats: int, check_dense
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from megatron.core.datasets import indexed_dataset as mc_indexed  # noqa: PLC0415 - megatron-core is an optional dependency
-        from megatron.core.datasets.gpt_dataset import GPTDataset as McGPTDataset, GPTDatasetConfig  # noqa: PLC0415 - megatron-core is an optional dependency
+        from megatron.core.datasets.gpt_dataset import GPTDataset as McGPTDataset  # noqa: PLC0415 - megatron-core is an optional dependency
+        from megatron.core.datasets.gpt_dataset import GPTDatasetConfig as McGPTDatasetConfig  # noqa: PLC0415 - megatron-core is an optional dependency
         from megatron.core.datasets.utils import Split  # noqa: PLC0415 - megatron-core is an optional dependency
     logging.getLogger("megatron").setLevel(logging.ERROR)
 
@@ -114,9 +115,9 @@ def bench_gpt_samples(seq_length: int, n_samples: int, repeats: int, check_dense
     seed = 1234
 
     def megatron(flags: bool):
-        cfg = GPTDatasetConfig(random_seed=seed, sequence_length=seq_length, blend=([prefix], None), split="1,0,0",
-                               path_to_cache=str(cache), reset_position_ids=flags, reset_attention_mask=flags,
-                               eod_mask_loss=flags, tokenizer=_MegatronTokenizer(tok.vocab_size, tok.eod, tok.pad))
+        cfg = McGPTDatasetConfig(random_seed=seed, sequence_length=seq_length, blend=([prefix], None), split="1,0,0",
+                                 path_to_cache=str(cache), reset_position_ids=flags, reset_attention_mask=flags,
+                                 eod_mask_loss=flags, tokenizer=_MegatronTokenizer(tok.vocab_size, tok.eod, tok.pad))
         ds = mc_indexed.IndexedDataset(prefix)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -122,7 +122,7 @@ def watch(report: Callable[[str, str, str], Any]) -> bool:
     """Install the hooks in the running IPython shell (once); False outside IPython.  ``report`` records
     a check cell that could not call its check (``labsupport.check._core.report_unrun``)."""
     try:
-        from IPython import get_ipython
+        from IPython import get_ipython  # noqa: PLC0415 - IPython is optional: the module imports without a kernel
     except ImportError:
         return False
     shell = get_ipython()

@@ -395,11 +395,15 @@ def q4(exercise_5: Callable) -> tuple[str, dict[str, str]]:
     a, b, c = answer["a"], answer["b"], answer["c"]
     why = answer.get("why", "")
     with parts() as part:  # name every failing part at once
-        part(["a", a["choice"]] in _CHOICE, "(a) continued pre-training on 1024 GPUs: which framework was built for that scale?")
-        part(any(["a", r] in _NEEDED for r in a["reasons"]), "(a) what makes 1024 GPUs work at all? (a reason about parallelism)")
-        part(["b", b["choice"]] in _CHOICE, "(b) LoRA of a 7B model on one 8-GPU node: is a large-scale framework needed?")
+        part(["a", a["choice"]] in _CHOICE,
+             "(a) continued pre-training on 1024 GPUs: which framework was built for that scale?")
+        part(any(["a", r] in _NEEDED for r in a["reasons"]),
+             "(a) what makes 1024 GPUs work at all? (a reason about parallelism)")
+        part(["b", b["choice"]] in _CHOICE,
+             "(b) LoRA of a 7B model on one 8-GPU node: is a large-scale framework needed?")
         part(any(["b", r] in _NEEDED for r in b["reasons"]), "(b) name why the simpler stack suffices")
-        part(not any(["b", r] in _WRONG for r in b["reasons"]), "(b) one node does not need Megatron's parallelism to fit a 7B LoRA")
+        part(not any(["b", r] in _WRONG for r in b["reasons"]),
+             "(b) one node does not need Megatron's parallelism to fit a 7B LoRA")
         part(["c", c["choice"]] in _CHOICE and any(["c", r] in _NEEDED for r in c["reasons"]),
              "(c) speech recognition + LLM: which framework ships speech collections?")
         part(isinstance(why, str) and len(why.split()) >= 5, "add a 'why' field: a few sentences giving your reasons")

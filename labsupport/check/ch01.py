@@ -406,7 +406,8 @@ def q3(diagnose_tokenizer_mismatch) -> str:
         scenarios = {
             "the same file copied elsewhere": Tokenizer(shutil.copy(a.path, Path(tmp) / "serving_copy.model")),
             "other training data, same vocab size": tok("other_data.model", train_sentencepiece_bytes(other, vocab)),
-            "same data, bos/eos swapped": tok("swapped.model", train_sentencepiece_bytes(english, vocab, bos_id=3, eos_id=2)),
+            "same data, bos/eos swapped": tok("swapped.model",
+                                              train_sentencepiece_bytes(english, vocab, bos_id=3, eos_id=2)),
             "same data, bigger vocab": tok("bigger.model", train_sentencepiece_bytes(english, vocab + 200)),
         }
         order = list(scenarios)
@@ -427,7 +428,8 @@ def q3(diagnose_tokenizer_mismatch) -> str:
             if named:
                 RULES["q3"].fail(named[1], scenario=name, n=len(probes), agreement=short(got["id_agreement"]),
                                  others=f" (also: {'; '.join(wrong)})" if wrong else "",
-                                 special=short(got["special_ids_differ"]), want_special=short(want["special_ids_differ"]),
+                                 special=short(got["special_ids_differ"]),
+                                 want_special=short(want["special_ids_differ"]),
                                  garbled=short(got["garbled"], 60), want_garbled=short(want["garbled"], 60),
                                  vocab=want["vocab_sizes"][0])
             expect(not wrong, f"{name}: " + "; ".join(wrong))       # every wrong field at once

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from labsupport.datasets.indexed import IndexedDataset, IndexedDatasetBuilder, get_bin_path, get_idx_path
-from labsupport.check._core import Sealed, chapter_summary, check, check_seed, expect, short
+from labsupport.check._core import CheckFailed, Sealed, chapter_summary, check, check_seed, expect, short
 from labsupport.check.rules import Rule, Rules, diagnose
 
 CHAPTER = "ch02"
@@ -106,7 +106,8 @@ def _same_array(got, want) -> bool:
 # q1: parse an .idx
 _Q1_FORMULA = ("magic = raw[:9]; version, dtype_code, N, D = struct.unpack('<QBQQ', raw[9:34]); lengths = "
                "np.frombuffer(raw, '<i4', N, 34); pointers = np.frombuffer(raw, '<i8', N, 34 + 4N); document "
-               "indices = np.frombuffer(raw, '<i8', D, 34 + 12N); raise ValueError unless magic == b'MMIDIDX\\x00\\x00'")
+               "indices = np.frombuffer(raw, '<i8', D, 34 + 12N); "
+               "raise ValueError unless magic == b'MMIDIDX\\x00\\x00'")
 _ARRAY = "{what}: {key} = {got}, expected {want}"
 RULES["q1"] = Rules(
     Rule("lengths_as_int64", _ARRAY, ask="How many bytes does one sequence length take in the layout line?",
@@ -199,8 +200,6 @@ def q1(parse_idx) -> str:
 def q1_header(parse_idx) -> bool:
     """Step 1 of q1, not graded: only the four header fields (version, dtype code, N, D) of 3 random
     ``.idx`` files, so the header can be right before the three arrays are written. Prints one line."""
-    from labsupport.check._core import CheckFailed
-
     rng = np.random.default_rng(check_seed())
     tmp = Path(tempfile.mkdtemp(prefix="ch02_q1h_"))
     try:
@@ -211,7 +210,8 @@ def q1_header(parse_idx) -> bool:
                         "num_document_indices": len(ds.document_indices)}
             got = parse_idx(Path(get_idx_path(prefix)).read_bytes())
             expect(isinstance(got, dict), f"parse_idx(...) returned {type(got).__name__}; expected a dict")
-            wrong = [f"{k} = {short(got.get(k))}, expected {v}" for k, v in want.items() if not _same_int(got.get(k), v)]
+            wrong = [f"{k} = {short(got.get(k))}, expected {v}" for k, v in want.items()
+                     if not _same_int(got.get(k), v)]
             expect(not wrong, "; ".join(wrong))
         print("✅ step 1 of q1: the header fields are right — now the three arrays, then check.q1")
         return True
@@ -312,7 +312,8 @@ def q2(document_byte_offset) -> str:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     expect(n >= 80, "a checker bug: fewer than 80 documents checked")
-    return "3 hand-made cases, 8 random documents of each of 10 random datasets and every document right after an empty one"
+    return ("3 hand-made cases, 8 random documents of each of 10 random datasets and every document right after "
+            "an empty one")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -495,5 +496,6 @@ def q4(document_tokens) -> str:
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     expect(multi and empty, "a checker bug: the random datasets held no multi-sequence or no empty document")
-    return "every document of the hand-made file, a small int32 one and 8 random datasets, multi-sequence and empty ones included"
+    return ("every document of the hand-made file, a small int32 one and 8 random datasets, multi-sequence and "
+            "empty ones included")
 

@@ -689,7 +689,8 @@ def q5(resume_blend) -> str:
         want = full[crash:].tolist()
         call = f"resume_blend({short(w, 200)}, {short(counts, 200)}, {more})"
         got = resume_blend(list(w), list(counts), more)
-        expect(hasattr(got, "__len__") and len(got) == more, f"{call} returned {short(got)}; expected {more} dataset indices")
+        expect(hasattr(got, "__len__") and len(got) == more,
+               f"{call} returned {short(got)}; expected {more} dataset indices")
         got = [int(g) for g in got]
         if got != want:
             explain(resume_blend, _Q5.values(), (w, counts, more), got, _resume_right, _same_picks,

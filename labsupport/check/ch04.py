@@ -121,7 +121,8 @@ def q1(padding_share) -> str:
     for _ in range(40):
         seq_length = int(rng.choice([128, 512, 2048, 4096]))
         lengths = rng.integers(1, seq_length + 1, int(rng.integers(1, 300))).tolist()
-        got = _number(padding_share(list(lengths), seq_length), f"padding_share(…{len(lengths)} lengths…, {seq_length})")
+        got = _number(padding_share(list(lengths), seq_length),
+                      f"padding_share(…{len(lengths)} lengths…, {seq_length})")
         want = _padding_share(lengths, seq_length)
         if not abs(got - want) <= 1e-9:   # NaN fails too
             explain(padding_share, _Q1.values(), (lengths, seq_length), got, _padding_share, _near,
@@ -287,7 +288,8 @@ def q2(first_fit_decreasing) -> str:
             why = _first_fit_violation(bins, lengths, pack_size)
             expect(len(got) == len(want), f"{call}: {len(got)} packs, first-fit decreasing gives {len(want)}"
                    + (f"; {why}" if why else ""))
-            expect(False, f"{call}: pack lengths {short(got, 80)}, expected {short(want, 80)}" + (f"; {why}" if why else ""))
+            expect(False, f"{call}: pack lengths {short(got, 80)}, expected {short(want, 80)}"
+                   + (f"; {why}" if why else ""))
         cases += 1
     return f"{cases} random cases, same packs as NeMo's first_fit_decreasing"
 
@@ -545,7 +547,8 @@ def q4(exercise_3) -> tuple[str, dict[str, str]]:
     part(abs(share - (1 - _EXAMPLE / _ROW)) <= 0.01, f"(a) padding share {_num(share)}: for 300 real tokens in a "
          "row of 4096, what fraction of the row is padding?", "a_padding_share")
     wasted = set(answer["a_wasted"])
-    if part(wasted <= set(WASTE_OPTIONS), f"(a) unknown keys {sorted(wasted - set(WASTE_OPTIONS))}; use {sorted(WASTE_OPTIONS)}"):
+    if part(wasted <= set(WASTE_OPTIONS),
+            f"(a) unknown keys {sorted(wasted - set(WASTE_OPTIONS))}; use {sorted(WASTE_OPTIONS)}"):
         part(same_set(wasted, _WASTE), "(a) some chosen items are not wasted, or something wasted is missing "
              "(is a padded example lost, or is its gradient wrong?)")
     part(per_pack == _PER_PACK, f"(b) {_num(per_pack)} examples per pack: how many *whole* 300-token examples fit "

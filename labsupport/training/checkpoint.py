@@ -25,11 +25,13 @@ single file is the whole checkpoint and loads on any number of ranks (DP 2 → 1
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import os
 import random
 import re
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,9 +128,6 @@ def check_writable(directory: str | os.PathLike, need_bytes: int = 0) -> None:
 
     Raises OSError (``errno`` EACCES/EROFS/ENOSPC, ``filename`` the folder) so the command's
     one line names the folder before any step runs, not after the last."""
-    import errno
-    import shutil
-
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     probe = folder / f".write-probe.{os.getpid()}.tmp"
@@ -220,7 +219,8 @@ def _read_verified(file: Path) -> dict[str, Any]:
         state = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unreadable file is the same problem for the user
         first = (str(exc).strip().splitlines() or [""])[0][:160]
-        raise DamagedCheckpoint(f"{file.name}: not a readable checkpoint, damaged ({type(exc).__name__}: {first})") from None
+        raise DamagedCheckpoint(f"{file.name}: not a readable checkpoint, damaged "
+                                f"({type(exc).__name__}: {first})") from None
     if not isinstance(state, dict) or state.get("format") not in (FORMAT, *_OLD_FORMATS):
         raise ResumeError(f"{file.name}: not a labsupport training checkpoint (format "
                           f"{state.get('format') if isinstance(state, dict) else None!r})")
@@ -280,7 +280,8 @@ def load_checkpoint(path: str | os.PathLike, settings: Settings, warn: Any = Non
                           + "; ".join(diffs[:3]) + ("; …" if len(diffs) > 3 else "")
                           + ". Resume with the original model.* values (trainer.* may change)")
     for key in ("model", "optimizer"):  # a checkpoint saved before the NaN guard existed
-        bad = next((k for k, v in _tensors(state[key]) if v.is_floating_point() and not bool(torch.isfinite(v).all())), None)
+        bad = next((k for k, v in _tensors(state[key])
+                    if v.is_floating_point() and not bool(torch.isfinite(v).all())), None)
         if bad is not None:
             raise ResumeError(f"{file.name}: {key} tensor {bad} holds NaN or inf; resume from an earlier checkpoint")
     return Checkpoint(file, int(state["step"]), int(state["consumed_samples"]), state)

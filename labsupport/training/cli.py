@@ -3,9 +3,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import errno
 import os
 import sys
 from typing import Sequence
+
+from labsupport.config import ConfigError
+from labsupport.training.settings import DEFAULT_CONFIG
 
 __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_USAGE", "EXIT_ENV", "EXIT_INTERRUPTED"]
 
@@ -23,22 +27,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=None, help="YAML config (default configs/megatron_gpt_tiny.yaml)")
     p.add_argument("--save-dir", default=None, help="write checkpoints here (at the end, and every --save-every steps)")
     p.add_argument("--save-every", type=int, default=0, help="checkpoint every N optimizer steps (0: only at the end)")
-    p.add_argument("--resume", default=None, help="continue from the newest intact checkpoint in this directory (or a file)")
+    p.add_argument("--resume", default=None,
+                   help="continue from the newest intact checkpoint in this directory (or a file)")
     p.add_argument("--resume-if-exists", action="store_true",
                    help="resume from --resume DIR (default: --save-dir) when it holds a checkpoint, else start at "
                         "step 0: what a job restarted by torchrun --max-restarts needs")
     p.add_argument("--log", "--log-file", dest="log", default=None,
                    help="append one JSON line per optimizer step to this file (under torchrun write --log-file: "
                         "torchrun's own parser reads --log as an ambiguous abbreviation of its --log-dir)")
-    p.add_argument("--stop-after", type=int, default=None, help="stop after N steps of this run (simulate an interruption)")
+    p.add_argument("--stop-after", type=int, default=None,
+                   help="stop after N steps of this run (simulate an interruption)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("overrides", nargs="*", help="Hydra-style key=value overrides, e.g. trainer.max_steps=20")
     return p
 
 
 def _init_distributed(timeout_s: float) -> None:
-    import torch
-    import torch.distributed as dist
+    import torch  # noqa: PLC0415 - torch start-up: --help, usage errors without torch
+    import torch.distributed as dist  # noqa: PLC0415 - torch start-up: --help, usage errors without torch
 
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
         return
@@ -62,13 +68,12 @@ def _init_distributed(timeout_s: float) -> None:
 
 def _os_error(exc: OSError) -> str:
     """One line for a disk or permission problem: the file, what happened, what to do."""
-    import errno
-
     if exc.errno is None:           # our own one-line message (e.g. an index cache folder it cannot write)
         return str(exc)
     where = f"{exc.filename}: " if exc.filename else ""
-    what = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "no space left (disk quota exceeded)",
-            errno.EROFS: "read-only file system", errno.EACCES: "permission denied"}.get(exc.errno, exc.strerror or str(exc))
+    names = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "no space left (disk quota exceeded)",
+             errno.EROFS: "read-only file system", errno.EACCES: "permission denied"}
+    what = names.get(exc.errno, exc.strerror or str(exc))
     todo = ("free space there or choose another --save-dir" if exc.errno in (errno.ENOSPC, errno.EDQUOT)
             else "choose a folder you can write to (--save-dir, --log-file)")
     detail = f" ({exc.strerror})" if exc.errno == errno.ENOSPC and exc.strerror and "bytes free" in exc.strerror else ""
@@ -91,12 +96,11 @@ def _main(argv: Sequence[str] | None) -> int:
         if value is not None and value < low:
             print(f"error: {flag} {value}: must be ≥ {low}", file=sys.stderr)
             return EXIT_USAGE
-    from labsupport.config import ConfigError
-    from labsupport.training.checkpoint import ResumeError
-    from labsupport.training.faults import TrainingError, rank_timeout
-    from labsupport.training.settings import DEFAULT_CONFIG
-    from labsupport.training.trainer import train
-    import torch.distributed as dist
+    import torch.distributed as dist  # noqa: PLC0415 - torch start-up: --help, usage errors without torch
+
+    from labsupport.training.checkpoint import ResumeError  # noqa: PLC0415 - torch start-up: --help, usage errors without torch
+    from labsupport.training.faults import TrainingError, rank_timeout  # noqa: PLC0415 - torch start-up: --help, usage errors without torch
+    from labsupport.training.trainer import train  # noqa: PLC0415 - torch start-up: --help, usage errors without torch
 
     _init_distributed(rank_timeout(args.config or DEFAULT_CONFIG, args.overrides))  # before the settings exist
     rank = dist.get_rank() if dist.is_initialized() else 0

@@ -26,6 +26,7 @@ from labsupport.datasets.gpt_samples import GPTDataset, attention_mask_from_cu_s
 from labsupport.datasets.index_cache import IndexCache, default_cache_dir, unique_description
 from labsupport.datasets.indexed import IndexedDataset
 from labsupport.datasets.splits import SPLITS, split_indices, split_matrix
+from labsupport.datasets.tokenizer import Tokenizer
 from labsupport.training.settings import Settings
 
 __all__ = ["Batch", "build_blend", "split_dataset", "index_cache_for", "dataset_config", "collate", "NaiveTextDataset"]
@@ -49,7 +50,9 @@ class Batch:
     index: torch.Tensor
 
     def to(self, device: torch.device) -> "Batch":
-        move = (lambda t: None if t is None else t.to(device, non_blocking=True))
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(device, non_blocking=True)
+
         return Batch(*(move(getattr(self, f)) for f in self.__dataclass_fields__))
 
 
@@ -107,8 +110,6 @@ def build_blend(settings: Settings, *, flags: dict[str, bool] | None = None, eod
     others load it, so ``index_mapping_dir`` must be shared by every node.
     Returns a ``BlendedDataset`` whose ``[i]`` is chapter 4's sample dict plus ``dataset_id``.
     """
-    from labsupport.datasets.tokenizer import Tokenizer
-
     if cache is None:
         cache = flags is None and weights is None and size is None
     data = settings.config.model.data
@@ -118,7 +119,10 @@ def build_blend(settings: Settings, *, flags: dict[str, bool] | None = None, eod
     size = settings.total_samples if size is None else int(size)
     requested = samples_per_dataset(weights, size)
     rank, group = _rank()
-    build = lambda: [_split_gpt(settings, k, n, "train", config, cache) for k, n in enumerate(requested)]
+
+    def build() -> list:
+        return [_split_gpt(settings, k, n, "train", config, cache) for k, n in enumerate(requested)]
+
     if cache and group:
         gpt = build() if rank == 0 else None
         torch.distributed.barrier()                      # rank 0 has written the cache
@@ -132,8 +136,6 @@ def build_blend(settings: Settings, *, flags: dict[str, bool] | None = None, eod
 def split_dataset(settings: Settings, name: str, index_split: str = "valid") -> GPTDataset:
     """Blend entry ``name``'s ``valid`` or ``test`` range of ``splits_string`` as a GPTDataset of
     one epoch (Megatron builds those from the same prefix; not cached here)."""
-    from labsupport.datasets.tokenizer import Tokenizer
-
     if name not in settings.names:
         raise ValueError(f"{name!r} is not in the blend ({', '.join(settings.names)})")
     config = dataset_config(settings, settings.config.model.data.flags, Tokenizer(settings.tokenizer_path).eod)
@@ -142,7 +144,9 @@ def split_dataset(settings: Settings, name: str, index_split: str = "valid") -> 
 
 def collate(samples: Sequence[dict[str, Any]], indices: Sequence[int], dense_mask: bool) -> Batch:
     """Stack samples (dicts of chapter 4's GPT samples, with ``dataset_id``) into a Batch."""
-    stack = (lambda key: torch.stack([s[key] for s in samples]))
+    def stack(key: str) -> torch.Tensor:
+        return torch.stack([s[key] for s in samples])
+
     masked = None
     if dense_mask:
         s = samples[0]["tokens"].numel()

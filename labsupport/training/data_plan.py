@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from labsupport.datasets.blending import sidecar_of
 from labsupport.training.checkpoint import ResumeError
 
 __all__ = ["DataPlanError", "plan_of", "check_plan", "consumed_digest", "ALLOW_KEY"]
@@ -69,8 +70,6 @@ def consumed_digest(blend: Any, consumed: int, hasher: Any = None, start: int = 
 
 
 def _sources(ds: Any) -> list[str] | None:
-    from labsupport.datasets.blending import sidecar_of
-
     meta = sidecar_of(getattr(ds, "dataset", ds)) or {}
     src = meta.get("sources")
     return [s.get("sha256") for s in src] if isinstance(src, list) else None

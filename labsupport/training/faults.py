@@ -32,8 +32,16 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
-from labsupport.config import ConfigError
+from labsupport.config import ConfigError, load_config
+from labsupport.datasets.blending import BlendError
+from labsupport.datasets.indexed import IndexedDataset
+from labsupport.datasets.tokenizer import Tokenizer
+from labsupport.fileio import atomic_write
+from labsupport.training import checkpoint as ckpt
+from labsupport.training.data import build_blend
+from labsupport.training.schema import read_run_config
 
 __all__ = ["TrainingError", "preflight", "checked_blend", "check_finite", "RankHealth", "resume_source",
            "drop_replayed_log_lines", "inject_rank_fault", "inject_nan", "restart_count", "rank_timeout"]
@@ -54,8 +62,6 @@ def rank_timeout(source: Any = None, overrides: Sequence[str] = ()) -> float:
     it cannot be read: ``train()`` then reports why, naming the field)."""
     if source is None:
         return 300.0
-    from labsupport.config import load_config
-    from labsupport.training.schema import read_run_config
 
     try:
         return float(read_run_config(load_config(source, overrides))[0].trainer.rank_timeout_s)
@@ -68,7 +74,6 @@ def preflight(run: Any, save_dir: Any, log_file: Any) -> None:
     """Rank 0: save dir and log writable (OSError naming them), stale save temporaries removed."""
     if run.rank != 0:
         return
-    from labsupport.training import checkpoint as ckpt
 
     if save_dir is not None:
         removed = ckpt.remove_stale_temporaries(save_dir)
@@ -86,8 +91,6 @@ def preflight(run: Any, save_dir: Any, log_file: Any) -> None:
 def drop_replayed_log_lines(log_file: Any, step: int) -> int:
     """Remove the lines of steps after ``step`` (the checkpoint resumed from): those steps run
     again now, and would otherwise appear twice.  Returns how many lines were dropped."""
-    from labsupport.fileio import atomic_write
-
     path = Path(log_file)
     if not path.is_file():
         return 0
@@ -108,8 +111,6 @@ def drop_replayed_log_lines(log_file: Any, step: int) -> int:
 
 def resume_source(resume: Any, save_dir: Any, rank: int) -> Any:
     """``--resume-if-exists``: the folder to resume from, or None (nothing saved yet: step 0)."""
-    from labsupport.training import checkpoint as ckpt
-
     folder = resume if resume is not None else save_dir
     if folder is None:
         raise ConfigError("--resume-if-exists needs --save-dir (or --resume DIR): where the checkpoints are")
@@ -125,11 +126,6 @@ def resume_source(resume: Any, save_dir: Any, rank: int) -> Any:
 
 def checked_blend(settings: Any) -> Any:
     """:func:`~labsupport.training.data.build_blend`, with data problems as ConfigError."""
-    from labsupport.datasets.blending import BlendError
-    from labsupport.datasets.indexed import IndexedDataset
-    from labsupport.datasets.tokenizer import Tokenizer
-    from labsupport.training.data import build_blend
-
     vocab = Tokenizer(settings.tokenizer_path).vocab_size
     for name, prefix in zip(settings.names, settings.prefixes):
         ds = IndexedDataset(prefix)
@@ -209,8 +205,6 @@ class RankHealth:
 
     @classmethod
     def create(cls, run: Any) -> "RankHealth | None":
-        import torch.distributed as dist
-
         try:
             store = dist.distributed_c10d._get_default_store()
         except (AttributeError, RuntimeError, ValueError):

@@ -25,6 +25,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 __all__ = ["Row", "ROWS", "VERSIONS", "upstream", "key_table", "render_nemo1", "render_nemo2", "render_bridge",
            "UPSTREAM_FILE"]
 
@@ -86,7 +88,8 @@ ROWS: tuple[Row, ...] = (
         "positions restart after EOD", "ch4"),
     Row("model.data.reset_attention_mask", None, "model.data.reset_attention_mask", "reset_attention_mask",
         ("PreTrainingDataModule", "reset_attention_mask"), ("dataset", "GPTDatasetConfig", "reset_attention_mask"),
-        "block mask in the dataloader's dense mask", "ch4, ch6", "only with a dataloader mask: see create_attention_mask"),
+        "block mask in the dataloader's dense mask", "ch4, ch6",
+        "only with a dataloader mask: see create_attention_mask"),
     Row(None, None, "model.get_attention_mask_from_fusion", "create_attention_mask",
         ("PreTrainingDataModule", "create_attention_mask"),
         ("dataset", "GPTDatasetConfig", "skip_getting_attention_mask_from_dataset"),
@@ -181,8 +184,6 @@ def key_table() -> list[tuple[str, str, str, str, str]]:
 
 # ------------------------------------------------------------------------------------- rendering
 def _values(cfg: Any) -> dict[str, Any]:
-    from omegaconf import OmegaConf
-
     out = {}
     for r in ROWS:
         if r.key is not None:
@@ -266,7 +267,8 @@ def render_bridge(cfg: Any) -> str:
     mp = '"bf16_mixed"' if str(v["trainer.precision"]).startswith("bf16") else "None"
     return "\n".join([
         "from megatron.bridge.models import GPTModelProvider",
-        "from megatron.bridge.training.config import (CheckpointConfig, ConfigContainer, GPTDatasetConfig, LoggerConfig,",
+        "from megatron.bridge.training.config import (CheckpointConfig, ConfigContainer, GPTDatasetConfig, "
+        "LoggerConfig,",
         "    OptimizerConfig, RNGConfig, SchedulerConfig, TrainingConfig)",
         "from megatron.bridge.training.gpt_step import forward_step",
         "from megatron.bridge.training.pretrain import pretrain",

@@ -2,7 +2,8 @@
 
 :class:`MegatronPretrainingSampler` follows Megatron-LM's class of the same name
 (``megatron/training/datasets/data_samplers.py``, NVIDIA/Megatron-LM commit 00caa53 — the same
-arguments, sanity checks and ``__iter__``; ``megatron/legacy/data/data_samplers.py`` in older versions): it walks sample indices upward from ``consumed_samples``, gathers
+arguments, sanity checks and ``__iter__``; ``megatron/legacy/data/data_samplers.py`` in older
+versions): it walks sample indices upward from ``consumed_samples``, gathers
 ``micro_batch_size × data_parallel_size`` of them, and hands rank ``r`` the contiguous slice
 ``[r × micro_batch_size, (r + 1) × micro_batch_size)``.  It does not shuffle — the GPT dataset's
 shuffle index already did — so resuming is just building it again with the saved

@@ -27,6 +27,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException, ValidationError
 
 from labsupport.config import ConfigError, ParallelLayout, parallel_layout
+from labsupport.datasets.splits import parse_and_normalize_split
 
 __all__ = ["TrainerConfig", "ExpManagerConfig", "TokenizerConfig", "DataConfig", "SchedConfig",
            "OptimConfig", "ModelConfig", "RunConfig", "read_run_config", "schema_keys", "LAYOUT_HINT"]
@@ -121,7 +122,8 @@ class DataConfig:
     data_impl: str = MISSING
     dataloader_type: str = MISSING
     splits_string: Optional[str] = MISSING       # train,valid,test weights (null: every document trains)
-    index_mapping_dir: Optional[str] = None      # GPTDataset index cache folder (null: <prefix>/cache/GPTDataset_indices)
+    # GPTDataset index cache folder (null: <prefix>/cache/GPTDataset_indices)
+    index_mapping_dir: Optional[str] = None
     seq_length: int = MISSING
     reset_position_ids: bool = MISSING
     reset_attention_mask: bool = MISSING
@@ -135,7 +137,7 @@ class DataConfig:
 
     def blend(self) -> tuple[list[str], list[float]]:
         """``data_prefix`` as (prefixes as written, weights as written; 1.0 each when it has none)."""
-        from labsupport.datasets.blending import BlendError, get_blend_from_list
+        from labsupport.datasets.blending import BlendError, get_blend_from_list  # noqa: PLC0415 - blending loads torch; reading a config stays torch-free
 
         try:
             prefixes, weights = get_blend_from_list(copy.deepcopy(self.data_prefix), check_files=False)
@@ -155,8 +157,6 @@ class DataConfig:
         for name in self.flags:
             _flag(f"model.data.{name}", getattr(self, name))
         if self.splits_string is not None:
-            from labsupport.datasets.splits import parse_and_normalize_split
-
             try:
                 parse_and_normalize_split(self.splits_string)
             except ValueError as exc:
@@ -266,9 +266,9 @@ class RunConfig:
                               f"were launched; set trainer.devices (per node) and trainer.num_nodes so that their "
                               f"product is {world_size}, e.g. trainer.devices={world_size}")
         if layout.tensor_parallel * layout.pipeline_parallel != 1:
-            raise ConfigError(f"model.tensor_model_parallel_size={layout.tensor_parallel}, model.pipeline_model_parallel_"
-                              f"size={layout.pipeline_parallel}: this workbook's trainer runs data parallelism only; "
-                              "set both to 1")
+            raise ConfigError(f"model.tensor_model_parallel_size={layout.tensor_parallel}, "
+                              f"model.pipeline_model_parallel_size={layout.pipeline_parallel}: "
+                              "this workbook's trainer runs data parallelism only; set both to 1")
         micro, dp = self.model.micro_batch_size, layout.data_parallel
         if self.model.global_batch_size % (micro * dp):
             raise ConfigError(f"model.global_batch_size={self.model.global_batch_size} is not divisible by "

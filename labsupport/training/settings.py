@@ -33,8 +33,10 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from labsupport.config import ConfigError, load_config
-from labsupport.training.schema import RunConfig, read_run_config
+from labsupport.datasets.preprocess import workbook_prefixes
+from labsupport.datasets.tokenizer import Tokenizer, workbook_tokenizer
 from labsupport.paths import DOMAINS, REPO_ROOT, work_dir
+from labsupport.training.schema import RunConfig, read_run_config
 
 __all__ = ["Settings", "load_settings", "settings_from_config", "ConfigError", "DEFAULT_CONFIG",
            "resolve_prefix", "config_fingerprint", "model_dict", "RunConfig"]
@@ -86,8 +88,6 @@ def resolve_prefix(prefix: str, where: str) -> str:
         stem = text[len(_WORKBOOK_PREFIX):]
         domain = stem[: -len("_text_document")] if stem.endswith("_text_document") else None
         if domain in DOMAINS:
-            from labsupport.datasets.preprocess import workbook_prefixes
-
             return workbook_prefixes([domain])[domain]
         path = work_dir("indexed") / stem
     else:
@@ -103,8 +103,6 @@ def resolve_prefix(prefix: str, where: str) -> str:
 
 def _tokenizer(config: RunConfig) -> tuple[Path, str]:
     model = config.model.tokenizer.model          # library: checked by the schema (sentencepiece only)
-    from labsupport.datasets.tokenizer import Tokenizer, workbook_tokenizer
-
     if model == "workbook":
         path = workbook_tokenizer()
     else:
@@ -132,7 +130,7 @@ def settings_from_config(cfg: DictConfig, world_size: int | None = None) -> Sett
     """Read ``cfg`` as a :class:`RunConfig`, check it (:meth:`RunConfig.validate`: ``world_size``
     is the processes actually launched, torchrun's ``WORLD_SIZE``), and resolve its prefixes and
     tokenizer.  Raises ConfigError naming the field."""
-    from labsupport.datasets.blending import tokenizer_fingerprint
+    from labsupport.datasets.blending import tokenizer_fingerprint  # noqa: PLC0415 - blending loads torch; reading a config stays torch-free
 
     config, layout = read_run_config(cfg, world_size)
     written, _ = config.model.data.blend()
@@ -167,5 +165,6 @@ def load_settings(source: str | os.PathLike = DEFAULT_CONFIG, overrides: Sequenc
         raise ConfigError(f"--config: {exc}") from None
     except (OmegaConfBaseException, yaml.YAMLError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"{os.fspath(source)}: not a readable YAML config ({first}); check its indentation and quoting") from None
+        raise ConfigError(f"{os.fspath(source)}: not a readable YAML config ({first}); "
+                          "check its indentation and quoting") from None
     return settings_from_config(cfg, world_size)

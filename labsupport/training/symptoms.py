@@ -17,6 +17,7 @@ OOM on terabytes                       load every ``.bin`` into RAM             
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import operator
 import os
@@ -25,8 +26,16 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from labsupport.config import ConfigError
+from labsupport.datasets.gpt_samples import GPTDataset
+from labsupport.datasets.indexed import IndexedDataset, IndexedDatasetBuilder, get_bin_path, get_idx_path
+from labsupport.datasets.preprocess import preprocess
+from labsupport.datasets.tokenizer import Tokenizer, decode_lenient, read_documents, workbook_tokenizer
+from labsupport.fileio import atomic_write
+from labsupport.paths import data_file, work_dir
 from labsupport.training.data import NaiveTextDataset, build_blend, collate, dataset_config
 from labsupport.training.settings import Settings, load_settings
+from labsupport.training.trainer import token_losses, train
 
 __all__ = ["loader_and_padding", "cross_document_pairs", "tokenizer_mismatch", "small_domain_split",
            "overfit_small_domain", "memory_footprint", "memory_as_corpus_grows", "PAGE_BYTES"]
@@ -40,10 +49,6 @@ def loader_and_padding(settings: Settings, steps: int, blend: Any = None) -> dic
     (tokens with loss / tokens computed; deterministic), ``tokenize_calls`` per step, and the
     timings ``tokens_per_s``, ``data_share`` (data time / step time) and ``data_ms_per_step``
     (median), and per step (after the first) ``step_tokens_per_s``/``step_useful_tokens_per_s``."""
-    from labsupport.datasets.tokenizer import Tokenizer, read_documents
-    from labsupport.paths import data_file
-    from labsupport.training.trainer import train
-
     blend = build_blend(settings) if blend is None else blend
     tok = Tokenizer(settings.tokenizer_path)
     naive = NaiveTextDataset([read_documents(data_file(n)) for n in settings.names], tok,
@@ -91,9 +96,6 @@ def tokenizer_mismatch(settings: Settings, other_model: str | os.PathLike, sampl
                        chars: int = 80) -> dict[str, Any]:
     """Decode one training sample's ids with the training tokenizer and with ``other_model``,
     and show what the config check says when the other model is named in the config."""
-    from labsupport.config import ConfigError
-    from labsupport.datasets.tokenizer import Tokenizer, decode_lenient
-
     good, bad = Tokenizer(settings.tokenizer_path), Tokenizer(other_model)
     ids = [int(i) for i in sample["tokens"][:40]]
     try:
@@ -109,12 +111,6 @@ def small_domain_split(domain: str, train_docs: int, heldout_docs: int = 0) -> t
     ``heldout_docs`` (built once in ``work/ch06/``; None when 0), for the over-sampling row.
     Chapter 6 takes its held-out documents from the config's split instead
     (:func:`labsupport.training.data.split_dataset`)."""
-    from labsupport.datasets.indexed import IndexedDataset
-    from labsupport.datasets.preprocess import preprocess
-    from labsupport.datasets.tokenizer import Tokenizer, read_documents, workbook_tokenizer
-    from labsupport.fileio import atomic_write
-    from labsupport.paths import data_file, work_dir
-
     docs = read_documents(data_file(domain))
     if train_docs + heldout_docs > len(docs):
         raise ValueError(f"{domain} has {len(docs)} documents; asked for {train_docs} + {heldout_docs}")
@@ -135,8 +131,6 @@ def small_domain_split(domain: str, train_docs: int, heldout_docs: int = 0) -> t
 
 
 def _mean_loss(model: torch.nn.Module, batch) -> float:
-    from labsupport.training.trainer import token_losses
-
     with torch.no_grad():
         ce = token_losses(model, batch)
     return float((ce * batch.loss_mask).sum() / batch.loss_mask.sum())
@@ -148,11 +142,6 @@ def overfit_small_domain(settings: Settings, small: str, heldout: Any, weight: f
     the loss on the small domain's own samples, on ``heldout`` samples of the same domain (a
     GPTDataset, e.g. a validation split, or a prefix), and the epochs of the small domain drawn
     so far."""
-    from labsupport.datasets.gpt_samples import GPTDataset
-    from labsupport.datasets.indexed import IndexedDataset
-    from labsupport.datasets.tokenizer import Tokenizer
-    from labsupport.training.trainer import train
-
     others = [(w, p) for w, p in zip(settings.config.model.data.blend()[1], settings.prefixes)]
     rest = 1.0 - weight
     total_w = sum(w for w, _ in others)
@@ -165,7 +154,8 @@ def overfit_small_domain(settings: Settings, small: str, heldout: Any, weight: f
     data = run.config.model.data
     dense = data.reset_attention_mask
     held = heldout if isinstance(heldout, GPTDataset) else \
-        GPTDataset(IndexedDataset(heldout), None, None, dataset_config(run, data.flags, Tokenizer(run.tokenizer_path).eod))
+        GPTDataset(IndexedDataset(heldout), None, None,
+                   dataset_config(run, data.flags, Tokenizer(run.tokenizer_path).eod))
     held_ids = list(range(min(eval_samples, len(held))))
     held_batch = collate([{**held[i], "dataset_id": 0} for i in held_ids], held_ids, dense)
     blend = build_blend(run)
@@ -196,15 +186,16 @@ def _base_overrides(settings: Settings) -> list[str]:
     keys = ["model.hidden_size", "model.ffn_hidden_size", "model.num_layers", "model.num_attention_heads",
             "model.encoder_seq_length", "model.micro_batch_size", "model.global_batch_size", "model.seed",
             "model.optim.lr"]
-    get = (lambda key: operator.attrgetter(key)(settings.config))
+
+    def get(key: str) -> Any:
+        return operator.attrgetter(key)(settings.config)
+
     return [f"{k}={get(k)}" for k in keys] + [f"trainer.precision={settings.config.trainer.precision}"]
 
 
 def memory_footprint(settings: Settings, blend: Any, indices: Sequence[int]) -> dict[str, int]:
     """Bytes in RAM to serve the samples ``indices``: loading every ``.bin`` (the pitfall)
     vs mmap, which reads only the pages holding those samples' tokens (4 KiB pages)."""
-    from labsupport.datasets.indexed import get_bin_path
-
     corpus = sum(os.path.getsize(get_bin_path(p)) for p in settings.prefixes)
     pages: set[tuple[int, int]] = set()
     for i in indices:
@@ -227,8 +218,6 @@ def memory_footprint(settings: Settings, blend: Any, indices: Sequence[int]) -> 
 def _repeated_corpus(prefix: str, copies: int, out_prefix: str) -> str:
     """``prefix``'s documents written ``copies`` times back to back as ``out_prefix`` (same
     dtype, same tokenizer metadata): a corpus ``copies`` times as large.  Returns ``out_prefix``."""
-    from labsupport.datasets.indexed import IndexedDataset, IndexedDatasetBuilder, get_bin_path, get_idx_path
-
     with IndexedDataset(prefix) as ds:
         tokens = np.fromfile(get_bin_path(prefix), dtype=ds.dtype)
         docs = ds.document_indices
@@ -248,8 +237,6 @@ def memory_as_corpus_grows(settings: Settings, copies: Sequence[int], folder: st
     ``folder`` and the run's blend rebuilt on it.  One dict per ``k``: ``copies``,
     ``corpus_bytes`` (loading every ``.bin``), ``mmap_bytes`` (the 4 KiB pages those samples
     touch), ``samples``."""
-    import dataclasses
-
     indices = list(range(settings.config.model.global_batch_size)) if indices is None else list(indices)
     rows = []
     for k in copies:

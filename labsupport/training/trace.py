@@ -16,6 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from labsupport.datasets.tokenizer import read_documents
+from labsupport.paths import data_file
+
 __all__ = ["DocumentTrace", "Occurrence", "trace_document", "documents_in_sample"]
 
 
@@ -48,10 +51,12 @@ class DocumentTrace:
         """(stage, what, value) rows for a table."""
         ids = self.token_ids
         shown = " ".join(map(str, ids[:12])) + (" …" if len(ids) > 12 else "")
-        rows = [("ch1 text", f"{self.domain} document {self.document}", repr(self.text[:70]) + ("…" if len(self.text) > 70 else "")),
+        rows = [("ch1 text", f"{self.domain} document {self.document}",
+                 repr(self.text[:70]) + ("…" if len(self.text) > 70 else "")),
                 ("ch1 tokens", f"{len(ids)} ids (EOD last)", shown),
                 ("ch2 .bin", "byte offset, bytes", f"{self.byte_offset:,}, {self.byte_length:,}"),
-                ("ch2 .idx", "length, pointer, document index", ", ".join(f"{k}={v:,}" for k, v in self.idx_entry.items()))]
+                ("ch2 .idx", "length, pointer, document index",
+                 ", ".join(f"{k}={v:,}" for k, v in self.idx_entry.items()))]
         for o in self.occurrences[:max_occurrences]:
             pos = o.position_ids
             rows.append(("ch3-4 blend", f"blend index {o.blend_index} (GPT sample {o.gpt_sample})",
@@ -88,9 +93,6 @@ def trace_document(blend: Any, settings: Any, domain: str, document: int, result
     ``keep_token_losses=True`` (adds each occurrence's loss share); ``texts``: the domain's raw
     documents (default: read from ``data/<domain>.jsonl``).
     """
-    from labsupport.datasets.tokenizer import read_documents
-    from labsupport.paths import data_file
-
     if domain not in settings.names:
         raise ValueError(f"domain {domain!r} is not in the blend; choose one of {settings.names}")
     d = settings.names.index(domain)
@@ -113,7 +115,8 @@ def trace_document(blend: Any, settings: Any, domain: str, document: int, result
     for position in np.flatnonzero(gpt.document_index == seq):
         rows = np.flatnonzero((starts[:-1] <= position) & (starts[1:] >= position))
         for row in rows:
-            if row + 1 >= len(starts) or (starts[row + 1] == position and gpt.sample_index[row + 1][1] + gpt.extra == 0):
+            if row + 1 >= len(starts) or (starts[row + 1] == position
+                                          and gpt.sample_index[row + 1][1] + gpt.extra == 0):
                 continue
             sample = int(inverse[row])
             hits = np.flatnonzero((blend.dataset_index == d) & (sample_pos == sample))

@@ -12,7 +12,8 @@ Each step returns a log record (a dict, also written as one JSON line with ``log
 ``step`` (1-based, after the update), ``loss`` (averaged over micro-batches and ranks), ``lr``,
 ``consumed_samples``, ``tokens`` (S × global batch), ``loss_tokens`` (tokens with loss mask 1),
 ``domain_loss`` ({name: mean loss of that domain's tokens this step}), ``domain_tokens``,
-``samples`` (the blend indices this rank read), ``batch_sha256`` (of their tokens), ``allreduce_bytes`` (bytes each rank sends in a ring all-reduce of the gradients, 0 on one rank),
+``samples`` (the blend indices this rank read), ``batch_sha256`` (of their tokens),
+``allreduce_bytes`` (bytes each rank sends in a ring all-reduce of the gradients, 0 on one rank),
 and timings in seconds: ``step_time``, ``data_time`` (sampler + dataset + collate),
 ``compute_time`` (forward + backward + optimizer), ``comm_time`` (all-reduce), plus
 ``tokens_per_s`` and ``memory_mb`` (peak RSS on CPU, peak allocated on CUDA).
@@ -30,7 +31,6 @@ import resource
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -38,10 +38,13 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional as F
 
+from labsupport.datasets.tokenizer import Tokenizer
+from labsupport.distributed.collectives import ring_bytes_per_rank
 from labsupport.models.tiny_lm import TinyCausalLM
-from labsupport.training import checkpoint as ckpt
-from labsupport.training import faults
+from labsupport.progress import progress
+from labsupport.training import checkpoint as ckpt, faults
 from labsupport.training.data import Batch, collate
+from labsupport.training.data_plan import check_plan, consumed_digest, plan_of
 from labsupport.training.sampler import MegatronPretrainingSampler
 from labsupport.training.settings import ConfigError, Settings, load_settings, settings_from_config
 
@@ -125,7 +128,7 @@ def _tensorboard(directory: str | os.PathLike | None):
     if directory is None:
         return None
     try:
-        from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415 - tensorboard is optional
     except ImportError:  # tensorboard not installed: the JSON log is the dashboard's data
         return None
     return SummaryWriter(os.fspath(directory))
@@ -161,8 +164,8 @@ def _build(config: Any, overrides: Sequence[str]) -> _Run:
     else:
         settings = settings_from_config(config, world_size=world)
     if settings.world_size != world:
-        raise ConfigError(f"trainer.devices × trainer.num_nodes = {settings.world_size} but this group has {world} ranks")
-    from labsupport.datasets.tokenizer import Tokenizer
+        raise ConfigError(f"trainer.devices × trainer.num_nodes = {settings.world_size} "
+                          f"but this group has {world} ranks")
 
     device = _device(settings)
     model = build_model(settings, Tokenizer(settings.tokenizer_path).vocab_size).to(device)
@@ -200,8 +203,6 @@ def _resume(run: _Run, resume: str | os.PathLike, log_file: str | os.PathLike | 
 
 def _data(run: _Run, dataset: Any) -> None:
     """The blend (or ``dataset``), checked up front, and this rank's sampler from ``consumed``."""
-    from labsupport.training.data_plan import check_plan, consumed_digest
-
     run.blend = faults.checked_blend(run.settings) if dataset is None else dataset
     run.names = list(getattr(run.blend, "names", run.settings.names))
     loaded = getattr(run, "resumed_from", None)
@@ -266,7 +267,6 @@ def _reduce(run: _Run, st: _StepStats) -> None:
     """With DP > 1: all-reduce the gradients (mean) and the step's sums (loss: mean over ranks)."""
     if run.world == 1:
         return
-    from labsupport.distributed.collectives import ring_bytes_per_rank
 
     t0 = time.perf_counter()
     with run.health.collective(run.step + 1, "the gradient all-reduce"):
@@ -287,7 +287,6 @@ def _optimizer_step(run: _Run, st: _StepStats) -> None:
     st.compute_t += time.perf_counter() - t0
     run.step += 1
     previous, run.consumed = run.consumed, run.consumed + run.settings.config.model.global_batch_size
-    from labsupport.training.data_plan import consumed_digest
 
     consumed_digest(run.blend, run.consumed, run.plan_hasher, start=previous, known=st.tokens)
 
@@ -321,8 +320,6 @@ def _log(record: dict[str, Any], log_fh: Any, writer: Any, on_step: Any, model: 
 
 def _save(run: _Run, save_dir: str | os.PathLike, result: TrainResult) -> None:
     """Rank 0 writes the checkpoint (with the data plan); every rank waits for it."""
-    from labsupport.training.data_plan import plan_of
-
     if run.rank == 0:
         plan = plan_of(run.settings, run.blend, run.consumed, run.plan_hasher.copy().hexdigest())
         path = ckpt.save_checkpoint(save_dir, step=run.step, consumed_samples=run.consumed, model=run.model,
@@ -344,7 +341,8 @@ def train(config: Settings | str | os.PathLike | Any = None, overrides: Sequence
 
     Args:
         config: a :class:`Settings`, a YAML path (default: ``configs/megatron_gpt_tiny.yaml``) or
-            an OmegaConf config (read as a :class:`~labsupport.training.schema.RunConfig`).  overrides: ``key=value`` strings (Hydra style).
+            an OmegaConf config (read as a :class:`~labsupport.training.schema.RunConfig`).
+        overrides: ``key=value`` strings (Hydra style).
         save_dir / save_every: write a checkpoint every ``save_every`` steps and at the end.
         resume: a checkpoint file or a directory (its newest intact checkpoint) to continue from.
         resume_if_exists: resume from ``resume`` (default ``save_dir``) when it holds a
@@ -379,7 +377,6 @@ def train(config: Settings | str | os.PathLike | Any = None, overrides: Sequence
     log_fh = open(log_file, "a", encoding="utf-8") if (log_file and run.rank == 0) else None
     max_steps = run.settings.config.trainer.max_steps
     end = max_steps if stop_after is None else min(max_steps, run.step + int(stop_after))
-    from labsupport.progress import progress
 
     bar = progress(total=end - run.step, desc="train", unit="step", disable=not show_progress or run.rank != 0)
     try:
@@ -421,5 +418,6 @@ def train_worker(config: str | None = None, overrides: Sequence[str] = (), **kwa
     """:func:`train` as a ``run_workers`` function (chapter 5's launcher): returns plain values —
     the log, the next batch of this rank, and the final weights as lists (rank 0)."""
     res = train(config, overrides, show_progress=False, **kwargs)
-    weights = {k: v.detach().cpu().tolist() for k, v in res.model.state_dict().items()} if dist.get_rank() == 0 else None
+    weights = ({k: v.detach().cpu().tolist() for k, v in res.model.state_dict().items()}
+               if dist.get_rank() == 0 else None)
     return {"log": res.log, "next_batch": res.next_batch, "weights": weights, "checkpoints": res.checkpoints}

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from labsupport.check import ch00, ch01, ch02
-from labsupport.datasets.bpe import merge, merge_step
+from labsupport.datasets.bpe import merge_step
 from labsupport.datasets.tokenizer import compare_tokenizers, tokens_per_character
 from labsupport.distributed.training_memory import training_memory_gb
 

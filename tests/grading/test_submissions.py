@@ -51,7 +51,7 @@ def test_two_notebooks_for_one_student_and_chapter_are_both_refused_and_named(tm
 
 def test_the_same_file_reached_twice_counts_once_and_the_gradebooks_own_notebooks_are_passed_over(tmp_path):
     a = _put(tmp_path / "subs" / "carol" / EXERCISE.name)
-    _put(tmp_path / "subs" / "executed" / f"carol__ch04.ipynb")
+    _put(tmp_path / "subs" / "executed" / "carol__ch04.ipynb")
     subs = collect([str(tmp_path / "subs"), str(a)], tmp_path / "subs", None)
     assert [(s.path, s.student, s.problem) for s in subs] == [(a, "carol", "")]
 
