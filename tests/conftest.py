@@ -63,6 +63,7 @@ SLOW_TESTS = {
     "grading/test_grader_pieces.py::test_the_students_copy_holds_no_check_code_and_no_reference",
     "grading/test_grader_pieces.py::test_the_students_process_has_no_network",
     "grading/test_grader_pieces.py::test_without_namespaces_the_grader_still_survives_its_parent_being_killed",
+    "project/test_hygiene.py::test_ruff_check_passes_outside_the_pending_paths",   # runs ruff
     "notebooks/test_workbook_helpers.py::test_mmap_loaders_share_one_page_cache_and_loaders_that_load_each_hold_a_copy",
     "training/test_schema.py::test_the_command_exits_2_with_one_line_naming_the_field",
 }

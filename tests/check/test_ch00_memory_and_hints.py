@@ -18,14 +18,17 @@ def test_q2_memory_gb():
     gib = lambda n, method, dp=1: training_memory_gb(n, method, dp) * 1e9 / 2**30
     twelve_bytes = lambda n, method, dp=1: n * {"bf16_weights": 2, "megatron_adam": 12,
                                                "megatron_distopt": 12}[method] / 1e9
-    swapped = lambda n, method, dp=1: training_memory_gb(n, "megatron_adam" if method == "bf16_weights" else "bf16_weights")
+    swapped = lambda n, method, dp=1: training_memory_gb(
+        n, "megatron_adam" if method == "bf16_weights" else "bf16_weights")
     hard_coded = lambda n, method, dp=1: 112.0
-    no_sharding = lambda n, method, dp=1: training_memory_gb(n, "megatron_adam" if method == "megatron_distopt" else method)
+    no_sharding = lambda n, method, dp=1: training_memory_gb(
+        n, "megatron_adam" if method == "megatron_distopt" else method)
     for wrong in (gib, twelve_bytes, swapped, hard_coded, no_sharding):
         assert check.q2(wrong).status == "failed"
     zero_count = lambda n, method, dp=1: n * (2 if method == "bf16_weights" else 16) / 1e9
     result = check.q2(zero_count)
-    assert result.status == "failed" and result.mistake == "zero_16_bytes" and "16 bytes per parameter" in result.message
+    assert result.status == "failed" and result.mistake == "zero_16_bytes"
+    assert "16 bytes per parameter" in result.message
     assert check.q2(stub).status == "not attempted"
 
 
@@ -40,7 +43,8 @@ def test_q4(capsys):
     result = check.q4(exercise_5)
     assert result.passed and "why" in result.manual
     assert check.q4(lambda: {**exercise_5(), "a": {"choice": "hf", "reasons": ["hf_peft_ecosystem"]}}).status == FAIL
-    assert check.q4(lambda: {**exercise_5(), "b": {"choice": "nemo", "reasons": ["megatron_parallelism"]}}).status == FAIL
+    assert check.q4(lambda: {**exercise_5(), "b": {"choice": "nemo",
+                                                   "reasons": ["megatron_parallelism"]}}).status == FAIL
     assert check.q4(lambda: {**exercise_5(), "c": {"choice": "nemo", "reasons": ["made_up"]}}).status == FAIL
     assert check.q4(lambda: {**exercise_5(), "why": ""}).status == FAIL
     assert check.q4(stub).status == NOT_ATTEMPTED

@@ -87,7 +87,8 @@ def test_q3_positions_and_mask():
     half = check.q3(lambda t, e: (reference(t, e)[0], None))
     assert half.status == "failed" and "position_ids are right" in half.message
     wrong_half = check.q3(lambda t, e: (restart_at_eod(t, e)[0], None))
-    assert wrong_half.status == "failed" and "position_ids" in wrong_half.message and "are right" not in wrong_half.message
+    assert wrong_half.status == "failed"
+    assert "position_ids" in wrong_half.message and "are right" not in wrong_half.message
 
 
 def test_q4_exercise_3():

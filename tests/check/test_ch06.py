@@ -35,7 +35,8 @@ def batch_arithmetic(cfg, steps):
     if m.global_batch_size % (m.micro_batch_size * dp):
         raise ValueError("global batch")
     return {"data_parallel_size": dp, "accumulation_steps": m.global_batch_size // (m.micro_batch_size * dp),
-            "tokens_per_step": m.global_batch_size * m.encoder_seq_length, "consumed_samples": steps * m.global_batch_size}
+            "tokens_per_step": m.global_batch_size * m.encoder_seq_length,
+            "consumed_samples": steps * m.global_batch_size}
 
 
 def test_q2(capsys):
@@ -55,8 +56,10 @@ def test_q2(capsys):
     def ignores_pp(cfg, steps):
         t, m = cfg.trainer, cfg.model
         dp = t.devices * t.num_nodes // m.tensor_model_parallel_size
-        return {"data_parallel_size": dp, "accumulation_steps": max(1, m.global_batch_size // (m.micro_batch_size * dp)),
-                "tokens_per_step": m.global_batch_size * m.encoder_seq_length, "consumed_samples": steps * m.global_batch_size}
+        return {"data_parallel_size": dp,
+                "accumulation_steps": max(1, m.global_batch_size // (m.micro_batch_size * dp)),
+                "tokens_per_step": m.global_batch_size * m.encoder_seq_length,
+                "consumed_samples": steps * m.global_batch_size}
 
     def refuses_tp_across_nodes(cfg, steps):          # chapter 0's old, wrong rule
         if cfg.model.tensor_model_parallel_size > cfg.trainer.devices:

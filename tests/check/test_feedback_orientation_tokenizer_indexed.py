@@ -63,7 +63,8 @@ def _merge_step_with(count_overlaps=True, step_after_match=2, max_replacements=N
             best = ch01._nonoverlapping_best(list(ids))
         out, i, done = [], 0, 0
         while i < len(ids):
-            if i + 1 < len(ids) and (ids[i], ids[i + 1]) == best and (max_replacements is None or done < max_replacements):
+            if (i + 1 < len(ids) and (ids[i], ids[i + 1]) == best
+                    and (max_replacements is None or done < max_replacements)):
                 out.append(new_id)
                 i, done = i + step_after_match, done + 1
             else:

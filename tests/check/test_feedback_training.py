@@ -26,7 +26,8 @@ Q1 = [("strided", lambda c, m, r, d: [c + r + j * d for j in range(m)],
       ("ranks_overlap", lambda c, m, r, d: list(range(c + r, c + r + m)), "both ranks read [1]"),
       ("from_zero", lambda c, m, r, d: list(range(r * m, (r + 1) * m)),
        "dp_slice(consumed_samples=1, micro_batch_size=1, rank=0, data_parallel_size=1) returned [0]"),
-      ("whole_group", lambda c, m, r, d: list(range(c, c + m * d)), "returned [0, 1]: 2 indices for micro_batch_size = 1"),
+      ("whole_group", lambda c, m, r, d: list(range(c, c + m * d)),
+       "returned [0, 1]: 2 indices for micro_batch_size = 1"),
       ("wrong_length", lambda c, m, r, d: list(range(c + r * m, c + r * m + m + 1)),
        "data_parallel_size=1) returned [0, 1]: 2 indices for micro_batch_size = 1")]
 
@@ -114,7 +115,8 @@ Q3 = ([(f"missed_{s}", _misses(s), _named(s)) for s in check.SUSPECTS]
       + [(f"wrong_fix_{s}", _wrong_fix(s, "mmap" if s != "load_everything" else "packing"), "rightly (")
          for s in check.SUSPECTS if s != "no_boundary_mask"]
       + [("wrong_fix_no_boundary_mask", _wrong_fix("no_boundary_mask", "packing"), "which leaves cross_document_"),
-         ("flag_on_fused", _wrong_fix("no_boundary_mask", "reset_attention_mask"), "this log's attention_path = 'fused'"),
+         ("flag_on_fused", _wrong_fix("no_boundary_mask", "reset_attention_mask"),
+          "this log's attention_path = 'fused'"),
          ("cu_seqlens_on_unfused", _wrong_fix("no_boundary_mask", "cu_seqlens"), "attention_path = 'unfused'"),
          ("flag_read_as_symptom",
           _diagnose_with(before=lambda log: {"suspect": "no_boundary_mask", "fix": "cu_seqlens"}

@@ -233,12 +233,17 @@ MISTAKES = [
     (ch00.q1, _dp, lambda d, n, t, p: (_dp(d, n, t, p), d // (t * p))[1], "but the job has 2"),
     (ch00.q1, _dp, lambda d, n, t, p: (_dp(d, n, t, p), d * n // t)[1], "4 GPUs, but the job has 2"),
     (ch00.q2, training_memory_gb, lambda n, m, dp=1: training_memory_gb(n, m, dp) * 1e9, "returned 2e9"),
-    (ch00.q2, training_memory_gb, lambda n, m, dp=1: training_memory_gb(n, m, dp) * 1e9 / 2 ** 30, "times the expected"),
-    (ch00.q2, training_memory_gb, lambda n, m, dp=1: n * (2 if m == "bf16_weights" else 12) / 1e9, "12 bytes per parameter"),
-    (ch00.q2, training_memory_gb, lambda n, m, dp=1: n * (2 if m == "bf16_weights" else 16) / 1e9, "the ZeRO paper's count"),
+    (ch00.q2, training_memory_gb, lambda n, m, dp=1: training_memory_gb(n, m, dp) * 1e9 / 2 ** 30,
+     "times the expected"),
+    (ch00.q2, training_memory_gb, lambda n, m, dp=1: n * (2 if m == "bf16_weights" else 12) / 1e9,
+     "12 bytes per parameter"),
+    (ch00.q2, training_memory_gb, lambda n, m, dp=1: n * (2 if m == "bf16_weights" else 16) / 1e9,
+     "the ZeRO paper's count"),
     (ch00.q3, _dp_group, lambda r, tp, pp, dp: [r // tp * tp + t for t in range(tp)], "GPU 1 = (tp 1, dp 0, pp 0)"),
-    (ch00.q3, _dp_group, lambda r, tp, pp, dp: [r % (tp * dp) + tp * dp * p for p in range(pp)], "GPU 4 = (tp 0, dp 0, pp 1)"),
-    (ch00.q3, _dp_group, lambda r, tp, pp, dp: [d + dp * (r // dp % tp) + dp * tp * (r // (dp * tp)) for d in range(dp)],
+    (ch00.q3, _dp_group, lambda r, tp, pp, dp: [r % (tp * dp) + tp * dp * p for p in range(pp)],
+     "GPU 4 = (tp 0, dp 0, pp 1)"),
+    (ch00.q3, _dp_group,
+     lambda r, tp, pp, dp: [d + dp * (r // dp % tp) + dp * tp * (r // (dp * tp)) for d in range(dp)],
      "returned [0, 1, 2]"),
     # chapter 1
     (ch01.q1, merge_step, _merge_step_last_tie, "both occur once"),
@@ -256,7 +261,8 @@ MISTAKES = [
     # chapter 2
     (ch02.q1, parse_idx, _parse_idx_offsets(pointers_at=lambda n: 34 + 8 * n), "sequence_pointers = ["),
     (ch02.q1, parse_idx, _parse_idx_offsets(documents_at=lambda n: 34 + 8 * n), "document_indices = ["),
-    (ch02.q2, document_byte_offset, lambda lengths, d, itemsize, k: int(np.sum(lengths[:d[k]])), "stored as 2-byte tokens"),
+    (ch02.q2, document_byte_offset, lambda lengths, d, itemsize, k: int(np.sum(lengths[:d[k]])),
+     "stored as 2-byte tokens"),
     (ch02.q2, document_byte_offset, lambda lengths, d, itemsize, k: int(np.sum(lengths[:k])) * itemsize,
      "returned 6; document 1 holds sequence 2"),
     (ch02.q2, document_byte_offset, lambda lengths, d, itemsize, k: int(np.sum(lengths[:d[k] + 1])) * itemsize,
@@ -269,7 +275,8 @@ MISTAKES = [
     (ch03.q2, expected_epochs, lambda w, n, t: [1 / e for e in expected_epochs(w, n, t)], "the run takes [4.0, 4.0]"),
     (ch03.q3, cap_weights, lambda w, n, t, e: [min(x / sum(w), e * s / t) for x, s in zip(w, n)],
      "the weights add up to 0.75, not 1"),
-    (ch03.q4, _exercise_2_with(lambda t, c, w: w * t / c), _exercise_2_with(lambda t, c, w: c / (w * t)), "less than one pass"),
+    (ch03.q4, _exercise_2_with(lambda t, c, w: w * t / c), _exercise_2_with(lambda t, c, w: c / (w * t)),
+     "less than one pass"),
     (ch03.q4, _exercise_2_with(lambda t, c, w: w * t / c), _exercise_2_with(lambda t, c, w: t / c),
      "code has only the share"),
     (ch03.q5, _resume(), _resume(from_zero=True), "those of a blend at sample 0"),
@@ -281,12 +288,15 @@ MISTAKES = [
      lambda lengths, s: 100 * (1 - sum(lengths) / (len(lengths) * s)), "your share is above 1"),
     (ch04.q1, lambda lengths, s: 1 - sum(lengths) / (len(lengths) * s),
      lambda lengths, s: 1 - sum(lengths) / (len(lengths) * max(lengths)), "rows 3 slots long, the longest"),
-    (ch04.q2, lambda lengths, size: _ffd(lengths, size).tolist(), _fit(lambda lengths: lambda i: i), "the first in the list"),
+    (ch04.q2, lambda lengths, size: _ffd(lengths, size).tolist(), _fit(lambda lengths: lambda i: i),
+     "the first in the list"),
     (ch04.q2, lambda lengths, size: _ffd(lengths, size).tolist(), _fit(lambda lengths: lambda i: (lengths[i], i)),
      "the SHORTEST"),
-    (ch04.q2, lambda lengths, size: _ffd(lengths, size).tolist(), _fit(lambda lengths: lambda i: (-lengths[i], i), True),
+    (ch04.q2, lambda lengths, size: _ffd(lengths, size).tolist(),
+     _fit(lambda lengths: lambda i: (-lengths[i], i), True),
      "though pack 0, before it, still had"),
-    (ch04.q3, _positions_and_mask(), _positions_and_mask(eod_starts=True, mask=None), "count the EOD as the first token of the next"),
+    (ch04.q3, _positions_and_mask(), _positions_and_mask(eod_starts=True, mask=None),
+     "count the EOD as the first token of the next"),
     (ch04.q3, _positions_and_mask(), _positions_and_mask(mask="causal"), "your mask hides only the future"),
     (ch04.q3, _positions_and_mask(),
      lambda tokens, eod: (_positions_and_mask()(tokens, eod)[0], _positions_and_mask(eod_starts=True)(tokens, eod)[1]),
@@ -302,12 +312,15 @@ MISTAKES = [
     # chapter 6
     (ch06.q1, dp_slice, lambda c, m, r, dp: [c + r + j * dp for j in range(m)], "the ranks' indices interleave"),
     (ch06.q1, dp_slice, lambda c, m, r, dp: [r * m + j for j in range(m)], "read before this micro-batch"),
-    (ch06.q2, batch_arithmetic, _batch_with("accumulation_steps", lambda m, o, s: m.global_batch_size // m.micro_batch_size),
+    (ch06.q2, batch_arithmetic,
+     _batch_with("accumulation_steps", lambda m, o, s: m.global_batch_size // m.micro_batch_size),
      "samples per optimizer step, but global_batch_size"),
-    (ch06.q2, batch_arithmetic, _batch_with("tokens_per_step", lambda m, o, s: m.micro_batch_size * m.encoder_seq_length),
+    (ch06.q2, batch_arithmetic,
+     _batch_with("tokens_per_step", lambda m, o, s: m.micro_batch_size * m.encoder_seq_length),
      "= 1 × 16 tokens, but one optimizer step"),
     (ch06.q2, batch_arithmetic,
-     _batch_with("tokens_per_step", lambda m, o, s: m.global_batch_size // o["data_parallel_size"] * m.encoder_seq_length),
+     _batch_with("tokens_per_step",
+                 lambda m, o, s: m.global_batch_size // o["data_parallel_size"] * m.encoder_seq_length),
      "= 3 × 16 tokens, but one optimizer step"),
     (ch06.q2, batch_arithmetic, _batch_with("consumed_samples", lambda m, o, s: s), "after 2 steps, 1 per step"),
     (ch06.q2, batch_arithmetic,
@@ -335,7 +348,8 @@ def test_a_named_mistake_appears_for_that_mistake_only(check, right, wrong, phra
 
 def test_ch01_q5_names_code_points(capsys):
     result = ch01.q5(lambda text, merges: [ord(c) for c in text])
-    assert result.status == "failed" and 'the UTF-8 bytes of' in result.message and result.mistake == "code_points", result.message
+    assert result.status == "failed" and result.mistake == "code_points", result.message
+    assert 'the UTF-8 bytes of' in result.message, result.message
     capsys.readouterr()
 
 

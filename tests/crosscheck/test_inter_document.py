@@ -42,7 +42,8 @@ def mc19(megatron):
     if version < (0, 19):
         assert not has_field
         pytest.skip(f"megatron-core {megatron.core.__version__} has no inter_document_masking (added in 0.19)")
-    assert has_field, f"megatron-core {megatron.core.__version__} ≥ 0.19 but GPTDatasetConfig lacks inter_document_masking"
+    assert has_field, (f"megatron-core {megatron.core.__version__} ≥ 0.19 but GPTDatasetConfig lacks "
+                       "inter_document_masking")
     logging.getLogger("megatron").setLevel(logging.ERROR)
     return {"gpt": gpt_dataset, "indexed": indexed_dataset, "Split": Split}
 

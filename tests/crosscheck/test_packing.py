@@ -14,7 +14,8 @@ import torch
 
 from labsupport.datasets.indexed import IndexedDataset, IndexedDatasetBuilder
 from labsupport.datasets.gpt_dataset_config import GPTDatasetConfig
-from labsupport.datasets.gpt_samples import GPTDataset, attention_mask_from_cu_seqlens, build_sample_idx, get_ltor_boundaries, get_ltor_masks_and_position_ids
+from labsupport.datasets.gpt_samples import (GPTDataset, attention_mask_from_cu_seqlens, build_sample_idx,
+                                             get_ltor_boundaries, get_ltor_masks_and_position_ids)
 
 pytestmark = [pytest.mark.crosscheck,
               pytest.mark.filterwarnings("ignore:The pad token id in the tokenizer collides:UserWarning")]

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from labsupport.datasets import sft_packing as packing
-from labsupport.datasets.bin_packing import ALGORITHMS, Bins, best_fit_decreasing, first_fit, first_fit_decreasing, lower_bound, pack, packing_efficiency, padding_share, spfhp
+from labsupport.datasets.bin_packing import (ALGORITHMS, Bins, best_fit_decreasing, first_fit, first_fit_decreasing,
+                                             lower_bound, pack, packing_efficiency, padding_share, spfhp)
 from labsupport.datasets.sft_packing import PackedSFT, SFTFormatError, pack_sft, read_sft_jsonl, tokenize_sft
 
 

@@ -491,7 +491,8 @@ def test_ctrl_c_prints_one_line_leaves_nothing_and_exits_130(tmp_path, tok_path)
                              "--no-word-cache"],   # repeated text would hit the word cache and finish too soon
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 60
-    while not list(out_prefix.parent.glob(".big.staging-*/*.tmp-*")) or out_prefix.parent.joinpath("big_text_document.bin" + "").exists():
+    while (not list(out_prefix.parent.glob(".big.staging-*/*.tmp-*"))
+           or out_prefix.parent.joinpath("big_text_document.bin" + "").exists()):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
     time.sleep(1.0)                                             # the workers are tokenizing by now

@@ -55,7 +55,8 @@ def test_kill_at_every_step_of_the_commit_keeps_old_or_new(tmp_path):
     assert len(old) == len(new) == 6 and old != new
     steps = 1 + len(KEYS) + len(KEYS) * len(EXTS)          # COMMIT, two unlinks, six renames
     for after in range(steps + 1):
-        done = run(["--input", str(new_src), "--output-prefix", str(prefix)], LABSUPPORT_FAULT=f"preprocess-kill:after={after}")
+        done = run(["--input", str(new_src), "--output-prefix", str(prefix)],
+                   LABSUPPORT_FAULT=f"preprocess-kill:after={after}")
         if after < steps:
             assert done.returncode == -9, (after, done.stderr)
         on_disk = snapshot(prefix)
@@ -83,7 +84,8 @@ def test_error_after_building_leaves_the_old_dataset(tmp_path, monkeypatch):
     from labsupport.datasets.tokenizer import workbook_tokenizer
 
     prefix = tmp_path / "ds"
-    preprocess([corpus(tmp_path / "a.jsonl", 5, "a")], prefix, workbook_tokenizer(), json_keys=KEYS, show_progress=False)
+    preprocess([corpus(tmp_path / "a.jsonl", 5, "a")], prefix, workbook_tokenizer(), json_keys=KEYS,
+               show_progress=False)
     old = snapshot(prefix)
 
     def full(*a, **k):
@@ -91,7 +93,8 @@ def test_error_after_building_leaves_the_old_dataset(tmp_path, monkeypatch):
 
     monkeypatch.setattr(staging, "atomic_write", full)
     with pytest.raises(OSError, match="No space"):
-        preprocess([corpus(tmp_path / "b.jsonl", 9, "b")], prefix, workbook_tokenizer(), json_keys=KEYS, show_progress=False)
+        preprocess([corpus(tmp_path / "b.jsonl", 9, "b")], prefix, workbook_tokenizer(), json_keys=KEYS,
+                   show_progress=False)
     assert snapshot(prefix) == old and staging.staging_folders(prefix) == []
     assert sorted(os.listdir(tmp_path)) == sorted(["a.jsonl", "b.jsonl", *old])
     del PreprocessError
@@ -114,7 +117,8 @@ def test_ctrl_c_during_the_moves_finishes_them_and_says_the_outputs_are_complete
     new = {k.replace("ref_", "ds_"): v for k, v in snapshot(tmp_path / "ref").items()}
     prefix = tmp_path / "out" / "ds"
     for after in (0, 1, 4):     # before COMMIT is written, during the removals, during the renames
-        done = run(["--input", str(new_src), "--output-prefix", str(prefix)], LABSUPPORT_FAULT=f"preprocess-int:after={after}")
+        done = run(["--input", str(new_src), "--output-prefix", str(prefix)],
+                   LABSUPPORT_FAULT=f"preprocess-int:after={after}")
         lines = done.stderr.strip().splitlines()
         assert done.returncode == 130, (after, done.stderr)
         assert lines == ["preprocess: interrupted (Ctrl-C) after the outputs were complete: "

@@ -200,7 +200,8 @@ def test_preprocess_writes_the_same_bytes_with_either_engine(tmp_path, monkeypat
         res = P.preprocess([src], tmp_path / f"{engine}{workers}", model, append_eod=True, workers=workers,
                            show_progress=False, bpe_engine=engine)
         assert res.word_cache["bpe_engine"] == engine
-        outs[engine, workers] = [(tmp_path / f"{engine}{workers}_text_document{e}").read_bytes() for e in (".bin", ".idx")]
+        outs[engine, workers] = [(tmp_path / f"{engine}{workers}_text_document{e}").read_bytes()
+                                 for e in (".bin", ".idx")]
     assert outs["numba", 2] == outs["sentencepiece", 1] == outs["numba", 1]
     # auto: SentencePiece below the threshold (with the reason), the compiled loop above it
     res = P.preprocess([src], tmp_path / "auto", model, show_progress=False)
@@ -268,7 +269,8 @@ def test_spawned_workers_start_the_compiled_loop_themselves(tmp_path, monkeypatc
     assert res.word_cache["bpe_engine"] == "numba" and res.word_cache["encoded"] > 0  # as the workers report
     assert res.word_cache["misses"] == res.word_cache["encoded"] and plain.tokens == res.tokens
     for ext in (".bin", ".idx"):
-        assert (tmp_path / f"spawn_text_document{ext}").read_bytes() == (tmp_path / f"fork_text_document{ext}").read_bytes()
+        assert ((tmp_path / f"spawn_text_document{ext}").read_bytes()
+                == (tmp_path / f"fork_text_document{ext}").read_bytes())
     # a worker that could not start the loop is reported, not hidden behind the parent's choice
     assert P._engine_report("numba", None, {"numba", "sentencepiece"}) == {
         "bpe_engine": "numba and sentencepiece", "bpe_problem": "a worker could not start the compiled loop"}

@@ -61,4 +61,5 @@ def test_the_workbook_runs_without_numba(tmp_path):
                      show_progress=False, bpe_engine="numba")
     assert res.word_cache["bpe_engine"] == "numba"
     for ext in (".bin", ".idx"):
-        assert (tmp_path / f"code_text_document{ext}").read_bytes() == (tmp_path / f"here_text_document{ext}").read_bytes()
+        assert ((tmp_path / f"code_text_document{ext}").read_bytes()
+                == (tmp_path / f"here_text_document{ext}").read_bytes())

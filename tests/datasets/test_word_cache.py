@@ -14,17 +14,17 @@ import pytest
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
+from labsupport.datasets import tokenizer as T
+from labsupport.datasets import word_cache as W
+from labsupport.datasets.tokenizer import Tokenizer, read_documents, train_sentencepiece
+from labsupport.datasets.word_cache import WordCache, word_cache_problem
+
 # the shared corpus, models and text generators of the tokenizer tests
 from tests.datasets import test_tokenizer
 from tests.datasets.test_tokenizer import EDGE_CASES, EN, KO, _random_text, synthetic_docs
 
 # its fixtures, under the same names (bound here, not imported, so parameters may reuse the names)
 corpus, model, tok = test_tokenizer.corpus, test_tokenizer.model, test_tokenizer.tok
-
-from labsupport.datasets import tokenizer as T
-from labsupport.datasets import word_cache as W
-from labsupport.datasets.tokenizer import Tokenizer, read_documents, train_sentencepiece
-from labsupport.datasets.word_cache import WordCache, word_cache_problem
 
 
 # ---------------------------------------------------------------------------------------------

@@ -388,7 +388,8 @@ def test_nccl_without_gpu_says_so():
 
 def test_worker_output_is_echoed_in_rank_order(warm, capsys):
     run_workers(W.print_rank_lines, 3, (2,))
-    assert capsys.readouterr().out.splitlines() == [f"[rank {r}] line {i} of rank {r}" for r in range(3) for i in range(2)]
+    assert capsys.readouterr().out.splitlines() == [f"[rank {r}] line {i} of rank {r}"
+                                                    for r in range(3) for i in range(2)]
 
 
 def test_ring_figure_draws_every_send_as_an_arrow_in_legible_type():

@@ -167,7 +167,8 @@ def _escapes(book: Path, classmate: Path) -> dict[str, str]:
         _try("remount rw", lambda: libc.mount(None, b"/grading/lib", None, MS_REMOUNT | MS_BIND, None) == 0)
         _try("umount", lambda: libc.umount2(b"/grading/lib", MNT_DETACH) == 0)
         _try("umount /", lambda: libc.umount2(b"/", MNT_DETACH) == 0)
-        _try("new user namespace", lambda: subprocess.run(["unshare", "-Urm", "true"], capture_output=True).returncode == 0)
+        _try("new user namespace",
+             lambda: subprocess.run(["unshare", "-Urm", "true"], capture_output=True).returncode == 0)
         _try("capabilities", lambda: "CapEff:\\t0000000000000000" not in open("/proc/self/status").read())
         _try("uid 0", lambda: os.getuid() == 0 or os.geteuid() == 0)
         _try("no_new_privs off", lambda: "NoNewPrivs:\\t1" not in open("/proc/self/status").read())
@@ -175,8 +176,9 @@ def _escapes(book: Path, classmate: Path) -> dict[str, str]:
              or {str(book)!r} in open("/proc/self/mountinfo").read())
         _try("seed in environment", lambda: "LABSUPPORT_CHECK_SEED" in os.environ
              or any("class-test" in v for v in os.environ.values()))
-        _try("seed in a process", lambda: any(b"class-test" in open(p, "rb").read()
-                                              for p in glob.glob("/proc/[0-9]*/cmdline") + glob.glob("/proc/[0-9]*/environ")))
+        _try("seed in a process",
+             lambda: any(b"class-test" in open(p, "rb").read()
+                         for p in glob.glob("/proc/[0-9]*/cmdline") + glob.glob("/proc/[0-9]*/environ")))
         _try("grader visible", lambda: len(glob.glob("/proc/[0-9]*")) > 12)
         _try("solutions/", lambda: len(open({repo!r} + "/solutions/03_blending.ipynb").read()) > 0)
         _try("executed/", lambda: len(glob.glob({str(book)!r} + "/executed/*")) > 0)
@@ -315,7 +317,8 @@ def build_class(folder: Path, book: Path | None = None) -> dict[str, Expected]:
     subs["a07_edited_check_cells"] = (nb.text(), exp((0, 0, 0, 0, 0), {"q1": "not attempted"}))
 
     subs["a08_shadow_package"] = (_Notebook().text(), exp((0, 0, 0, 0, 0), {"q1": "not attempted"}))
-    fake = "def _ok(*a, **k):\n    return True\nq1 = q2 = q3 = q4 = _ok\nCHAPTER = 'ch03'\nsummary = lambda: print('score: 4 / 4')\n"
+    fake = ("def _ok(*a, **k):\n    return True\nq1 = q2 = q3 = q4 = _ok\nCHAPTER = 'ch03'\n"
+            "summary = lambda: print('score: 4 / 4')\n")
     extra["a08_shadow_package"] = {"labsupport/__init__.py": "def setup(**k):\n    return 'cpu'\n",
                                    "labsupport/check/__init__.py": "", "labsupport/check/ch03.py": fake}
 
@@ -339,7 +342,8 @@ def build_class(folder: Path, book: Path | None = None) -> dict[str, Expected]:
     for name, stop in (("a11_sys_exit", "import sys\nsys.exit()"), ("a12_os_exit", "import os\nos._exit(1)"),
                        ("a13_keyboard_interrupt", "raise KeyboardInterrupt")):
         subs[name] = (_all().prepend("q3", stop).text(),
-                      exp((1, 1, 0, 0, 0), {"q1": "passed", "q3": "not run", "q4": "not run"}, why="graded up to the exit"))
+                      exp((1, 1, 0, 0, 0), {"q1": "passed", "q3": "not run", "q4": "not run"},
+                          why="graded up to the exit"))
 
     subs["a14_loop_in_cell"] = (_all().prepend("q2", "while True:\n    pass").text(),
                                 exp((1, 0, 1, 1, 1), {"q2": "timed out"}))
@@ -350,7 +354,8 @@ def build_class(folder: Path, book: Path | None = None) -> dict[str, Expected]:
         """).text(), exp((0, 1, 1, 1, 0), {"q1": "timed out"}))
 
     ch01 = json.loads((REPO_ROOT / "exercises" / "01_tokenization.ipynb").read_text(encoding="utf-8"))
-    subs["a16_wrong_chapter"] = (json.dumps(ch01), exp((0, 0, 0, 0, 0), {"q1": "missing"}, flags={"q1": "wrong-chapter"}))
+    subs["a16_wrong_chapter"] = (json.dumps(ch01), exp((0, 0, 0, 0, 0), {"q1": "missing"},
+                                                       flags={"q1": "wrong-chapter"}))
 
     subs["a17_reads_answer_keys"] = (_all().set("q4", """
         def exercise_2(total_tokens, code_tokens, code_weight):
@@ -361,7 +366,8 @@ def build_class(folder: Path, book: Path | None = None) -> dict[str, Expected]:
 
     subs["a18_oracle"] = (_all().set("q4", """
         import contextlib, io, itertools
-        EFFECTS, RISKS, STEPS = list(check.EXERCISE_2_EFFECTS), list(check.EXERCISE_2_RISKS), list(check.EXERCISE_2_STEPS)
+        EFFECTS, RISKS = list(check.EXERCISE_2_EFFECTS), list(check.EXERCISE_2_RISKS)
+        STEPS = list(check.EXERCISE_2_STEPS)
         _found = {}
         for a in itertools.combinations(EFFECTS, 3):
             guess = {"a": list(a), "b": ["memorise", "overfit", "little_new"],
@@ -393,7 +399,8 @@ def build_class(folder: Path, book: Path | None = None) -> dict[str, Expected]:
             return frame.f_locals["want"] if frame is not None else []
         """).text(), exp((1, 0, 1, 1, 1), flags={"q2": "frames"}))
 
-    subs["a21_invalid_json"] = (b'{"cells": [ {"cell_type": "code", "source": "oops"', exp((0, 0, 0, 0, 0), {"q1": "unreadable"}))
+    subs["a21_invalid_json"] = (b'{"cells": [ {"cell_type": "code", "source": "oops"',
+                                exp((0, 0, 0, 0, 0), {"q1": "unreadable"}))
     subs["a22_not_a_notebook"] = (json.dumps({"hello": "world"}), exp((0, 0, 0, 0, 0), {"q1": "unreadable"}))
     subs["a23_malformed_cells"] = (json.dumps({"cells": [{"cell_type": "code", "source": 42}], "nbformat": 4}),
                                    exp((0, 0, 0, 0, 0), {"q1": "unreadable"}))
@@ -413,7 +420,8 @@ def build_class(folder: Path, book: Path | None = None) -> dict[str, Expected]:
             total_weight = sum(weights)
             return [w / total_weight * total_tokens / size for w, size in zip(weights, dataset_tokens)]
         """).text(), exp((1, 1, 1, 1, 1)))
-    subs["a28_memory_hog"] = (_all().prepend("q1", "_hog = []\nwhile True:\n    _hog.append(bytearray(64 * 2**20))").text(),
+    subs["a28_memory_hog"] = (_all().prepend("q1", "_hog = []\nwhile True:\n"
+                                                   "    _hog.append(bytearray(64 * 2**20))").text(),
                               exp((0, 1, 1, 1, 0), {"q1": ("failed", "timed out")},
                                   why="killed at the memory limit, or by the cell limit first on a loaded machine"))
 
@@ -467,7 +475,8 @@ def build_class(folder: Path, book: Path | None = None) -> dict[str, Expected]:
     subs["e11_notebook_over_20_mb"] = (json.dumps(big), exp((1, 1, 1, 1, 1)))
     import nbformat
 
-    subs["e12_nbformat_3"] = (nbformat.writes(nbformat.convert(nbformat.reads(_all().text(), as_version=4), 3), version=3),
+    subs["e12_nbformat_3"] = (nbformat.writes(nbformat.convert(nbformat.reads(_all().text(), as_version=4), 3),
+                                              version=3),
                               exp((1, 1, 1, 1, 1), why="upgraded with nbformat"))
     for i, odd in enumerate(ODD_IDS):
         subs[odd] = ((_all() if i % 2 == 0 else _Notebook()).text(),

@@ -23,7 +23,8 @@ import pytest
 from labsupport.paths import REPO_ROOT
 from labsupport.workbook import grade
 from labsupport.workbook.grading.sandbox import sandbox_mode
-from tests.grading.adversarial_class import ABSTRACT, MARKER, NAME, ODD_IDS, QUESTIONS, SOCKET, build_class, student_names
+from tests.grading.adversarial_class import (ABSTRACT, MARKER, NAME, ODD_IDS, QUESTIONS, SOCKET, build_class,
+                                             student_names)
 
 STUDENTS = student_names()
 ARGS = ["--seed", "class-test", "--jobs", "2", "--cell-timeout", "8", "--timeout", "10", "--memory-mb", "1536"]
@@ -143,7 +144,8 @@ def test_the_honest_grade(graded, student):
     timed_out = any(mine[q]["status"] == "timed out" for q in QUESTIONS)
     if want.if_timed_out is not None and timed_out and got == tuple(float(p) for p in want.if_timed_out):
         return  # a time limit fired first on a loaded machine: also the honest grade
-    assert got == tuple(float(p) for p in want.points), {q: (mine[q]["status"], mine[q]["reason"][:160]) for q in QUESTIONS}
+    assert got == tuple(float(p) for p in want.points), {
+        q: (mine[q]["status"], mine[q]["reason"][:160]) for q in QUESTIONS}
     for q, status in want.status.items():
         assert mine[q]["status"] in ((status,) if isinstance(status, str) else status), (q, mine[q]["reason"])
     for q, text in want.flags.items():

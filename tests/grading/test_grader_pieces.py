@@ -78,7 +78,8 @@ def test_write_back_shows_mutation_of_arguments():
     ("import inspect\ninspect.stack()", "frames"),
     ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)", "signals"),
     ("from labsupport.datasets.blending import greedy_step as g", "reference"),
-    ("import labsupport.datasets.blending as B\ndef greedy_step(w, c, s):\n    return B.greedy_step(w, c, s)", "reference"),
+    ("import labsupport.datasets.blending as B\ndef greedy_step(w, c, s):\n    return B.greedy_step(w, c, s)",
+     "reference"),
 ])
 def test_static_flags(source, flag):
     flags = static_flags(source, ["labsupport.datasets.blending:greedy_step"])
@@ -95,7 +96,8 @@ def test_similarity_ignores_names_comments_and_layout():
     b = "def g(values):\n    '''doc'''\n    acc=0\n    for v in values:  # loop\n        acc += v\n    return acc"
     assert normalise(a) == normalise(b)
     pairs = similar_pairs({("ann", "ch03"): {"q1": a}, ("bob", "ch03"): {"q1": b},
-                           ("cid", "ch03"): {"q1": "def f(xs):\n    return sum(sorted(xs)[::-1])\n\n\nprint(1)\nprint(2)"}})
+                           ("cid", "ch03"): {"q1": "def f(xs):\n    return sum(sorted(xs)[::-1])\n\n\n"
+                                                   "print(1)\nprint(2)"}})
     assert [(p.student_a, p.student_b, p.similarity) for p in pairs] == [("ann", "bob", 1.0)]
 
 
@@ -302,7 +304,8 @@ def test_honest_habits_are_not_punished(tmp_path):
         src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
         if "def memory_gb" in src:
             cell["source"] = ("def memory_gb(n_params, method, dp=1):\n"
-                              "    return _m.fsum([n_params * {'bf16_weights': 2, 'megatron_adam': 18, 'megatron_distopt': 6 + 12 / dp}[method] / 1e9])\n"
+                              "    return _m.fsum([n_params * {'bf16_weights': 2, 'megatron_adam': 18, "
+                              "'megatron_distopt': 6 + 12 / dp}[method] / 1e9])\n"
                               "\ncheck.q2(memory_gb)\n")
     path = tmp_path / "honest" / "00_orientation.ipynb"
     path.parent.mkdir()
@@ -337,7 +340,8 @@ def test_the_students_process_has_no_network(tmp_path):
              "    _reached = True\nexcept OSError:\n    _reached = False\n")
     path = _with_memory_gb(tmp_path, "net", probe + ("def memory_gb(n_params, method, dp=1):\n"
                                                      "    assert not _reached, 'the network was reachable'\n"
-                                                     "    return n_params * {'bf16_weights': 2, 'megatron_adam': 18, 'megatron_distopt': 6 + 12 / dp}[method] / 1e9\n"))
+                                                     "    return n_params * {'bf16_weights': 2, 'megatron_adam': 18, "
+                                                     "'megatron_distopt': 6 + 12 / dp}[method] / 1e9\n"))
     try:
         graded = grade_file(path, discover(), Options(seed="t", rounds=1))
     finally:
@@ -365,7 +369,9 @@ def test_sandbox_keeps_the_repository_and_other_students_read_only(tmp_path, mon
                  "    except OSError:\n        pass\n")
         path = _with_memory_gb(tmp_path, "subs/eve", probe + ("def memory_gb(n_params, method, dp=1):\n"
                                                               "    assert _written == ['mine.txt'], _written\n"
-                                                              "    return n_params * {'bf16_weights': 2, 'megatron_adam': 18, 'megatron_distopt': 6 + 12 / dp}[method] / 1e9\n"))
+                                                              "    return n_params * {'bf16_weights': 2, "
+                                                              "'megatron_adam': 18, 'megatron_distopt': 6 + 12 / dp}"
+                                                              "[method] / 1e9\n"))
         graded = grade_file(path, discover(), Options(seed="t", rounds=1, protect=(tmp_path / "subs",)))
     finally:
         sandbox.sandbox_mode.cache_clear()

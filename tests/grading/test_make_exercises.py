@@ -8,7 +8,8 @@ from labsupport.workbook.make_exercises import STUB, SolutionMarkupError, make_e
 
 
 def test_region_becomes_stub_at_marker_indentation():
-    src = "def f(x):\n    '''doc'''\n    ### BEGIN SOLUTION\n    y = x + 1\n    return y\n    ### END SOLUTION\n\nprint(1)"
+    src = ("def f(x):\n    '''doc'''\n    ### BEGIN SOLUTION\n    y = x + 1\n    return y\n    ### END SOLUTION\n"
+           "\nprint(1)")
     out, n = strip_solutions(src)
     assert n == 1
     assert out == f"def f(x):\n    '''doc'''\n    {STUB}\n\nprint(1)"

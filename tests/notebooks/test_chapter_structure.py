@@ -58,7 +58,8 @@ def test_recap_and_next_come_just_before_the_checkpoint(name):
     cells = _cells(name)
     lesson = cells[:_appendix_start(cells)]
     last = "".join(lesson[-1]["source"])
-    assert lesson[-1]["cell_type"] == "markdown" and last.startswith("## Checkpoint"), f"{name}: Checkpoint does not end the lesson"
+    assert lesson[-1]["cell_type"] == "markdown" and last.startswith("## Checkpoint"), \
+        f"{name}: Checkpoint does not end the lesson"
     assert "Next" not in last, f"{name}: the Next line belongs before the Checkpoint"
     before = "".join(lesson[-2]["source"])
     assert "## Recap" in before and "**Next:**" in before, f"{name}: no recap with a Next line before the Checkpoint"
@@ -68,13 +69,16 @@ def test_recap_and_next_come_just_before_the_checkpoint(name):
 @pytest.mark.parametrize("name", ["03_blending", "04_packing_and_masks"])
 def test_speed_comparisons_are_in_the_under_the_hood_appendix(name):
     cells = _cells(name)
-    headings = [i for i, c in enumerate(cells) if c["cell_type"] == "markdown" and "".join(c["source"]).startswith("## ")]
+    headings = [i for i, c in enumerate(cells)
+                if c["cell_type"] == "markdown" and "".join(c["source"]).startswith("## ")]
     under = [i for i in headings if "".join(cells[i]["source"]).startswith("## Under the hood")]
     assert len(under) == 1, f"{name}: expected one '## Under the hood' section"
     before = [("".join(cells[i]["source"]).splitlines()[0]) for i in headings if i < under[0]][-2:]
-    assert before == ["## Recap", "## Checkpoint (중간 점검) — §6.2.7"], f"{name}: the appendix follows the Recap and the Checkpoint"
+    assert before == ["## Recap", "## Checkpoint (중간 점검) — §6.2.7"], \
+        f"{name}: the appendix follows the Recap and the Checkpoint"
     assert [i for i in headings if i > under[0]] == [], f"{name}: nothing follows the appendix"
-    assert cells[under[0]]["metadata"].get("jp-MarkdownHeadingCollapsed") is True, f"{name}: the appendix opens collapsed"
+    assert cells[under[0]]["metadata"].get("jp-MarkdownHeadingCollapsed") is True, \
+        f"{name}: the appendix opens collapsed"
     for i, c in enumerate(cells):
         if c["cell_type"] == "code" and "benchmarks" in "".join(c["source"]):
             assert i > under[0], f"{name}: cell {i} quotes a benchmark before the Under the hood section"

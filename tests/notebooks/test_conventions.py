@@ -40,7 +40,8 @@ def test_parameters_cell(path):
              if isinstance(t, ast.Name)}
     assert {"device", "seed"} <= names, f"{path.name}: parameters cell must define device and seed"
     following = "".join(c.source for c in cells[tagged[0] + 1:] if c.cell_type == "code")
-    assert "labsupport.setup(" in following, f"{path.name}: call labsupport.setup(seed=seed, device=device) after the parameters"
+    assert "labsupport.setup(" in following, \
+        f"{path.name}: call labsupport.setup(seed=seed, device=device) after the parameters"
 
 
 def lesson_cells(cells):

@@ -159,10 +159,12 @@ def test_megatron_note_is_true_without_it():
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_no_chapter_says_megatron_core_is_simply_installed(path):
     for i, c in enumerate(nbformat.read(path, as_version=4).cells):
-        assert "`make setup` installs" not in c.source, f"{path.name} cell {i}: make setup does not install megatron-core"
+        assert "`make setup` installs" not in c.source, \
+            f"{path.name} cell {i}: make setup does not install megatron-core"
         assert "(installed for the cross-checks)" not in c.source, f"{path.name} cell {i}: megatron-core is optional"
         if c.cell_type == "code" and "except ImportError" in c.source and "megatron" in c.source:
-            assert "not_installed_note(" in c.source, f"{path.name} cell {i}: say what the cell would show, and how to get it"
+            assert "not_installed_note(" in c.source, \
+                f"{path.name} cell {i}: say what the cell would show, and how to get it"
 
 
 def test_ch02_try_this_names_its_own_tokenizer():

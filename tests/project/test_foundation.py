@@ -124,14 +124,16 @@ def test_megatron_rules_beyond_world_divisibility():
     base = cfglib.load_config("gpt_pretrain")
     assert cfglib.parallel_layout(base).data_parallel == 2
     for overrides, field in ((["+model.num_attention_heads=12"], "model.num_attention_heads = 12"),
-                             (["+model.num_attention_heads=32", "+model.num_query_groups=3"], "model.num_query_groups = 3"),
+                             (["+model.num_attention_heads=32", "+model.num_query_groups=3"],
+                              "model.num_query_groups = 3"),
                              (["trainer.num_nodes=3", "model.pipeline_model_parallel_size=3"], "model.num_layers = 32"),
                              (["+model.context_parallel_size=3"], "model.context_parallel_size")):
         with pytest.raises(cfglib.ConfigError, match=field.replace("+", r"\+")):
             cfglib.parallel_layout(cfglib.load_config("gpt_pretrain", overrides))
     assert cfglib.parallel_layout(cfglib.load_config(
         "gpt_pretrain", ["+model.num_attention_heads=32", "+model.num_query_groups=4"])).data_parallel == 2
-    assert cfglib.parallel_layout(cfglib.load_config("gpt_pretrain", ["+model.context_parallel_size=2"])).data_parallel == 1
+    layout = cfglib.parallel_layout(cfglib.load_config("gpt_pretrain", ["+model.context_parallel_size=2"]))
+    assert layout.data_parallel == 1
 
 
 def test_megatron_core_raises_on_the_same_rules(megatron):
@@ -142,7 +144,8 @@ def test_megatron_core_raises_on_the_same_rules(megatron):
     assert "num_query_groups (3)" in rows[1][2]
     # 0.16.1: "num_layers should be divisible by pipeline_model_parallel_size";
     # 0.19.2: "num_layers=30 should be divisible by config.pipeline_model_parallel_size=4"
-    assert re.search(r"num_layers\S* should be divisible by (config\.)?pipeline_model_parallel_size", rows[2][2]), rows[2]
+    assert re.search(r"num_layers\S* should be divisible by (config\.)?pipeline_model_parallel_size",
+                     rows[2][2]), rows[2]
     assert "world_size (1) is not divisible by 2" in rows[3][2]
 
 

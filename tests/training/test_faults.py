@@ -148,10 +148,12 @@ def test_stale_temporary_of_a_killed_save_is_removed(tmp_path, capsys, tiny_pref
 def test_nan_loss_stops_before_anything_nan_is_saved(tmp_path, capsys, tiny_prefix, monkeypatch):
     save = tmp_path / "s"
     monkeypatch.setenv("LABSUPPORT_FAULT", "nan:step=3")
-    status, err = run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=5", "--save-dir", str(save), "--save-every", "1")
+    status, err = run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=5", "--save-dir", str(save), "--save-every",
+                           "1")
     assert status == 1
     assert len(errors(err)) == 1 and errors(err)[0].startswith("error: step 3: the loss is nan"), err
-    assert [p.name for p in ckpt.checkpoints_newest_first(save)] == [ckpt.checkpoint_name(2, 16), ckpt.checkpoint_name(1, 8)]
+    assert [p.name for p in ckpt.checkpoints_newest_first(save)] == [ckpt.checkpoint_name(2, 16),
+                                                                     ckpt.checkpoint_name(1, 8)]
     state = torch.load(ckpt.checkpoints_newest_first(save)[0], weights_only=True)
     assert all(torch.isfinite(v).all() for v in state["model"].values())
 
@@ -168,7 +170,8 @@ def test_kill_loop_never_leaves_a_damaged_checkpoint(tmp_path, tiny_prefix):
         before = len(ckpt.checkpoints_newest_first(save))
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 120
-        while len(ckpt.checkpoints_newest_first(save)) < before + 1 and time.monotonic() < deadline and proc.poll() is None:
+        while (len(ckpt.checkpoints_newest_first(save)) < before + 1 and time.monotonic() < deadline
+               and proc.poll() is None):
             time.sleep(0.05)
         time.sleep(rng.uniform(0.0, 1.5))
         proc.send_signal(signal.SIGKILL)
@@ -193,12 +196,15 @@ def test_resume_is_exact_or_refused(tmp_path, capsys, tiny_prefix):
     assert status == 0, err
     assert losses(part / "log.jsonl") == losses(whole / "log.jsonl")
     # max_steps 2 → 4 needs a second epoch of the 17-sample index: the first 16 samples move
-    status, err = run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=4", "--resume", str(part), "--save-dir", str(part))
+    status, err = run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=4", "--resume", str(part), "--save-dir",
+                           str(part))
     assert status == 2 and len(errors(err)) == 1, err
     line = errors(err)[0]
     assert "trainer.max_steps 2 → 4" in line and "allow_new_data_plan=true" in line and "16 samples" in line
-    assert [p.name for p in ckpt.checkpoints_newest_first(part)] == [ckpt.checkpoint_name(2, 16), ckpt.checkpoint_name(1, 8)]
-    status, err = run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=4", "--resume", str(part), "--save-dir", str(part),
+    assert [p.name for p in ckpt.checkpoints_newest_first(part)] == [ckpt.checkpoint_name(2, 16),
+                                                                     ckpt.checkpoint_name(1, 8)]
+    status, err = run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=4", "--resume", str(part), "--save-dir",
+                           str(part),
                            "+allow_new_data_plan=true")
     assert status == 0 and any("new data plan accepted" in x for x in err), err
     assert ckpt.checkpoints_newest_first(part)[0].name == ckpt.checkpoint_name(4, 32)
@@ -263,7 +269,8 @@ def test_read_only_and_full_save_dirs(tmp_path, capsys, tiny_prefix, mounts):
     assert list(small.iterdir()) == []
     # room for one checkpoint (13.6 MB) but not two: the second save fails, the first stays intact
     assert _tmpfs(mid, "size=20m") and mounts.append(mid) is None
-    status, err = run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=3", "--save-dir", str(mid), "--save-every", "1")
+    status, err = run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=3", "--save-dir", str(mid), "--save-every",
+                           "1")
     assert status == 1 and len(errors(err)) == 1 and "no space left on device" in errors(err)[0], err
     assert [p.name for p in mid.iterdir()] == [ckpt.checkpoint_name(1, 8)]
     ckpt._read_verified(mid / ckpt.checkpoint_name(1, 8))

@@ -64,7 +64,8 @@ def test_drop_last_and_partial_group():
 
 def test_num_microbatches():
     assert num_microbatches(16, 2, 4) == 2
-    with pytest.raises(ValueError, match="global_batch_size 12 is not divisible by micro_batch_size 2 × data_parallel_size 4"):
+    with pytest.raises(ValueError,
+                       match="global_batch_size 12 is not divisible by micro_batch_size 2 × data_parallel_size 4"):
         num_microbatches(12, 2, 4)
 
 

@@ -51,7 +51,8 @@ def test_another_tokenizer_garbles_and_the_config_refuses_it(setup):
     other = workbook_tokenizer(4000)
     mm = S.tokenizer_mismatch(settings, other, blend[0])
     assert mm["same"] != mm["other"]
-    assert mm["refusal"].startswith("model.data.data_prefix 'work/indexed/web_text_document' was tokenized with tokenizer")
+    assert mm["refusal"].startswith("model.data.data_prefix 'work/indexed/web_text_document' "
+                                    "was tokenized with tokenizer")
 
 
 def test_naive_rows_are_one_padded_document(setup):

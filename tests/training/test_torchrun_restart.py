@@ -94,4 +94,5 @@ def test_hung_rank_is_named(tmp_path):
             os.killpg(proc.pid, 9)
     lines = [x for x in err.splitlines() if x.startswith("error:")]
     assert proc.returncode != 0
-    assert len(lines) == 1 and "rank 1 (last heard at step 2" in lines[0] and "stopped responding" in lines[0], err[-2000:]
+    assert len(lines) == 1, err[-2000:]
+    assert "rank 1 (last heard at step 2" in lines[0] and "stopped responding" in lines[0], err[-2000:]

@@ -33,7 +33,8 @@ def test_trace_finds_the_tokens_and_the_loss_share():
     # the shares of all spans of one sample add up to that sample's share of the step's loss
     i = 1
     d, docs = documents_in_sample(blend, i)
-    shares = [o.loss_share for doc in set(docs) for o in trace_document(blend, settings, settings.names[d], doc, result).occurrences
+    shares = [o.loss_share for doc in set(docs)
+              for o in trace_document(blend, settings, settings.names[d], doc, result).occurrences
               if o.blend_index == i]
     step_total = sum(float(result.token_losses[j].sum()) for j in range(8))
     np.testing.assert_allclose(sum(shares), float(result.token_losses[i].sum()) / step_total, rtol=1e-5)

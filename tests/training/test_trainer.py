@@ -31,7 +31,8 @@ def _log(path):
 def test_resume_in_a_fresh_process_is_bit_identical(tmp_path):
     straight = _cli(*SMALL, "--log", str(tmp_path / "straight.jsonl"))
     assert straight.returncode == 0, straight.stderr
-    first = _cli(*SMALL, "--stop-after", "3", "--save-dir", str(tmp_path / "ck"), "--log", str(tmp_path / "first.jsonl"))
+    first = _cli(*SMALL, "--stop-after", "3", "--save-dir", str(tmp_path / "ck"), "--log",
+                 str(tmp_path / "first.jsonl"))
     assert first.returncode == 0, first.stderr
     assert sorted(os.listdir(tmp_path / "ck")) == ["step=000003-consumed_samples=24.ckpt"]
     second = _cli(*SMALL, "--resume", str(tmp_path / "ck"), "--log", str(tmp_path / "second.jsonl"))
@@ -110,7 +111,8 @@ def test_torchrun_two_processes_on_cpu(tmp_path):
     torchrun = [beside] if os.path.isfile(beside) else [sys.executable, "-m", "torch.distributed.run"]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([*torchrun, "--nproc-per-node", "2", "--standalone", "-m", "labsupport.train",
-                           "--no-progress", "trainer.max_steps=3", "trainer.devices=2", "--log-file", str(tmp_path / "log.jsonl"),
+                           "--no-progress", "trainer.max_steps=3", "trainer.devices=2", "--log-file",
+                           str(tmp_path / "log.jsonl"),
                            "--save-dir", str(tmp_path / "ck")],
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -122,9 +124,12 @@ def test_torchrun_two_processes_on_cpu(tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["model.hiden_size=64"], "key 'model.hiden_size' is not in megatron_gpt_tiny.yaml"),
-    (["model.global_batch_size=6"], "model.global_batch_size=6 is not divisible by model.micro_batch_size × DP = 4 × 1"),
-    (["model.data.data_prefix=[1.0,work/indexed/nowhere_text_document]"], "model.data.data_prefix entry 1: prefix 'work/indexed/nowhere_text_document' has no .bin or .idx"),
-    (["trainer.devices=3", "model.tensor_model_parallel_size=2"], "is not divisible by model.tensor_model_parallel_size"),
+    (["model.global_batch_size=6"],
+     "model.global_batch_size=6 is not divisible by model.micro_batch_size × DP = 4 × 1"),
+    (["model.data.data_prefix=[1.0,work/indexed/nowhere_text_document]"],
+     "model.data.data_prefix entry 1: prefix 'work/indexed/nowhere_text_document' has no .bin or .idx"),
+    (["trainer.devices=3", "model.tensor_model_parallel_size=2"],
+     "is not divisible by model.tensor_model_parallel_size"),
     (["--config", "configs/nope.yaml"], "--config: config 'nope.yaml' not found"),
     (["--resume", "/nonexistent/dir"], "--resume /nonexistent/dir: no such file or directory"),
 ])
