@@ -5,7 +5,7 @@ group (gloo on CPU, NCCL on GPUs), calls ``fn(*args, **kwargs)`` in each and ret
 results to the caller as a list ordered by rank, so a notebook prints them in the same order
 on every run.  What a worker prints is collected and echoed in rank order too.
 
-Safety rules (see ``../shared/reference/collectives.md``):
+Safety rules:
 
 * ``fn`` must live in an importable module (e.g. ``labsupport.distributed.workers``); a
   function defined in a notebook cell cannot be loaded by the worker processes, so it is

@@ -6,8 +6,8 @@ Kubernetes.
 ``GUIDE_NCCL_SCRIPT`` is the book's "NCCL 환경 변수 완벽 가이드" export block, verbatim.
 ``fact_check_exports(script)`` parses any such block and returns one row per variable with its
 status (exists / deprecated / obsolete / does not exist / PyTorch's / not NCCL's) and the fact,
-checked against NCCL 2.30's documentation and source and PyTorch's ProcessGroupNCCL
-(see ``../shared/reference/collectives.md``).  ``nccl_environment()`` reports the NCCL version
+checked against NCCL 2.30's documentation and source and PyTorch's ProcessGroupNCCL.
+``nccl_environment()`` reports the NCCL version
 of this torch build and the NCCL-related variables set in this process.
 """
 from __future__ import annotations
