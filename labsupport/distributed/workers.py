@@ -37,7 +37,6 @@ def rank_device() -> torch.device:
 
 
 def _clean(exc: BaseException) -> str:
-
     return f"{type(exc).__name__}: {clean_message(str(exc))}"
 
 
@@ -343,7 +342,6 @@ def print_rank_lines(lines: int = 2) -> int:
 
 def exit_on_rank(bad_rank: int, code: int = 3) -> int:
     """``bad_rank`` leaves the process abruptly (``os._exit``), as a crashed worker would."""
-
     if dist.get_rank() == bad_rank:
         os._exit(code)
     dist.barrier()
