@@ -37,6 +37,7 @@ def rank_device() -> torch.device:
 
 
 def _clean(exc: BaseException) -> str:
+    """``exc`` as one line, without the library's noise (a worker's result)."""
     return f"{type(exc).__name__}: {clean_message(str(exc))}"
 
 
