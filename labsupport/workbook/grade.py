@@ -16,7 +16,7 @@ inputs drawn from the instructor's ``--seed``.  Writes, beside ``--out``:
 
 The run's header states what this machine enforces on the student's code (isolation, memory,
 processes, disk, time); without an isolating sandbox (bubblewrap) the command refuses to start
-unless ``--no-sandbox`` is given.  One grader at a time writes a gradebook (a lock beside ``--out``).
+unless ``--no-sandbox`` is given.  One grader at a time writes a gradebook's folder (``gradebook.lock`` there).
 
 Exit status: 0 graded (whatever the grades), 1 no sandbox or the gradebook is locked by another
 grader, 2 bad command line, 130 interrupted (what was graded is written).
@@ -108,16 +108,19 @@ class GradebookLocked(RuntimeError):
 
 
 def lock_gradebook(out: Path):
-    """Hold an exclusive lock on ``OUT.lock`` for this run (released when the process ends)."""
+    """Hold an exclusive lock on ``gradebook.lock`` in ``out``'s folder for this run (released when the
+    process ends): the folder's summary.csv, similarity.csv, feedback/ and grading-run.json are shared
+    by whatever ``--out`` is written there, so two graders in one folder are refused, whatever their
+    ``--out``."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    fh = open(out.with_name(out.name + ".lock"), "a+")
+    fh = open(out.with_name("gradebook.lock"), "a+")
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         fh.seek(0)
         other = fh.read().strip() or "?"
         fh.close()
-        raise GradebookLocked(f"{out} is being written by another grader (pid {other})") from None
+        raise GradebookLocked(f"{out.parent} is being written by another grader (pid {other})") from None
     fh.seek(0)
     fh.truncate()
     fh.write(str(os.getpid()))

@@ -174,3 +174,17 @@ def test_references_are_the_closure_over_the_check_helpers():
             reached = set().union(*(exercise._named_references(n, g) for n, g in exercise._reachable(body)))
             if getattr(chapter.module, "REFERENCES", {}).get(q.name) is None:
                 assert direct <= reached == set(q.references), (chapter.key, q.name)
+
+
+def test_a_second_grader_in_the_same_folder_is_refused_whatever_its_out(tmp_path, capsys):
+    subs = tmp_path / "subs"
+    (subs / "judy").mkdir(parents=True)
+    (subs / "judy" / EXERCISE.name).write_bytes(b"")
+    book = tmp_path / "book"
+    held = grade.lock_gradebook(book / "grades.csv")      # a first grader, still running
+    try:
+        assert _run(tmp_path, subs, book / "other.csv") == 1
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and "another grader" in err and not (book / "other.csv").exists()
+    finally:
+        held.close()

@@ -117,20 +117,22 @@ def strip_references(lib: Path, specs: list[str]) -> list[str]:
 INFRASTRUCTURE = frozenset({"labsupport.datasets.tokenizer:Tokenizer.from_bytes"})
 
 
-def _module_calls(spec: str) -> set[str]:
-    """The functions of ``spec``'s own module that its body names (``"module:qualname"`` each)."""
+@functools.lru_cache(maxsize=None)
+def _module_calls(spec: str) -> frozenset[str]:
+    """The functions of ``spec``'s own module that its body names (``"module:qualname"`` each); read
+    once per grading process (every submission's folder asks again)."""
     module, _, qual = spec.partition(":")
     path = Path(REPO_ROOT, *module.split(".")).with_suffix(".py")
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"))
     except (OSError, SyntaxError):
-        return set()
+        return frozenset()
     node = _find(tree, qual)
     if node is None:
-        return set()
+        return frozenset()
     top = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     named = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-    return {f"{module}:{name}" for name in named & top if name != qual}
+    return frozenset(f"{module}:{name}" for name in named & top if name != qual)
 
 
 def hidden_references(chapter: Any) -> tuple[list[str], list[str]]:
