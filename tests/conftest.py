@@ -57,6 +57,7 @@ SLOW_TESTS = {
     "grading/test_grader_pieces.py::test_honest_habits_are_not_punished",
     "grading/test_submissions.py::test_a_name_that_is_not_utf8_and_an_empty_notebook_are_rows_not_a_crash",
     "grading/test_submissions.py::test_one_gradebook_per_folder",
+    "grading/test_submissions.py::test_ctrl_c_with_jobs_2_prints_one_line",
     "grading/test_submissions.py::test_a_second_grader_in_the_same_folder_is_refused_whatever_its_out",
     "grading/test_grader_pieces.py::test_regrade_and_interrupt",
     "grading/test_grader_pieces.py::test_sandbox_keeps_the_repository_and_other_students_read_only",

@@ -188,3 +188,27 @@ def test_a_second_grader_in_the_same_folder_is_refused_whatever_its_out(tmp_path
         assert err.startswith("error: ") and "another grader" in err and not (book / "other.csv").exists()
     finally:
         held.close()
+
+
+def test_ctrl_c_with_jobs_2_prints_one_line(tmp_path):
+    """Pool processes leave Ctrl-C to the grader: one line, exit 130 (or 0 if the class was done first)."""
+    import signal
+    import subprocess
+    import sys
+
+    subs = tmp_path / "subs"
+    for name in ("kim", "lee", "min"):
+        _put(subs / name / EXERCISE.name, REPO_ROOT / "solutions" / EXERCISE.name)
+    cmd = [sys.executable, "-m", "labsupport.grade", str(subs), "--out", str(tmp_path / "book" / "grades.csv"),
+           "--seed", "1", "--rounds", "1", "--jobs", "2"]
+    proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if line.startswith("seed:"):
+            break
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode in (0, 130), err
+    lines = [l for l in err.splitlines() if l.strip() and not l.lstrip("\r").startswith("grading:")]
+    if proc.returncode == 130:
+        assert len(lines) == 1 and lines[0].startswith("interrupted") and "Traceback" not in err, lines
