@@ -5,10 +5,10 @@ inside IPython, it also watches the answer cells (``_cells``): an answer cell th
 reported at its check instead of a ``NameError`` traceback.
 """
 from labsupport.check import _cells, _core
-from labsupport.check._core import (CheckFailed, CheckResult, Mistake, Sealed, check, check_seed, expect, mistake,
+from labsupport.check._core import (CheckFailed, CheckResult, Mistake, Sealed, check, check_seed, expect,
                                     parts, plain, results, short, summary)
 
 _cells.watch(_core.report_unrun)
 
-__all__ = ["CheckFailed", "CheckResult", "Mistake", "Sealed", "check", "check_seed", "expect", "mistake", "parts",
+__all__ = ["CheckFailed", "CheckResult", "Mistake", "Sealed", "check", "check_seed", "expect", "parts",
            "plain", "results", "short", "summary"]

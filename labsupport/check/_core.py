@@ -23,10 +23,10 @@ Grading support, used by :mod:`labsupport.workbook.grading`:
   grader grades the submitted value and never lets the student's process import this module);
 * tiered hints — ``hint=`` takes one text or a sequence of texts: the first failure of a question
   shows the first tier (a nudge), each further failure the next one (up to the formula);
-* named mistakes — :func:`mistake` raises a :class:`Mistake` for a wrong answer the check
-  recognises; its feedback has its own tiers, counted per mistake: the first time the learner makes
-  it, the *symptom* (what their result shows, on the smallest input that shows it) and a question;
-  on a repeat of the same mistake, the fix; from the third time on, the formula;
+* named mistakes — a :class:`Mistake` (raised by a rule of :mod:`labsupport.check.rules`) for a
+  wrong answer the check recognises; its feedback has its own tiers, counted per mistake: the first
+  time the learner makes it, the *symptom* (what their result shows, on the smallest input that
+  shows it) and a question; on a repeat of the same mistake, the fix; from the third time on, the formula;
 * answers that did not run — a check given a function whose answer cell last failed (a
   SyntaxError, an exception at the cell's top level) says so instead of grading the older
   definition (see :mod:`labsupport.check._cells`);
@@ -46,7 +46,7 @@ import traceback
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Iterator, NoReturn, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from labsupport.check import _cells
 
@@ -98,17 +98,6 @@ def try_call(fn: Callable, *args: Any) -> Any:
         return fn(*args)
     except Exception:  # noqa: BLE001 - the learner's code
         return RAISED
-
-
-def mistake(name: str, *, symptom: str, ask: str, fix: str, formula: str = "") -> "NoReturn":
-    """Fail the running check with the named mistake ``name`` (see :class:`Mistake`)::
-
-        if np.isclose(got, raw_weight):
-            mistake("not_normalised", symptom=f"weights [3, 1] gave p = {plain(got)}",
-                    ask="Do your probabilities add up to 1?", fix="Divide each weight by their sum.",
-                    formula="p_i = w_i / Σ_j w_j")
-    """
-    raise Mistake(name, symptom, ask, fix, formula)
 
 
 @dataclass

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from labsupport.check import _cells, _core
-from labsupport.check._core import check, mistake, plain, short
+from labsupport.check._core import check, plain, short
+from labsupport.check.rules import Rule
 from labsupport.paths import REPO_ROOT
 
 
@@ -29,10 +30,11 @@ def _fresh():
 def _q1(fn):
     got = fn(3)
     if got == 3:
-        mistake("echo", symptom="f(3) returned 3, the input itself", ask="What should happen to the input?",
-                fix="Double it.", formula="f(x) = 2x")
+        Rule("echo", symptom="f(3) returned 3, the input itself", ask="What should happen to the input?",
+             fix="Double it.", formula="f(x) = 2x").fail()
     if got == 9:
-        mistake("square", symptom="f(3) returned 9", ask="Is 3 × 3 what the task asks?", fix="Add, do not multiply.")
+        Rule("square", symptom="f(3) returned 9", ask="Is 3 × 3 what the task asks?",
+             fix="Add, do not multiply.").fail()
     _core.expect(got == 6, f"f(3) returned {short(got)}, expected 6")
     return "1 case"
 
