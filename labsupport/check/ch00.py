@@ -21,9 +21,11 @@ from labsupport.distributed.training_memory import training_memory_gb
 from labsupport.check import layout_mistakes as layout
 from labsupport.check._core import chapter_summary, check, check_seed, expect, parts, Sealed, short
 from labsupport.check.layout_mistakes import many
+from labsupport.check.texts import load_texts
 from labsupport.check.rules import first_showing, Rule, Rules
 
 CHAPTER = "ch00"
+TEXTS = load_texts(CHAPTER)
 
 
 summary = chapter_summary(CHAPTER)
@@ -56,22 +58,12 @@ def _q1_run(fn: Callable, case: tuple[int, int, int, int]) -> tuple[Any, list[st
 #: q1's named mistakes; the layout ones are chapter 6's q2's too (labsupport.check.layout_mistakes)
 RULES: dict[str, Rules] = {"q1": Rules(
     layout.ACCEPTS_INDIVISIBLE, layout.REFUSES_TP_ACROSS_NODES, layout.RAISES_LEGAL_LAYOUT,
-    Rule("float_division", "{call} returned {got}, a {type}",
-         "What type does Python's / return, even when the division comes out whole?",
-         "use integer division: world // (tp × pp)"),
+    Rule("float_division"),
     layout.ONE_NODE_ONLY, layout.DIVIDES_BY_TP_ONLY,
-    Rule("never_warns", "{call} returned {got} without a warning; {spans}",
-         "This layout is legal but slow: how will the person who runs it find out?",
-         "call warnings.warn(...) once when tp > devices (TP wider than one node)"),
-    Rule("warns_more_than_once", "{call} warned {times} times; {spans}",
-         "How many warnings does the exercise ask for per call, and which of your lines warn?",
-         "one warnings.warn(...) call, under `if tp > devices:`"),
-    Rule("warns_inside_a_node", "{call} warned ({warning}), but its TP group of {tp_gpus} fits in one node of "
-         "{devices_gpus}", "Evaluate your warning condition by hand for this layout: does a TP group of tp GPUs leave "
-         "a node of devices GPUs?", "warn only when tp > devices (strictly: tp == devices fills one node exactly); "
-         "never for a layout inside one node"),
-    formula="world = devices × num_nodes; DP = world // (tp × pp); raise ValueError when world % (tp × pp) != 0; "
-            "when tp > devices return DP and call warnings.warn(...) once; otherwise do not warn")}
+    Rule("never_warns"),
+    Rule("warns_more_than_once"),
+    Rule("warns_inside_a_node"),
+    texts=TEXTS["q1"])}
 
 
 def _q1_kind(case: tuple[int, int, int, int], got: Any, warned: list[str]) -> str | None:
@@ -124,16 +116,7 @@ def _q1_fail(fn: Callable, kind: str, case: tuple[int, int, int, int], got: Any,
     RULES["q1"].fail(kind, **facts)
 
 
-@check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the formula
-    "reread chapter 0's 'Derived values: how 32 GPUs are divided': TP and PP split ONE copy of the model over "
-    "some GPUs; how many copies fit in all the GPUs, and when does that not come out whole?",
-    "world size = every GPU of every node; one model replica takes TP × PP of them and DP counts the replicas. "
-    "The rule this function can check is a world size that TP × PP divides (Megatron-Core has more — heads and KV "
-    "groups by TP, layers by PP — but they need the model's shape). TP wider than one node is legal but slow "
-    "(its traffic leaves NVLink): warn once, do not raise.",
-    "world size = devices × num_nodes; DP = world / (TP × PP); raise ValueError "
-    "when TP × PP does not divide the world size. TP > devices is legal (Megatron-Core accepts it) but "
-    "slow: return DP and call warnings.warn(...) once; a layout inside one node must not warn."))
+@check(CHAPTER, "q1", hint=TEXTS["q1"].hint)
 def q1(data_parallel_size) -> str:
     """Checked: DP for 30 valid random layouts (an int; 5 of them with TP across nodes), ValueError for 30 that
     do not divide, exactly one warning for the valid layouts whose TP spans nodes and none for the others."""
@@ -157,29 +140,13 @@ def q1(data_parallel_size) -> str:
 # ---------------------------------------------------------------------------------------------
 # q2: memory per model size
 RULES["q2"] = Rules(
-    Rule("bytes_not_gb", "{call} returned {got_num}",
-         "In which unit does your number come out, and in which unit does the exercise ask for it?",
-         "that is bytes: divide by 1e9 for decimal GB"),
-    Rule("gib_not_gb", "{call} returned {got_6g}, {ratio} times the expected {want}",
-         "How many bytes is one GB in the exercise: 1e9 or 2**30?",
-         "that is GiB (2**30 bytes); divide bytes by 1e9 for decimal GB"),
-    Rule("zero_16_bytes", "{call} returned {got_4g}: {kept}, the ZeRO paper's count",
-         "In which precision does Megatron with --bf16 keep the gradients (chapter 0, and the exercise text)?",
-         "Megatron with --bf16 keeps fp32 gradients (4 bytes, not 2) unless --grad-reduce-in-bf16: "
-         "2 + 4 + 4 + 4 + 4 = 18 bytes"),
-    Rule("no_sharding", "{call} returned {got_4g}: {kept}, the same as megatron_adam",
-         "What does the distributed optimizer split over the dp = {dp} replicas?",
-         "the optimizer state (fp32 master + Adam m + v = 12 bytes) is split over dp: 6 + 12/{dp}"),
-    Rule("shards_everything", "{call} returned {got_4g}: {kept}, all 18 bytes divided by dp = {dp}",
-         "Which of the five things kept per parameter does the distributed optimizer split over dp, and which does "
-         "every replica keep whole?", "every replica keeps its bf16 weights (2) and fp32 gradients (4); only the 12 "
-         "bytes of optimizer state are split: 6 + 12/dp"),
-    Rule("bytes_per_param", "{call} returned {got_4g}: {kept}",
-         "List what this method keeps for each parameter (weights, gradients, master weights, Adam's moments) and the "
-         "bytes of each: what do they add up to?", "bf16 weights 2 bytes; Megatron's Adam with --bf16 adds fp32 "
-         "gradients 4, an fp32 master copy 4 and Adam's m and v, 4 each"),
-    formula="GB = n_params × bytes per parameter / 1e9: bf16_weights 2; megatron_adam 18 (bf16 weights 2 + fp32 "
-            "grads 4 + fp32 master 4 + Adam m 4 + v 4); megatron_distopt 6 + 12/dp")
+    Rule("bytes_not_gb"),
+    Rule("gib_not_gb"),
+    Rule("zero_16_bytes"),
+    Rule("no_sharding"),
+    Rule("shards_everything"),
+    Rule("bytes_per_param"),
+    texts=TEXTS["q2"])
 _Q2_SMALL = [(1e9, "bf16_weights", 1), (1e9, "megatron_adam", 1), (1e9, "megatron_distopt", 4)]
 
 
@@ -226,16 +193,7 @@ def _q2_fail(fn: Callable, kind: str, n: float, method: str, dp: int, got: Any) 
                      kept=f"{float(got) * 1e9 / n:.4g} bytes per parameter")
 
 
-@check(CHAPTER, "q2", hint=(
-    "reread chapter 0's 'Checking a claim of the Kubernetes guide: \"8B on 1× A100 80GB\"': memory is the "
-    "number of parameters times the bytes each one needs; what is kept per parameter for each method?",
-    "inference-style weights need only the bf16 weights; Megatron's Adam with --bf16 also keeps fp32 gradients, "
-    "an fp32 master copy of the weights and Adam's two fp32 moments. The distributed optimizer splits the last "
-    "three (the optimizer state) over the dp replicas. Count bytes per parameter, multiply by n_params and "
-    "express the result in decimal GB.",
-    "bf16 weights alone are 2 bytes per parameter; Megatron's Adam with --bf16 is 18 (bf16 weights 2 + fp32 "
-    "grads 4 + fp32 master 4 + Adam m 4 + v 4); its distributed optimizer 6 + 12/dp. "
-    "GB = n_params × bytes per parameter / 1e9 (decimal GB, 1e9 bytes)."))
+@check(CHAPTER, "q2", hint=TEXTS["q2"].hint)
 def q2(memory_gb) -> str:
     """Checked: ``memory_gb(n_params, method, dp)`` for 30 random model sizes, the three methods, and a
     random data-parallel size dp (it changes only ``"megatron_distopt"``)."""
@@ -255,15 +213,10 @@ def q2(memory_gb) -> str:
 # q3: the data-parallel group
 _SAME_SLICE = "the DP group keeps tp_rank and pp_rank of rank and takes every dp_rank"
 RULES["q3"] = Rules(
-    Rule("tensor_parallel_group", "{symptom}",
-         "Which coordinate differs between the GPUs of your list? Do they hold the same slice of the model?",
-         f"those GPUs split one layer (the tensor-parallel group); {_SAME_SLICE}"),
-    Rule("pipeline_group", "{symptom}", "Do the GPUs of your list hold the same layers, or different stages of one "
-         "replica?", f"those are the pipeline stages of one replica; {_SAME_SLICE}"),
-    Rule("dp_varies_fastest", "{symptom}", "In the order tp-cp-ep-dp-pp, which coordinate changes from one rank to "
-         "the next?", "TP varies fastest, then DP, then PP: rank = tp_rank + TP·(dp_rank + DP·pp_rank), not DP first"),
-    formula="rank = tp_rank + TP·(dp_rank + DP·pp_rank): tp_rank = rank % TP, pp_rank = rank // (TP·DP); the DP "
-            "group is [tp_rank + TP·(d + DP·pp_rank) for d in range(DP)]")
+    Rule("tensor_parallel_group", fix=f"those GPUs split one layer (the tensor-parallel group); {_SAME_SLICE}"),
+    Rule("pipeline_group", fix=f"those are the pipeline stages of one replica; {_SAME_SLICE}"),
+    Rule("dp_varies_fastest"),
+    texts=TEXTS["q3"])
 #: small layouts (tp, pp, dp) a failure is shrunk to; a named group needs every size ≥ 2 to be told apart
 _Q3_SMALL = [(1, 1, 2), (2, 1, 2), (1, 2, 2), (2, 2, 2), (2, 1, 3), (2, 2, 3), (3, 2, 2), (2, 3, 2), (4, 2, 2)]
 
@@ -317,13 +270,7 @@ def _q3_fail(fn: Callable, kind: str, case: tuple[int, int, int, int], got: Any)
     RULES["q3"].fail(kind, symptom=symptom)
 
 
-@check(CHAPTER, "q3", hint=(
-    "reread chapter 0's 'Derived values' cell that printed every GPU's coordinates: the GPUs that average "
-    "gradients hold the same slice of the model — which coordinates do they share, which one differs?",
-    "split the rank into (tp_rank, dp_rank, pp_rank) in Megatron's order tp-cp-ep-dp-pp (TP varies fastest, "
-    "then DP, then PP); the DP group keeps tp_rank and pp_rank and takes every dp_rank; turn each back into a rank.",
-    "rank = tp_rank + TP·(dp_rank + DP·pp_rank), so tp_rank = rank mod TP and pp_rank = rank // (TP·DP). The "
-    "DP group of a rank keeps its tp_rank and pp_rank and runs dp_rank over 0..DP-1."))
+@check(CHAPTER, "q3", hint=TEXTS["q3"].hint)
 def q3(data_parallel_group) -> str:
     """Checked: for 40 random layouts and ranks, the sorted list of global ranks that all-reduce gradients with
     ``rank`` (same tp_rank and pp_rank, every dp_rank), including ``rank`` itself."""
@@ -370,15 +317,7 @@ _WRONG = Sealed("labsupport:ch00:q4:wrong", [
 ])
 
 
-@check(CHAPTER, "q4", hint=(
-    "reread chapter 0's 'Trade-offs: NeMo/Megatron or Hugging Face' (book §6.2.8): for each scenario, what does "
-    "the job need that only one framework gives?",
-    "scale decides: model and data parallelism across many nodes is what Megatron-Core was built for; a job that "
-    "fits one node gains more from the simpler ecosystem (and NeMo still works); a pipeline beyond text asks "
-    "which framework ships those collections",
-    "Book §6.2.8: very large distributed pre-training favours NeMo/Megatron-Core; a LoRA on "
-    "one node is simpler in the HF ecosystem (NeMo works too); NeMo has speech collections. Give reasons as keys "
-    "of REASONS."))
+@check(CHAPTER, "q4", hint=TEXTS["q4"].hint)
 def q4(exercise_5: Callable) -> tuple[str, dict[str, str]]:
     """``exercise_5()`` → ``{"a"|"b"|"c": {"choice": nemo|hf|either, "reasons": [REASONS keys]}, "why": text}``."""
     answer = exercise_5()

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from labsupport.check._core import chapter_summary, check, check_seed, expect, parts, Sealed, short
+from labsupport.check.texts import load_texts
 from labsupport.check.rules import Rule, Rules, first_showing
 from labsupport.datasets.bpe import ByteBPE, merge, merge_step as _merge_step
 from labsupport.datasets.tokenizer import (Tokenizer, compare_tokenizers, read_documents, train_sentencepiece_bytes,
@@ -28,6 +29,7 @@ from labsupport.datasets.tokenizer import (Tokenizer, compare_tokenizers, read_d
 from labsupport.paths import DOMAINS, data_file
 
 CHAPTER = "ch01"
+TEXTS = load_texts(CHAPTER)
 #: the mistakes the checks name, by question (each table sits next to its check)
 RULES: dict[str, Rules] = {}
 
@@ -127,25 +129,13 @@ _Q1_FORMULA = ("counts = {{}}; for pair in zip(ids, ids[1:]): counts[pair] = cou
 _Q1_SMALL = [(ids, 256) for ids in ([], [5], [1, 2], [1, 2, 3], [7, 7, 7], [1, 2, 1, 2], [1, 2, 7, 7, 7],
                                     [7, 7, 7, 7], [3, 1, 2, 1, 2, 3], [1, 2, 3, 1, 2, 3, 3, 1])]
 RULES["q1"] = Rules(
-    Rule("modifies_input", symptom="after {call} the caller's list is {after}",
-         ask="Is the list the caller passed in still the same after your call? Which line writes into it?",
-         fix="build a new list (out = [] … out.append(…)); never assign into ids, pop or insert"),
-    Rule("tie_not_first", symptom="{call} merged {pair}; {pair} and {want_pair} both occur {times}",
-         ask="When two pairs are equally frequent, which one does the exercise say wins — and which one does your "
-             "code pick?",
-         fix="on a tie the pair that occurs FIRST wins: count in a dict (it keeps insertion order) and take "
-             "max(counts, key=counts.get), which keeps the first of equal counts"),
-    Rule("overlaps_not_counted", symptom="{call} merged {pair}; the adjacent positions hold {seen}",
-         ask="How many adjacent positions of [7, 7, 7] hold (7, 7), and how many does your counting find?",
-         fix="count every adjacent position i, overlaps included: for pair in zip(ids, ids[1:])"),
-    Rule("keeps_second_token", symptom="{call} returned ids {ids}: {n_in} tokens in, {n_out} out",
-         ask="After {want_pair} became {new_id}, is its second token still in your list? How many tokens does one "
-             "replacement consume?",
-         fix="a replacement consumes both tokens: append new_id and skip two (i += 2), so [7, 7, 7] → [new_id, 7]"),
-    Rule("replaces_once", symptom="{call} returned ids {ids}: {want_pair} is still in it",
-         ask="How many occurrences of {want_pair} does your result still hold, and why did the scan stop?",
-         fix="replace every non-overlapping occurrence: scan the whole list, not only up to the first match"),
-    formula=_Q1_FORMULA)
+    Rule("modifies_input"),
+    Rule("tie_not_first"),
+    Rule("overlaps_not_counted"),
+    Rule("keeps_second_token"),
+    Rule("replaces_once"),
+    formula=_Q1_FORMULA,
+    texts=TEXTS["q1"])
 #: q1's wrong answers no rule names: plain failures
 _Q1_PLAIN = {"not_a_tuple": "{call} returned {got}; expected a (new_ids, pair) tuple",
              "bad_pair": "{call} returned pair {pair}; expected a (left, right) tuple or None",
@@ -205,16 +195,7 @@ def _q1_verdict(case: tuple[list[int], int], out: tuple[list[int], Any]) -> tupl
     return "wrong_ids", facts
 
 
-@check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the recipe
-    "reread chapter 1's 'Byte-level BPE from scratch' (§6.2.1): one training step counts the adjacent pairs, "
-    "picks one and replaces it; the exercise text fixes what counts as a pair, which pair wins a tie and how the "
-    "replacing scans",
-    "count every adjacent position i (ids[i], ids[i+1]) — overlapping ones too, so [7, 7, 7] has (7, 7) twice; on "
-    "equal counts the pair that occurs first wins; then build a NEW list, scanning left to right and replacing "
-    "each occurrence that does not overlap the previous replacement",
-    "count adjacent pairs (overlaps count), take the most frequent (ties: the pair "
-    "seen first), then scan left to right replacing each non-overlapping occurrence by new_id; return "
-    "(new_ids, pair), or (list(ids), None) when there are fewer than two tokens. Do not modify the input."))
+@check(CHAPTER, "q1", hint=TEXTS["q1"].hint)
 def q1(merge_step) -> str:
     """Checked: 60 random sequences — 4 empty or one-token, 26 of the ids 0–3 (many ties and runs such as
     [7, 7, 7]) and 30 UTF-8 byte sequences of random text — and that the input list is not modified."""
@@ -248,20 +229,17 @@ _Q2_SMALL = [["hello world"], ["한국어"], ["a", "hello world, hello"], ["hi",
 
 _Q2_SYMPTOM = "{where} returned {value:.6g} ({shown})"
 RULES["q2"] = Rules(
-    Rule("per_utf8_byte", _Q2_SYMPTOM,
-         wrong=lambda tok, texts: sum(len(tok.encode(t)) for t in texts) / sum(len(t.encode("utf-8")) for t in texts),
-         ask="What did you divide the tokens by — and is len(text) the same as len(text.encode('utf-8')) for Korean?",
-         fix="divide by the characters (len of the str, code points), not the UTF-8 bytes"),
-    Rule("mean_of_ratios", _Q2_SYMPTOM,
-         wrong=lambda tok, texts: statistics.fmean(len(tok.encode(t)) / len(t) for t in texts if t),
-         ask="Is your number one ratio of totals, or an average of per-text ratios? Which one lets a one-word text "
-             "weigh as much as a page?",
-         fix="add up the tokens of all texts and the characters of all texts, then divide once"),
-    Rule("characters_per_token", _Q2_SYMPTOM,
-         wrong=lambda tok, texts: sum(len(t) for t in texts) / sum(len(tok.encode(t)) for t in texts),
-         ask="Which count goes above the fraction bar in 'tokens per character'?",
-         fix="tokens per character = tokens / characters; yours is characters / tokens"),
-    formula=_Q2_FORMULA)
+    Rule("per_utf8_byte",
+         symptom=_Q2_SYMPTOM,
+         wrong=lambda tok, texts: sum(len(tok.encode(t)) for t in texts) / sum(len(t.encode("utf-8")) for t in texts)),
+    Rule("mean_of_ratios",
+         symptom=_Q2_SYMPTOM,
+         wrong=lambda tok, texts: statistics.fmean(len(tok.encode(t)) / len(t) for t in texts if t)),
+    Rule("characters_per_token",
+         symptom=_Q2_SYMPTOM,
+         wrong=lambda tok, texts: sum(len(t) for t in texts) / sum(len(tok.encode(t)) for t in texts)),
+    formula=_Q2_FORMULA,
+    texts=TEXTS["q2"])
 _Q2_PLAIN = {"not_a_float": "{where} returned {got}; expected a float", "wrong_ratio": _Q2_SYMPTOM}
 
 
@@ -281,14 +259,7 @@ def _q2_verdict(case: tuple[Tokenizer, list[str], str], got: Any) -> tuple[str |
     return _follows(RULES["q2"], (tok, texts), got, same) or "wrong_ratio", facts
 
 
-@check(CHAPTER, "q2", hint=(
-    "reread chapter 1's 'SentencePiece: lossless, BPE vs unigram, four domains', which compared the domains: "
-    "what is counted above the fraction bar, and what below it?",
-    "one ratio of totals over the whole list, not a mean of per-text ratios: all tokens (each text encoded on its "
-    "own with the tokenizer you are given) over all characters (code points: len of the str, not UTF-8 bytes)",
-    "tokens per character = (sum over texts of len(tok.encode(text))) / (sum of len(text)); "
-    "encode each text on its own, count characters (len of the str), not UTF-8 bytes; use the tokenizer "
-    "you are given."))
+@check(CHAPTER, "q2", hint=TEXTS["q2"].hint)
 def q2(tokens_per_character) -> str:
     """Checked: 8 lists of 3–12 random snippets (a random emoji/Hangul text added to some), one per domain
     and tokenizer: the workbook's and one freshly trained."""
@@ -361,36 +332,16 @@ def _q3_kind(key: str, got: Any, want: Any, train: Tokenizer, serve: Tokenizer, 
 
 
 RULES["q3"] = Rules(
-    Rule("agreement_is_a_count", symptom="{scenario}: id_agreement = {agreement} for {n} probe texts{others}",
-         ask="The table asks for a fraction of the probe texts: what range can a fraction take?",
-         fix="divide the number of identically encoded texts by len(probe_texts)"),
-    Rule("names_not_sorted", symptom="{scenario}: special_ids_differ = {special}, expected {want_special}{others}",
-         ask="Your names are the right ones: what does the table say about their order?", fix="return sorted(names)"),
-    Rule("decoded_the_other_way", symptom="{scenario}: garbled = {garbled}, expected {want_garbled}{others}",
-         ask="Which tokenizer wrote the training ids, and which one reads them when the model serves? Which way "
-             "round did you decode?",
-         fix="garbled is serve_tok.decode(train_tok.encode(t)); you decoded serving ids with the training tokenizer"),
-    Rule("verdict_not_from_fingerprint",
-         symptom="{scenario}: verdict = 'same', but the two .model files differ (both have {vocab} pieces){others}",
-         ask="Two tokenizers with the same vocabulary size: are they the same tokenizer? What identifies a "
-             "tokenizer file exactly?",
-         fix="decide same_fingerprint and the verdict from the fingerprints alone (tok.fingerprint)"),
-    Rule("copy_called_a_mismatch", symptom="{scenario}: verdict = 'mismatch', but both tokenizers are the same bytes "
-                                           "(equal fingerprints) at two paths{others}",
-         ask="A byte-for-byte copy at another path: is it another tokenizer? What does your test compare?",
-         fix="compare the fingerprints (sha256 of the .model bytes), not paths, file names or objects"),
-    formula=_Q3_FORMULA)
+    Rule("agreement_is_a_count"),
+    Rule("names_not_sorted"),
+    Rule("decoded_the_other_way"),
+    Rule("verdict_not_from_fingerprint"),
+    Rule("copy_called_a_mismatch"),
+    formula=_Q3_FORMULA,
+    texts=TEXTS["q3"])
 
 
-@check(CHAPTER, "q3", hint=(
-    "reread chapter 1's 'The invariant: one tokenizer everywhere' (§6.2.4, §6.2.9): what identifies a tokenizer "
-    "file exactly, and how does the damage show when the wrong one decodes training ids?",
-    "the fingerprint alone decides the verdict; the other fields describe the damage: both vocabulary sizes, the "
-    "special-token names whose ids differ, the share of probe texts both encode identically, and the first probe "
-    "that does not survive 'encode with the training tokenizer, decode with the serving one'",
-    "compare fingerprints (the decisive test), vocab sizes, the special ids "
-    "(tok.special_ids(), sorted names whose ids differ), the FRACTION of probe texts encoded identically, and "
-    "serve_tok.decode(train_tok.encode(t)): the first text that does not come back is 'garbled' (else None)."))
+@check(CHAPTER, "q3", hint=TEXTS["q3"].hint)
 def q3(diagnose_tokenizer_mismatch) -> str:
     rng = random.Random(check_seed())
     english = [_snippet(rng, rng.choice(["web", "books", "code"]), 200, 3000) for _ in range(100)]
@@ -437,16 +388,7 @@ def q3(diagnose_tokenizer_mismatch) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-@check(CHAPTER, "q4", hint=(
-    "training went fine and only the served output is broken text: what differs between training and serving? "
-    "(chapter 1, 'The invariant: one tokenizer everywhere')",
-    "suspect the tokenizer the serving stack loads (book §6.2.4 pitfall, §6.2.9): ids only mean something with "
-    "the tokenizer that wrote them. A useful check looks at the two tokenizers themselves, not at training, "
-    "hardware or batch sizes; a fix removes the cause (the same .model everywhere) or stops a mismatched "
-    "tokenizer from being used (fail fast), rather than hiding the symptom.",
-    "Training was fine and the output is broken text: suspect the tokenizer the "
-    "serving stack loads (book §6.2.4 pitfall, §6.2.9). Checks compare the tokenizers themselves; fixes "
-    "make the same .model travel with the model and fail fast when it does not."))
+@check(CHAPTER, "q4", hint=TEXTS["q4"].hint)
 def q4(exercise_4) -> tuple[str, dict[str, str]]:
     answer = exercise_4()
     expect(isinstance(answer, dict), f"exercise_4() must return a dict, got {type(answer).__name__}")
@@ -505,21 +447,12 @@ def _encode(text: str, merges: list[tuple[int, int]], order: int = 1, first_only
 
 
 RULES["q5"] = Rules(
-    Rule("no_merge_applied", "{symptom} — the UTF-8 bytes of the text", wrong=lambda text, merges: _encode(text, []),
-         ask="What does each learned merge do to the byte sequence, and did your loop apply any of them?",
-         fix="apply the merges: merge k replaces every occurrence of the pair merges[k] by the id 256 + k"),
-    Rule("code_points", "{call} returned {got}; the UTF-8 bytes of {text} are {utf8}",
-         wrong=lambda text, merges: [ord(c) for c in text],
-         ask="Does byte-level BPE start from characters or from bytes? What does ord give for a non-ASCII character?",
-         fix="start from list(text.encode('utf-8')), not from ord(c) of each character"),
-    Rule("merges_in_reverse", "{symptom}", wrong=lambda text, merges: _encode(text, merges, order=-1),
-         ask="A later merge can use a token an earlier merge made: did that token exist when your encoder tried the "
-             "later merge?",
-         fix="apply the merges in training order, k = 0, 1, 2, …, each over the whole sequence"),
-    Rule("first_occurrence_only", "{symptom}", wrong=lambda text, merges: _encode(text, merges, first_only=True),
-         ask="How many occurrences of a pair does your encoder replace per merge?",
-         fix="each merge replaces every non-overlapping occurrence, scanning the whole sequence left to right"),
-    formula=_Q5_FORMULA)
+    Rule("no_merge_applied", wrong=lambda text, merges: _encode(text, [])),
+    Rule("code_points", wrong=lambda text, merges: [ord(c) for c in text]),
+    Rule("merges_in_reverse", wrong=lambda text, merges: _encode(text, merges, order=-1)),
+    Rule("first_occurrence_only", wrong=lambda text, merges: _encode(text, merges, first_only=True)),
+    formula=_Q5_FORMULA,
+    texts=TEXTS["q5"])
 _Q5_PLAIN = {"not_a_list": "{call} returned {got}; expected a list of ints", "wrong_ids": "{symptom}{expected}"}
 
 
@@ -548,14 +481,7 @@ def _q5_verdict(case: tuple[str, list[tuple[int, int]]], got: Any) -> tuple[str 
     return _follows(RULES["q5"], case, got, lambda a, b: a == b) or "wrong_ids", facts
 
 
-@check(CHAPTER, "q5", hint=(
-    "reread how chapter 1's ByteBPE encodes unseen text with what training learned: where does encoding start, "
-    "and in which order are the learned merges applied? (try the exercise's 'hi! hi' by hand)",
-    "start from the UTF-8 bytes; merge k makes the id 256 + k. Apply the merges one after another in the order "
-    "they were learned — a later merge may use a token an earlier one made — each over the whole sequence",
-    "start from the UTF-8 bytes; merge k turns the pair merges[k] into id 256 + k. Apply the "
-    "merges in the order they were learned (a later merge can use a token an earlier one made), each over the "
-    "whole sequence, left to right without overlaps — your merge_step's replacing part does that."))
+@check(CHAPTER, "q5", hint=TEXTS["q5"].hint)
 def q5(bpe_encode) -> str:
     """Checked: 20 random texts (corpus snippets, Korean, emoji, whitespace) encoded with the merges of ByteBPE
     models trained on *other* random snippets, against ByteBPE.encode; also a text no merge applies to."""

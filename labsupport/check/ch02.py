@@ -18,9 +18,11 @@ import numpy as np
 
 from labsupport.datasets.indexed import IndexedDataset, IndexedDatasetBuilder, get_bin_path, get_idx_path
 from labsupport.check._core import CheckFailed, Sealed, chapter_summary, check, check_seed, expect, short
+from labsupport.check.texts import load_texts
 from labsupport.check.rules import Rule, Rules, diagnose
 
 CHAPTER = "ch02"
+TEXTS = load_texts(CHAPTER)
 
 #: Book exercise 1: candidate problems of tokenizing every step (the learner picks three) ...
 EXERCISE_1_PROBLEMS = {
@@ -110,18 +112,12 @@ _Q1_FORMULA = ("magic = raw[:9]; version, dtype_code, N, D = struct.unpack('<QBQ
                "raise ValueError unless magic == b'MMIDIDX\\x00\\x00'")
 _ARRAY = "{what}: {key} = {got}, expected {want}"
 RULES["q1"] = Rules(
-    Rule("lengths_as_int64", _ARRAY, ask="How many bytes does one sequence length take in the layout line?",
-         fix="the lengths are N int32 values: np.frombuffer(raw, '<i4', N, 34)"),
-    Rule("pointers_after_8n", _ARRAY,
-         ask="How many bytes do the N lengths before the pointers take, so at which byte do the pointers begin?",
-         fix="the pointers start right after N int32 lengths (4 bytes each): offset 34 + 4N, not 34 + 8N"),
-    Rule("documents_offset", _ARRAY,
-         ask="Which arrays lie before the document indices, and how many bytes does each element of each take?",
-         fix="the document indices start after N int32 lengths and N int64 pointers: 34 + 4N + 8N = 34 + 12N"),
-    Rule("accepts_bad_magic", "parse_idx accepted the golden vector with its magic changed to b'TNTIDX\\x00\\x00\\x00'",
-         ask="What does your function do with bytes that are not a Megatron MMIDIDX index at all?",
-         fix="compare raw[:9] with b'MMIDIDX\\x00\\x00' first and raise ValueError when they differ"),
-    formula=_Q1_FORMULA)
+    Rule("lengths_as_int64", symptom=_ARRAY),
+    Rule("pointers_after_8n", symptom=_ARRAY),
+    Rule("documents_offset", symptom=_ARRAY),
+    Rule("accepts_bad_magic"),
+    formula=_Q1_FORMULA,
+    texts=TEXTS["q1"])
 #: q1: the wrong reads a rule names, by array — (rule, m): the array read as int64 from byte 34 + m·N
 _WRONG_READS = {"sequence_lengths": [("lengths_as_int64", 0)], "sequence_pointers": [("pointers_after_8n", 8)],
                 "document_indices": [("documents_offset", 8), ("documents_offset", 16)]}
@@ -148,16 +144,7 @@ def _q1_array(what: str, key: str, got: Any, want: np.ndarray, raw: bytes, n: in
     expect(False, _ARRAY.format_map(facts))
 
 
-@check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the offsets
-    "reread chapter 2's 'The format made visible (.bin/.idx 형식)' and the layout line of the exercise: count "
-    "the bytes each header field takes, then where each array begins; check.q1_header(parse_idx) tests the header "
-    "alone",
-    "a fixed 34-byte header (9-byte magic, then version, dtype code, N and D, little-endian), then three arrays "
-    "back to back: N int32 lengths, N int64 pointers, D int64 document indices; each array starts where the "
-    "previous one ends, so its offset adds up the bytes before it",
-    "magic = raw[:9]; struct.unpack('<QBQQ', raw[9:34]) gives version, dtype "
-    "code, N and D; then np.frombuffer(raw, '<i4', N, 34), ('<i8', N, 34 + 4N) and "
-    "('<i8', D, 34 + 12N). Raise ValueError when the magic is not b'MMIDIDX\\x00\\x00'."))
+@check(CHAPTER, "q1", hint=TEXTS["q1"].hint)
 def q1(parse_idx) -> str:
     """Checked: the exercise's golden vector, then 12 random .idx files (4 dtypes, empty and multi-sequence
     documents), every field against IndexedDataset; and a wrong magic must raise ValueError."""
@@ -236,20 +223,12 @@ _Q2_SMALL = [([5, 2], [0, 1, 2], 2, 1),           # one sequence per document
              ([3, 2, 4], [0, 2, 3], 2, 1),        # document 0 holds two sequences
              ([3, 4], [0, 1, 1, 2], 4, 2)]        # document 1 holds none
 RULES["q2"] = Rules(
-    Rule("tokens_not_bytes", "{symptom}, stored as {itemsize}-byte tokens",
-         wrong=lambda lengths, d, itemsize, k: int(lengths[:d[k]].astype(np.int64).sum()),
-         ask="In which unit are the sequence lengths, and in which unit is a byte offset?",
-         fix="the lengths count tokens: multiply by itemsize = {itemsize} for bytes"),
-    Rule("sequence_k", "{symptom}",
-         ask="Is k a document number or a sequence number? Where does the index say document {k} starts?",
-         wrong=lambda lengths, d, itemsize, k: int(lengths[:k].astype(np.int64).sum()) * itemsize,
-         fix="document k starts at sequence document_indices[k] (here {first}), not at sequence k: add the lengths "
-             "before that one"),
-    Rule("one_sequence_too_many", "{symptom}",
-         wrong=lambda lengths, d, itemsize, k: int(lengths[:d[k] + 1].astype(np.int64).sum()) * itemsize,
-         ask="Does the offset of document {k} count the bytes of its own first sequence?",
-         fix="stop before sequence document_indices[k]: sum(lengths[:d[k]]), not [:d[k] + 1]"),
-    formula=_Q2_FORMULA)
+    Rule("tokens_not_bytes", wrong=lambda lengths, d, itemsize, k: int(lengths[:d[k]].astype(np.int64).sum())),
+    Rule("sequence_k", wrong=lambda lengths, d, itemsize, k: int(lengths[:k].astype(np.int64).sum()) * itemsize),
+    Rule("one_sequence_too_many",
+         wrong=lambda lengths, d, itemsize, k: int(lengths[:d[k] + 1].astype(np.int64).sum()) * itemsize),
+    formula=_Q2_FORMULA,
+    texts=TEXTS["q2"])
 
 
 def _is_int(value: Any) -> bool:
@@ -280,13 +259,7 @@ def _q2_case(fn: Any, case: tuple, want: int) -> None:
     expect(False, facts["symptom"])
 
 
-@check(CHAPTER, "q2", hint=(
-    "reread chapter 2's 'O(1) random access to document k': a byte offset counts everything stored in the .bin "
-    "before document k — which sequences are those, and what unit are the lengths in?",
-    "document k starts at sequence document_indices[k] (not at sequence k: documents may hold several sequences "
-    "or none); add up the lengths of all sequences before it, in tokens, and turn tokens into bytes",
-    "document k starts at sequence d[k]; every sequence before it takes "
-    "length × itemsize bytes, so the offset is sum(sequence_lengths[:d[k]]) * itemsize."))
+@check(CHAPTER, "q2", hint=TEXTS["q2"].hint)
 def q2(document_byte_offset) -> str:
     """Checked: 3 small hand-made cases, then 8 random documents of each of 10 random datasets plus every
     document right after an empty one, against IndexedDataset.document_byte_offset."""
@@ -319,22 +292,11 @@ def q2(document_byte_offset) -> str:
 # ---------------------------------------------------------------------------------------------
 # q3: book exercise 1
 RULES["q3"] = Rules(
-    Rule("padding_is_packing", "your problems {problems} include 'padding'",
-         ask="Does storing token ids in a .bin/.idx pair change how many pad tokens a batch holds?",
-         fix="padding is a real cost, but packing (chapter 4) solves it, not .bin/.idx; the three problems are work "
-             "repeated every step, reaching document k, and data larger than RAM",
-         formula="Book §6.2.3: re-tokenizing (CPU) → tokenize once; random access → the .idx pointers; "
-                 "memory → mmap"))
+    Rule("padding_is_packing"),
+    texts=TEXTS["q3"])
 
 
-@check(CHAPTER, "q3", hint=(
-    "reread chapter 2's 'The problem, measured' (§6.2.3) and the two sections after it: what does tokenizing at "
-    "every step cost, what does a text file lack, and what happens when terabytes are loaded?",
-    "three problems, each solved by one mechanism of .bin/.idx + mmap: work repeated at every step and epoch, "
-    "reaching document k without scanning, and data far larger than RAM. Padding is a real cost too, but "
-    "packing (chapter 4) solves it, not .bin/.idx.",
-    "Book §6.2.3: the three problems are re-tokenizing (CPU), random access, "
-    "and memory; padding is real but solved by packing (chapter 4), not by .bin/.idx."))
+@check(CHAPTER, "q3", hint=TEXTS["q3"].hint)
 def q3(exercise_1) -> tuple[str, dict[str, str]]:
     answer = exercise_1()
     expect(isinstance(answer, dict), f"exercise_1() must return a dict, got {type(answer).__name__}")
@@ -406,21 +368,13 @@ def _read_as(ds: IndexedDataset, raw_bin: bytes, k: int, dtype: Any) -> np.ndarr
 
 
 RULES["q4"] = Rules(
-    Rule("first_sequence_only", "{symptom}",
-         ask="How many sequences does document {k} hold, and how many did you read?",
-         fix="read every sequence document_indices[k] .. document_indices[k+1] - 1 and np.concatenate them"),
+    Rule("first_sequence_only"),
     RULES["q2"]["sequence_k"].but(symptom="{symptom} — your result is sequence {k}", wrong=None, formula="",
                                   fix="document k starts at sequence document_indices[k], not at sequence k"),
-    Rule("wrong_dtype", "{symptom}; the header's dtype code is {code}",
-         ask="Which token type does this file's header name, and which type did you read the .bin with?",
-         fix="map dtype_code to its numpy type (1 uint8, 4 int32, 5 int64, 8 uint16, …) and read with it"),
-    Rule("empty_document", "{call} raised {error}; document {k} holds no sequence (document_indices[{k}] == "
-                           "document_indices[{next}] == {first})",
-         ask="What are the tokens of a document with no sequence, and what does your code do when there is nothing "
-             "to join?",
-         fix="return an empty array (np.zeros(0, dtype)) when d[k] == d[k+1]: np.concatenate needs at least one "
-             "piece"),
-    formula=_Q4_FORMULA)
+    Rule("wrong_dtype"),
+    Rule("empty_document"),
+    formula=_Q4_FORMULA,
+    texts=TEXTS["q4"])
 
 
 def _q4_kind(got: Any, ds: IndexedDataset, raw_bin: bytes, k: int) -> str | None:
@@ -451,15 +405,7 @@ def _q4_facts(what: str, ds: IndexedDataset, k: int, got: Any) -> dict[str, Any]
                        f"document {k} holds {holds}"}
 
 
-@check(CHAPTER, "q4", hint=(
-    "decode the hand-made file printed above the check on paper first: which sequences make up each document, "
-    "where does each start in the .bin, and what is a document with no sequence?",
-    "parse the .idx with your exercise-1 code; its dtype code names the token type; document k is the sequences "
-    "document_indices[k] up to document_indices[k+1] (exclusive) — zero, one or several — each read from its "
-    "pointer (in bytes) for its length (in tokens), then joined",
-    "parse the .idx as in exercise 1; the dtype code names the token type (1 = uint8, 4 = int32, 5 = int64, "
-    "8 = uint16, ...). Document k is sequences d[k] .. d[k+1]-1: np.frombuffer(raw_bin, dtype, length, pointer) "
-    "for each, then np.concatenate; no sequences → an empty array."))
+@check(CHAPTER, "q4", hint=TEXTS["q4"].hint)
 def q4(document_tokens) -> str:
     """Checked: the exercise's hand-made file and a small int32 one first, then every document of 8 random
     datasets (uint8/uint16/int32/int64 tokens; documents of 0, 1 or 2 sequences), each returned as a 1-D

@@ -22,9 +22,11 @@ from labsupport.datasets.blending import expected_epochs as _expected_epochs
 from labsupport.datasets.blending import greedy_step as _greedy_step
 from labsupport.datasets.blending import reference_blending_indices
 from labsupport.check._core import chapter_summary, check, check_seed, expect, parts, Sealed, short
+from labsupport.check.texts import load_texts
 from labsupport.check.rules import Rule, Rules, explain, first_showing, smallest
 
 CHAPTER = "ch03"
+TEXTS = load_texts(CHAPTER)
 
 #: Book exercise 2 (a): what changing the blend ratios does.
 EXERCISE_2_EFFECTS = {
@@ -115,39 +117,13 @@ def _argmax_first(values: Sequence[float]) -> int:
 
 
 _Q1 = Rules(
-    Rule("tie_to_last", wrong=lambda w, c, s: max(range(len(w)), key=lambda d: (_errors(w, c, s)[d], d)),
-         symptom="{call}: {errors}, so datasets {tied} tie exactly at the largest error {top}, and yours gave the "
-                 "sample to dataset {got}",
-         ask="When two datasets are exactly equally far behind, which one does Megatron's rule pick, and which one "
-             "does your comparison keep?",
-         fix="On an exact tie the LOWEST index wins: scan d = 0, 1, … and replace the best only when an error is "
-             "strictly greater (>, not >=).",
-         formula="winner = the smallest d with error_d = max_j error_j, error_d = weights[d] × max(step, 1) − "
-                 "counts[d]"),
-    Rule("float_order",   # named by what the pick is (equal errors up to rounding), not by a wrong rule
-         symptom="{call}, expected {want}, in a state the blend really reaches. Computed as weights[d] * x - "
-                 "counts[d] (x = {x}) the errors are {errs}: dataset {want}'s is the largest, dataset {got}'s "
-                 "smaller by {gap}, a difference of rounding (weights[d] - counts[d] / x gives {alt}, another order)",
-         ask="Your rule is right on paper, yet picks another dataset here: in which order does your code multiply, "
-             "divide and subtract to get each error?",
-         fix="Compute each error literally as weights[d] * x - counts[d]: multiply first, then subtract, with no "
-             "division (w − c/x and w·(x − c/w) round differently).",
-         formula="x = float(max(step, 1)); error_d = weights[d] * x - counts[d]; the largest wins, the lowest index "
-                 "on an exact tie"),
-    Rule("step_zero", wrong=lambda w, c, s: _argmax_first([wd * s - cd for wd, cd in zip(w, c)]), confirm=2,
-         symptom="{call}: at step 0 nothing has been taken yet and {errors}, so dataset {want} (the largest weight) "
-                 "should supply the first sample; yours picked {got}, what x = 0 gives (every error 0, a tie)",
-         ask="What is x at step 0 — and what do all the errors become if x is 0?",
-         fix="Use x = max(step, 1): Megatron treats step 0 like step 1, so the weights decide the first sample.",
-         formula="x = max(step, 1); error_d = weights[d] × x − counts[d]"),
-    Rule("furthest_ahead", wrong=lambda w, c, s: min(range(len(w)), key=lambda d: (_errors(w, c, s)[d], d)),
-         confirm=2,
-         symptom="{call}: {errors}; yours picked dataset {got}, whose error {got_error} is the SMALLEST — the "
-                 "dataset that has had the most samples for its share",
-         ask="Which dataset should supply the next sample: the one furthest behind its share, or the one furthest "
-             "ahead?",
-         fix="Pick the largest error weights[d] × x − counts[d] (the dataset that is most behind).",
-         formula="winner = argmax_d (weights[d] × max(step, 1) − counts[d]), lowest index on a tie"),
+    Rule("tie_to_last", wrong=lambda w, c, s: max(range(len(w)), key=lambda d: (_errors(w, c, s)[d], d))),
+    Rule("float_order"),
+    Rule("step_zero", wrong=lambda w, c, s: _argmax_first([wd * s - cd for wd, cd in zip(w, c)]), confirm=2),
+    Rule("furthest_ahead",
+         wrong=lambda w, c, s: min(range(len(w)), key=lambda d: (_errors(w, c, s)[d], d)),
+         confirm=2),
+    texts=TEXTS["q1"]
 )
 
 
@@ -233,15 +209,7 @@ def _q1_states(rng: random.Random) -> Iterator[tuple[list[float], list[int], int
         yield w, counts, step
 
 
-@check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the formula
-    "the blend gives the next sample to the dataset furthest behind its share so far; reread chapter 3's 'The "
-    "greedy rule, by hand' for how Megatron's helpers.cpp measures 'behind' and how it breaks ties",
-    "'behind' is an error: the samples dataset d should have had by now (its weight times the step, never less "
-    "than 1) minus those it had. The largest error wins; an exact tie goes to the lowest index; and the order of "
-    "the float operations matters, because real blend states contain errors equal up to rounding.",
-    "x = max(step, 1); error_d = weights[d] * x - counts[d]; return the d with the largest error, and on an exact "
-    "tie the lowest index (scan from d = 0, replace only when strictly greater). Compute the error exactly that "
-    "way: w*x first, then subtract the count."))
+@check(CHAPTER, "q1", hint=TEXTS["q1"].hint)
 def q1(greedy_step) -> str:
     states, order_cases = list(_q1_states(random.Random(check_seed()))), _order_sensitive_states()
     for w, counts, step in states + order_cases:
@@ -291,24 +259,10 @@ def _close(a: Any, b: Any, rel: float = 1e-9) -> bool:
 
 _Q2_SMALL = [([1, 1], [2, 2], 8), ([1, 1], [1, 1], 1), ([1, 3], [1, 3], 8), ([1, 1], [2, 4], 8)]
 _Q2 = Rules(
-    Rule("not_normalised", wrong=lambda w, n, t: [wd * t / s for wd, s in zip(w, n)],
-         symptom="{call}: together {read} tokens read from the datasets, in a run of {total} tokens (expected {want})",
-         ask="With weights {weights}, which share of the run does each dataset get — and do your shares add up to "
-             "the whole run?",
-         fix="Normalise the weights first: dataset d's share of the run is w_d / sum(weights)."),
-    Rule("upside_down", wrong=lambda w, n, t: [s / (wd / sum(w) * t) for wd, s in zip(w, n)],
-         symptom="{call}: the run takes {taken} tokens from datasets of {sizes} tokens (expected {want})",
-         ask="One epoch is one pass over a dataset's own tokens: which number goes on top — the tokens the run "
-             "takes from it, or the tokens it has?",
-         fix="Divide the tokens dataset d supplies (its share × total_tokens) by its own size dataset_tokens[d], "
-             "not the other way round."),
-    Rule("tokens_not_epochs", wrong=lambda w, n, t: [wd / sum(w) * t for wd in w],
-         symptom="{call}: those are the numbers of tokens the run takes from each dataset; the datasets have "
-                 "{sizes} tokens (expected {want})",
-         ask="An epoch is one pass over the dataset: how many passes over its own tokens is the number of tokens "
-             "the run takes from it?",
-         fix="Divide the tokens each dataset supplies by its size dataset_tokens[d]."),
-    formula="epochs_d = (w_d / Σ_j w_j) × total_tokens / dataset_tokens[d]")
+    Rule("not_normalised", wrong=lambda w, n, t: [wd * t / s for wd, s in zip(w, n)]),
+    Rule("upside_down", wrong=lambda w, n, t: [s / (wd / sum(w) * t) for wd, s in zip(w, n)]),
+    Rule("tokens_not_epochs", wrong=lambda w, n, t: [wd / sum(w) * t for wd in w]),
+    texts=TEXTS["q2"])
 
 
 def _q2_facts(case: tuple, got: Any) -> dict[str, Any]:
@@ -319,13 +273,7 @@ def _q2_facts(case: tuple, got: Any) -> dict[str, Any]:
             "taken": short([wd / sum(weights) * total for wd in weights])}
 
 
-@check(CHAPTER, "q2", hint=(
-    "reread chapter 3's 'Primer: GPT samples and epochs' and the exercise's example: a 2 B-token code set at "
-    "weight 0.5 of a 100 B-token run is seen 25 times — which three numbers make 25?",
-    "a dataset's share of the run is its normalised weight; it supplies that share of all training tokens, and "
-    "an epoch is one pass over its own tokens: epochs = tokens it supplies / tokens it has",
-    "normalise the weights (w / sum(w)); the blend takes w_d × total_tokens tokens "
-    "from dataset d, so it sees it w_d × total_tokens / dataset_tokens[d] times. Return one float per dataset."))
+@check(CHAPTER, "q2", hint=TEXTS["q2"].hint)
 def q2(epochs) -> str:
     rng = random.Random(check_seed())
     cases = 0
@@ -400,35 +348,11 @@ _Q3_SMALL = {"weight_lost": [([0.5, 0.5], [1, 10], 4, 1), _Q3_CASCADE], "one_rou
 _Q3_RATIO_CASE = ([0.6, 0.3, 0.1], [1, 100, 100], 4, 1)     # caps [0.25, 25, 25]: 1 and 2 share 0.75 as 3 : 1
 _Q3_NO_BLEND = ([1, 1], [1, 1], 4, 1)                       # two 1-token datasets, a 4-token run
 _Q3 = Rules(
-    Rule("weight_lost", wrong=_cap_once_no_share,
-         symptom="{call}: the weights add up to {sum}, not 1 (the caps are {caps}; expected {want})",
-         ask="Your weights no longer fill the run: where did the weight go that the capped dataset gave up?",
-         fix="Share 1 − (the caps set) among the datasets not capped, in proportion to their original weights — "
-             "and check again, since that can push another one over its cap."),
-    Rule("one_round", wrong=_cap_one_round,
-         symptom="{call}: dataset {d} gets {got_d}, above its cap {cap_d} — it is read {read} times with max_epochs "
-                 "{max_epochs} (expected {want})",
-         ask="After you shared out the weight the first capped dataset gave up, is every dataset still under its "
-             "cap?",
-         fix="Repeat: cap every dataset the sharing pushed over its cap (it keeps its cap for good) and share the "
-             "rest again among the others, until none is over."),
-    Rule("ratio_not_kept",    # named by what the weights are (they sum to 1, fit the caps, lost the ratio)
-         symptom="{call}: datasets {a} and {b}, both under their caps, had weights {wa} : {wb} and now {ga} : {gb} "
-                 "(expected {want})",
-         ask="The weight the capped datasets gave up went to datasets {a} and {b}: does your result keep the ratio "
-             "they had?",
-         fix="Share 1 − (the caps set) among the datasets not capped in proportion to their ORIGINAL weights: "
-             "dataset d gets w_d × room / (sum of their original weights)."),
-    Rule("no_value_error",    # named when the reference raises and the learner's function returns
-         symptom="{args} returned {got}; the caps add up to {caps} < 1, so even every dataset at its cap fills only "
-                 "that share of the run",
-         ask="Can these datasets, each read at most max_epochs times, supply the whole run? What should the function "
-             "do when they cannot?",
-         fix="Raise ValueError when the caps of the datasets with weight > 0 add up to less than 1.",
-         formula="Σ_{{d: w_d > 0}} max_epochs × dataset_tokens[d] / total_tokens < 1  ⇒  raise ValueError"),
-    formula="cap_d = max_epochs × dataset_tokens[d] / total_tokens; normalise; repeat {{every uncapped d with w_d > "
-            "cap_d gets cap_d for good; the others share 1 − Σ caps set in proportion to their original weights}} "
-            "until none is over; ValueError when Σ_{{d: w_d > 0}} cap_d < 1")
+    Rule("weight_lost", wrong=_cap_once_no_share),
+    Rule("one_round", wrong=_cap_one_round),
+    Rule("ratio_not_kept"),
+    Rule("no_value_error"),
+    texts=TEXTS["q3"])
 
 
 def _q3_facts(args: tuple, got: Any) -> dict[str, Any]:
@@ -457,17 +381,7 @@ def _q3_ratio_mistake(cap_weights: Callable, got: Any, args: tuple) -> None:
         _Q3.fail("ratio_not_kept", **_q3_facts(*(found or (args, got))))
 
 
-@check(CHAPTER, "q3", hint=(
-    "redo exercise 3's worked example (weights [0.5, 0.3, 0.2]) by hand and compare each round with your code: "
-    "the weight a capped dataset gives up does not disappear, and one round is not always enough",
-    "turn exercise 2 around: a weight above max_epochs × dataset_tokens / total_tokens reads the dataset too "
-    "often. Capped datasets stay at their caps; the weight left is shared among the others in their original "
-    "proportions; repeat while one is over. No blend fits when the caps of the used datasets add up to < 1.",
-    "cap_d = max_epochs × dataset_tokens[d] / total_tokens. Normalise the weights; set "
-    "every dataset over its cap to exactly its cap (it stays there) and share 1 − (sum of the caps set so far) "
-    "among the other datasets in proportion to their ORIGINAL weights; that can push another dataset over "
-    "its cap, so repeat until none is over. Raise ValueError when the caps of the datasets with weight > 0 "
-    "add up to less than 1."))
+@check(CHAPTER, "q3", hint=TEXTS["q3"].hint)
 def q3(cap_weights) -> str:
     # the worked example of the exercise: capping dataset 0 pushes dataset 1 over its cap
     want = _cap_weights(*_Q3_CASCADE)
@@ -525,18 +439,9 @@ def q3(cap_weights) -> str:
 # --- q4: book exercise 2 ------------------------------------------------------------------------
 _Q4_BOOK = (10**11, 2 * 10**9, 0.5)     # the book's example: 2 B code tokens at 0.5 of a 100 B-token run
 _Q4 = Rules(
-    Rule("epochs_upside_down", wrong=lambda t, c, w: c / (w * t),
-         symptom="{call}, less than one pass — yet the run takes {weight} × {total} = {taken} tokens from a code set "
-                 "of {code}{also}",
-         ask="One epoch is one pass over the code set: how many code_tokens-sized passes fit into the tokens the run "
-             "takes from it?",
-         fix="Divide the tokens the run takes from the code set (code_weight × total_tokens) by code_tokens."),
-    Rule("epochs_without_weight", wrong=lambda t, c, w: t / c,
-         symptom="{call}: that many passes would need all {total} tokens of the run to be code, but code has only the "
-                 "share {weight} of the run{also}",
-         ask="How many of the run's tokens come from the code set at weight code_weight?",
-         fix="Multiply total_tokens by code_weight before dividing by code_tokens."),
-    formula="epochs = code_weight × total_tokens / code_tokens")
+    Rule("epochs_upside_down", wrong=lambda t, c, w: c / (w * t)),
+    Rule("epochs_without_weight", wrong=lambda t, c, w: t / c),
+    texts=TEXTS["q4"])
 
 
 def _same_number(a: Any, b: float) -> bool:
@@ -549,16 +454,7 @@ def _q4_facts(case: tuple, got: Any) -> dict[str, Any]:
             "weight": short(weight), "total": short(total), "taken": short(weight * total), "code": short(code)}
 
 
-@check(CHAPTER, "q4", hint=(
-    "reread chapter 3's 'The coding-assistant scenario' (exercise 2, 과샘플링): (a) what does the ratio change "
-    "at a fixed token budget, (b) how often is the small code set read (your exercise 2), (c) what comes before "
-    "and after choosing the ratios?",
-    "(a) the ratio is the mix of every batch, so more of one domain means less of the others; (b) the epoch count "
-    "of the code set and what many passes over the same files do to a model; (c) clean the data, budget the "
-    "epochs, measure each domain, try ratios small before the big run, and verify what the sampler realised.",
-    "(a) the ratio is the mix the model learns from; at a fixed budget more code means "
-    "less of the rest. (b) epochs = code_weight × total_tokens / code_tokens; many epochs means memorising. "
-    "(c) clean first, budget epochs, evaluate per domain, ablate, check the realised blend."))
+@check(CHAPTER, "q4", hint=TEXTS["q4"].hint)
 def q4(exercise_2) -> tuple[str, dict[str, str]]:
     rng = random.Random(check_seed())
     manual: dict[str, str] = {}
@@ -645,17 +541,9 @@ def _same_picks(a: Any, b: list[int]) -> bool:
 
 
 _Q5 = Rules(
-    Rule("restart_at_zero", wrong=lambda w, c, n: _walk(w, c, n, 0, True),
-         symptom="{call}: your choices are those of a blend at sample 0 — as if nothing had been blended yet, though "
-                 "the counts add up to {taken}",
-         ask="The counts say how many samples each dataset delivered: which sample number comes next?",
-         fix="Continue from step = sum(counts) (every sample so far came from exactly one dataset), not from 0."),
-    Rule("counts_frozen", wrong=lambda w, c, n: _walk(w, c, n, sum(c), False),
-         symptom="{call}: your choices are what the greedy rule gives if the counts stayed at {counts} for all {n} "
-                 "picks",
-         ask="After the first pick, what has changed in the blend's state for the second one?",
-         fix="Add 1 to the count of each dataset you pick (on a copy of counts) before the next pick."),
-    formula="step_i = sum(counts) + i; d_i = greedy_step(weights, counts, step_i); counts[d_i] += 1")
+    Rule("restart_at_zero", wrong=lambda w, c, n: _walk(w, c, n, 0, True)),
+    Rule("counts_frozen", wrong=lambda w, c, n: _walk(w, c, n, sum(c), False)),
+    texts=TEXTS["q5"])
 
 
 def _q5_facts(case: tuple, got: Any) -> dict[str, Any]:
@@ -669,13 +557,7 @@ def _q5_facts(case: tuple, got: Any) -> dict[str, Any]:
 RULES: dict[str, Rules] = {"q1": _Q1, "q2": _Q2, "q3": _Q3, "q4": _Q4, "q5": _Q5}
 
 
-@check(CHAPTER, "q5", hint=(
-    "reread chapter 3's 'Resuming after a restart': the counts are all the checkpoint kept — what do they tell "
-    "you about where the blend stopped?",
-    "every blended sample so far came from exactly one dataset, so the counts give the number of the next "
-    "sample; from there the greedy rule runs on as if nothing happened, its counts growing with each pick",
-    "the blend's whole state is its counts: the next sample number is sum(counts). From "
-    "there apply the greedy rule n times, adding 1 to the count of each dataset you pick."))
+@check(CHAPTER, "q5", hint=TEXTS["q5"].hint)
 def q5(resume_blend) -> str:
     rng = random.Random(check_seed())
     cases = 0

@@ -15,9 +15,11 @@ from labsupport.datasets.bin_packing import first_fit_decreasing as _ffd
 from labsupport.datasets.bin_packing import padding_share as _padding_share
 from labsupport.datasets.gpt_samples import build_sample_idx, get_ltor_masks_and_position_ids, sample_segments
 from labsupport.check._core import chapter_summary, check, check_seed, expect, parts, same_set, Sealed, short
+from labsupport.check.texts import load_texts
 from labsupport.check.rules import Rule, Rules, explain
 
 CHAPTER = "ch04"
+TEXTS = load_texts(CHAPTER)
 
 #: Book exercise 3 (a): what padding every ~300-token example to 4096 wastes (choose the keys).
 WASTE_OPTIONS: dict[str, str] = {
@@ -85,20 +87,10 @@ def _near(a: Any, b: float) -> bool:
 _Q1_SMALL = {"real_share": [([1], 4), ([1, 3], 4)], "percentage": [([1], 4), ([1, 3], 4)],
              "rows_of_longest": [([1, 3], 4)]}
 _Q1 = Rules(
-    Rule("real_share", wrong=lambda lengths, s: sum(lengths) / (len(lengths) * s),
-         symptom="{call}: {counts} — yours is the share of the real tokens (expected {want})",
-         ask="Which slots does the question count: the ones holding tokens, or the ones holding none?",
-         fix="Return the padded share: 1 − (real tokens) / (all slots)."),
-    Rule("percentage", wrong=lambda lengths, s: 100 * _padding_share(lengths, s),
-         symptom="{call}: {counts}, and your share is above 1 (expected {want})",
-         ask="Can a share of the slots be larger than 1 — in which unit is your number?",
-         fix="Return a fraction between 0 and 1: do not multiply by 100."),
-    Rule("rows_of_longest", wrong=lambda lengths, s: 1 - sum(lengths) / (len(lengths) * max(lengths)),
-         symptom="{call}: that is the padding of rows {longest} slots long, the longest example; here {counts} "
-                 "(expected {want})",
-         ask="How long is every row when each example is padded to seq_length?",
-         fix="Count len(lengths) × seq_length slots, not len(lengths) × max(lengths)."),
-    formula="padding share = 1 − sum(lengths) / (len(lengths) × seq_length)")
+    Rule("real_share", wrong=lambda lengths, s: sum(lengths) / (len(lengths) * s)),
+    Rule("percentage", wrong=lambda lengths, s: 100 * _padding_share(lengths, s)),
+    Rule("rows_of_longest", wrong=lambda lengths, s: 1 - sum(lengths) / (len(lengths) * max(lengths))),
+    texts=TEXTS["q1"])
 
 
 def _q1_facts(case: tuple, got: Any) -> dict[str, Any]:
@@ -110,12 +102,7 @@ def _q1_facts(case: tuple, got: Any) -> dict[str, Any]:
             "want": short(_padding_share(lengths, seq_length)), "longest": max(lengths)}
 
 
-@check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the formula
-    "every example takes a whole row of seq_length slots: which share of all the slots holds no real token? "
-    "(chapter 4, 'Why pack: padding waste')",
-    "count slots: n rows of seq_length slots each, of which the examples' own tokens fill sum(lengths); every "
-    "other slot is padding. The share is padded slots over all slots — a fraction between 0 and 1.",
-    "padding share = padded slots / all slots = 1 − sum(lengths) / (n × seq_length)."))
+@check(CHAPTER, "q1", hint=TEXTS["q1"].hint)
 def q1(padding_share) -> str:
     rng = np.random.default_rng(check_seed())
     for _ in range(40):
@@ -186,24 +173,11 @@ def _decreasing(lengths: list[int]) -> list[int]:
 
 
 _Q2 = Rules(
-    Rule("input_order", wrong=lambda lengths, p: _fit_in_order(lengths, p, list(range(len(lengths)))),
-         symptom="{call}; your first pack opens with example {first} ({first_tokens}), the first in the list, though "
-                 "example {longest} is longer",
-         ask="In which order does first-fit *decreasing* take the examples, and in which order does yours?",
-         fix="Sort the indices by decreasing length first (equal lengths: lower index first), then first-fit them "
-             "in that order."),
-    Rule("shortest_first",
-         wrong=lambda lengths, p: _fit_in_order(lengths, p, sorted(range(len(lengths)), key=lambda i: (lengths[i], i))),
-         symptom="{call}; your first pack opens with example {first}, the SHORTEST ({first_tokens})",
-         ask="'Decreasing': which example should open the first pack, the longest or the shortest?",
-         fix="Sort by decreasing length (key −length), not increasing."),
-    Rule("best_fit", wrong=lambda lengths, p: _fit_in_order(lengths, p, _decreasing(lengths), best=True),
-         symptom="{call}; {violation}",
-         ask="When several packs have room for an example, which one does FIRST fit choose?",
-         fix="Put each example into the first pack, in the order the packs were opened, that has room — not the "
-             "fullest one (that is best fit)."),
-    formula="order = indices sorted by (−length, index); each into the first pack (in opening order) with total + "
-            "length <= pack_size, else a new pack")
+    Rule("input_order", wrong=lambda lengths, p: _fit_in_order(lengths, p, list(range(len(lengths))))),
+    Rule("shortest_first", wrong=lambda lengths, p: _fit_in_order(lengths, p, sorted(range(len(lengths)),
+                                                                                      key=lambda i: (lengths[i], i)))),
+    Rule("best_fit", wrong=lambda lengths, p: _fit_in_order(lengths, p, _decreasing(lengths), best=True)),
+    texts=TEXTS["q2"])
 _Q2_FIRST = {"best_fit": [([5, 3, 3, 1], 7)]}    # shown before the generated small problems
 
 
@@ -263,14 +237,7 @@ def _q2_mistake(fn: Callable, bins: list[list[int]], lengths: list[int], pack_si
           lambda rule: itertools.chain(_Q2_FIRST.get(rule.name, []), _q2_small()), _q2_facts)
 
 
-@check(CHAPTER, "q2", hint=(
-    "reread chapter 4's 'SFT packing in NeMo's layout': the two words of the name first-fit decreasing say in "
-    "which order the examples come and which pack each one goes to",
-    "decreasing: take the examples longest first (a stable order: equal lengths keep their index order); first "
-    "fit: each goes into the earliest-opened pack that still has room — not the fullest or the emptiest one — "
-    "and a new pack opens only when none has room",
-    "sort the indices by decreasing length (ties: lower index first); put each into the "
-    "first pack (in opening order) whose total + length <= pack_size, else open a new pack."))
+@check(CHAPTER, "q2", hint=TEXTS["q2"].hint)
 def q2(first_fit_decreasing) -> str:
     rng = np.random.default_rng(check_seed())
     cases = 0
@@ -331,32 +298,14 @@ _POSITIONS_FORMULA = ("position_ids[i] = i − (index of the first token of i's 
 _MASK_FORMULA = ("masked[i, j] = (j > i) or (doc[j] != doc[i]), doc[t] = the number of EODs before token t (an EOD "
                  "belongs to the document it ends); True = masked")
 _Q3 = Rules(
-    Rule("restart_at_eod", wrong=lambda t, e: _positions(_documents(t, e, eod_starts=True)),
-         symptom="{call}: the EOD itself gets position 0 and the token after it continues from there — your "
-                 "positions count the EOD as the first token of the next document (expected {want})",
-         ask="Which document does an EOD token belong to: the one it ends, or the one after it?",
-         fix="The EOD is the LAST token of its document: keep counting through it and restart at 0 on the token "
-             "right after it.", formula=_POSITIONS_FORMULA),
-    Rule("no_restart", wrong=lambda t, e: np.arange(len(t)),
-         symptom="{call}: token {first}, the first of a new document, has position {first_position} — the positions "
-                 "keep counting across the EOD (expected {want})",
-         ask="What position does the first token of a new document get, in a packed sample?",
-         fix="Restart the positions at 0 on the token right after every EOD (Megatron's reset_position_ids).",
+    Rule("restart_at_eod",
+         wrong=lambda t, e: _positions(_documents(t, e, eod_starts=True)),
          formula=_POSITIONS_FORMULA),
-    Rule("inverted", wrong=lambda t, e: ~_right_mask(t, e),
-         symptom="{call} — and your mask is the exact opposite of Megatron's everywhere",
-         ask="In Megatron's attention_mask, what does True mean: may attend, or may NOT attend?",
-         fix="True = masked: return the negation of your 'allowed' matrix.", formula=_MASK_FORMULA),
-    Rule("causal_only", wrong=lambda t, e: np.triu(np.ones((len(t), len(t)), dtype=bool), 1),
-         symptom="{call}: your mask hides only the future, so a document attends to the documents packed before it",
-         ask="Query {i} starts a new document: which keys may it see?",
-         fix="Besides the future, mask every key of another document: key j is hidden from query i when an EOD lies "
-             "at a position in [j, i − 1].", formula=_MASK_FORMULA),
-    Rule("eod_cut_off", wrong=lambda t, e: _block_mask(_documents(t, e, eod_starts=True)),
-         symptom="{call}: the EOD is cut off from its own document, as if it belonged to the next one",
-         ask="Which tokens belong to the document an EOD ends — may the EOD attend to them?",
-         fix="The EOD is the last token of its own document: it sees its document's tokens; only the queries AFTER "
-             "it are cut off from them.", formula=_MASK_FORMULA),
+    Rule("no_restart", wrong=lambda t, e: np.arange(len(t)), formula=_POSITIONS_FORMULA),
+    Rule("inverted", wrong=lambda t, e: ~_right_mask(t, e), formula=_MASK_FORMULA),
+    Rule("causal_only", wrong=lambda t, e: np.triu(np.ones((len(t), len(t)), dtype=bool), 1), formula=_MASK_FORMULA),
+    Rule("eod_cut_off", wrong=lambda t, e: _block_mask(_documents(t, e, eod_starts=True)), formula=_MASK_FORMULA),
+    texts=TEXTS["q3"]
 )
 #: the smallest (tokens, eod) that shows each rule
 _Q3_SMALL = {"restart_at_eod": ([1, 0, 1], 0), "no_restart": ([1, 0, 1], 0), "inverted": ([1, 1], 0),
@@ -413,14 +362,7 @@ def _q3_mistake(fn: Callable, part: int, got: np.ndarray, tokens: np.ndarray, eo
           _q3_mask_facts if part else _q3_positions_facts)
 
 
-@check(CHAPTER, "q3", hint=(
-    "reread chapter 4's 'The masks, drawn': for a packed sample, where does a new document begin relative to "
-    "its EOD token, and which keys may a query see?",
-    "the EOD token is the LAST token of its document: the next document (and its positions, from 0) starts right "
-    "after it. A query may see a key only if the key is not in its future and belongs to the same document; "
-    "Megatron's mask marks the keys it may NOT see with True.",
-    "positions restart at 0 right after each EOD; the mask is True (= masked) above the "
-    "diagonal and, for every EOD at i, for rows > i and columns <= i (Megatron's reset flags)."))
+@check(CHAPTER, "q3", hint=TEXTS["q3"].hint)
 def q3(positions_and_mask) -> str:
     rng = np.random.default_rng(check_seed())
     mask_pending = False
@@ -476,26 +418,12 @@ _Q4 = Rules(   # named by what the numbers are (see _Q4_SHOWS), so no wrong impl
     _Q1["percentage"].but(name="share_percentage", wrong=None,
                           symptom="(a) a_padding_share = {share_n}, a share above 1{also}",
                           fix="Give a fraction between 0 and 1, not a percentage.", formula=_SHARE_FORMULA),
-    Rule("examples_over_row",
-         symptom="(b) b_examples_per_pack = {per_pack}: {per_pack} × 300 = {pack_tokens} tokens, more than the 4096 "
-                 "slots of one pack{also}",
-         ask="4096 / 300 is not a whole number: does the last, incomplete example fit into the pack?",
-         fix="Only whole examples fit (one is never cut): round 4096 / 300 DOWN."),
-    Rule("gain_over_row",
-         symptom="(b) b_speedup = {gain_n}: a packed row would then hold {gain_n} × 300 = {gain_tokens} real tokens, "
-                 "more than its 4096 slots{also}",
-         ask="How many real tokens can one packed row of 4096 slots hold at most, with whole 300-token examples?",
-         fix="A packed row holds 13 whole examples = 3900 real tokens, a padded row 300: the gain is their ratio."),
-    Rule("gain_counts_slots",
-         symptom="(b) b_speedup = {gain} = 4096 / 300: that counts all 4096 slots of a packed row as real tokens, "
-                 "as if the last example were cut to fill the row{also}",
-         ask="With whole 300-token examples only, how many of a packed row's 4096 slots hold real tokens?",
-         fix="A pack holds 13 whole examples = 3900 real tokens against 300 in a padded row: the gain is 3900 / 300."),
-    Rule("gain_upside_down",
-         symptom="(b) b_speedup = {gain} < 1: packing would put FEWER real tokens into a step than padding{also}",
-         ask="Packed over padded, or padded over packed: which row holds more real tokens, and which goes on top?",
-         fix="Gain = real tokens per packed row / real tokens per padded row."),
-    formula=_Q4_FORMULA)
+    Rule("examples_over_row"),
+    Rule("gain_over_row"),
+    Rule("gain_counts_slots"),
+    Rule("gain_upside_down"),
+    formula=_Q4_FORMULA,
+    texts=TEXTS["q4"])
 #: (rule, the answer's field it is about, does (share s, examples per pack p, gain g) show it?), in this order
 _Q4_SHOWS = (
     ("real_share", "a_padding_share", lambda s, p, g: abs(s - _EXAMPLE / _ROW) <= 1e-3),
@@ -517,16 +445,7 @@ def _q4_mistake(share: float, per_pack: float, gain: float, problems: list[tuple
                      gain=short(gain), gain_n=_num(gain), gain_tokens=_num(gain * _EXAMPLE))
 
 
-@check(CHAPTER, "q4", hint=(
-    "reread chapter 4's 'Exercise 3, measured' for (a) and (b), and 'The contamination proof' with its rotary "
-    "head for (c) (§6.2.6)",
-    "(a) ~300 of 4096 slots hold real tokens; what is spent on the rest, and is anything lost or corrupted? "
-    "(b) only whole examples go into a pack: count how many real tokens a packed row holds against a padded "
-    "one. (c) each example must be computed exactly as if alone; positions matter only where the model reads "
-    "absolute positions.",
-    "(a) padding share = 1 − 300/4096; (b) ⌊4096 / 300⌋ = 13 whole examples per pack, so a step holds 13 × 300 "
-    "real tokens per row instead of 300: gain 13; (c) what keeps an example's attention and loss inside it with "
-    "any model — and when do the positions matter (the chapter's rotary head)? (§6.2.6)"))
+@check(CHAPTER, "q4", hint=TEXTS["q4"].hint)
 def q4(exercise_3) -> tuple[str, dict[str, str]]:
     answer = exercise_3()
     expect(isinstance(answer, dict), f"exercise_3() must return a dict, got {type(answer).__name__}")
@@ -630,27 +549,14 @@ def _stream_words(sizes: list[int], doc_idx: list[int], seq: int, k: int) -> str
 
 _Q5 = Rules(
     Rule("stride_s_plus_1",
-         wrong=lambda sizes, doc_idx, seq, k: _window(sizes, doc_idx, k * (seq + 1), k * (seq + 1) + seq + 1),
-         symptom="{call}. Yours starts at stream token {start}, so sample {before} and sample {k} share no token",
-         ask="Sample {before} ends at stream token {before_ends}: which token must sample {k} start with, so that "
-             "that token is also an input?",
-         fix="Sample k starts at k·S, not k·(S + 1): consecutive samples share one token (the last label of one is "
-             "the first input of the next)."),
-    Rule("s_tokens", wrong=lambda sizes, doc_idx, seq, k: _window(sizes, doc_idx, k * seq, k * seq + seq),
-         symptom="{call}. Yours holds the S = {seq} inputs only: the last input has no label",
-         ask="A sample of S inputs also needs each input's label, the token after it: how many tokens is that?",
-         fix="Read S + 1 tokens: stream tokens k·S … k·S + S, inclusive."),
+         wrong=lambda sizes, doc_idx, seq, k: _window(sizes, doc_idx, k * (seq + 1), k * (seq + 1) + seq + 1)),
+    Rule("s_tokens", wrong=lambda sizes, doc_idx, seq, k: _window(sizes, doc_idx, k * seq, k * seq + seq)),
     Rule("stop_inclusive",
-         wrong=lambda sizes, doc_idx, seq, k: [(d, a, b - 1) for d, a, b in _sample_right(sizes, doc_idx, seq, k)],
-         symptom="{call}. Each of your pieces ends one token short: {n_tokens} tokens instead of {window}",
-         ask="Is your stop the last token a piece reads, or one past it?",
-         fix="stop is exclusive, as in Python slices: a piece (document, start, stop) reads start … stop − 1."),
+         wrong=lambda sizes, doc_idx, seq, k: [(d, a, b - 1) for d, a, b in _sample_right(sizes, doc_idx, seq, k)]),
     Rule("ignores_doc_idx",
-         wrong=lambda sizes, doc_idx, seq, k: _window(sizes, list(range(len(sizes))), k * seq, k * seq + seq + 1),
-         symptom="{call}. Your pieces follow the document numbers 0, 1, 2, …, not the stream order",
-         ask="In which order does the stream concatenate the documents?",
-         fix="Walk doc_idx (the shuffled, epoch-repeated order), not range(len(sizes))."),
-    formula=_Q5_FORMULA)
+         wrong=lambda sizes, doc_idx, seq, k: _window(sizes, list(range(len(sizes))), k * seq, k * seq + seq + 1)),
+    formula=_Q5_FORMULA,
+    texts=TEXTS["q5"])
 
 
 def _q5_facts(case: tuple, got: Any) -> dict[str, Any]:
@@ -668,15 +574,7 @@ def _q5_facts(case: tuple, got: Any) -> dict[str, Any]:
 RULES: dict[str, Rules] = {"q1": _Q1, "q2": _Q2, "q3": _Q3, "q4": _Q4, "q5": _Q5}
 
 
-@check(CHAPTER, "q5", hint=(
-    "reread chapter 4's 'Pre-training samples: Megatron's GPTDataset': which stream tokens does sample k read, "
-    "and why does it read one more than seq_length?",
-    "the documents, in doc_idx order, form one long token stream; sample k is a window of S + 1 stream tokens "
-    "starting at k·S (consecutive samples share one token: the last input's label). Cut that window at the "
-    "document boundaries it crosses, in stream order.",
-    "sample k reads stream tokens k·S … k·S + S (S + 1 tokens: it shares its last token with "
-    "sample k+1); walk doc_idx, subtracting each document's length, to find where that range starts and ends; "
-    "each document it touches gives (document, start, stop) with stop exclusive."))
+@check(CHAPTER, "q5", hint=TEXTS["q5"].hint)
 def q5(sample_documents) -> str:
     rng = np.random.default_rng(check_seed())
     cases = 0

@@ -15,9 +15,11 @@ import numpy as np
 from labsupport.distributed import collectives as C
 from labsupport.distributed.hardware import H100_SXM_NODE
 from labsupport.check._core import chapter_summary, check, check_seed, expect, plain, Sealed, short
+from labsupport.check.texts import load_texts
 from labsupport.check.rules import Rule, Rules, explain
 
 CHAPTER = "ch05"
+TEXTS = load_texts(CHAPTER)
 summary = chapter_summary(CHAPTER)
 
 #: The scenario keys of q3 and the allowed answers.
@@ -60,10 +62,6 @@ def _same(a: Any, b: Any) -> bool:   # the same number, within a relative 1e-6 (
         return bool(np.isclose(float(a), float(b), rtol=1e-6))
     except (TypeError, ValueError):
         return False
-
-
-def _pick(key: str, yes: str, no: str) -> Callable[[dict], str]:   # a rule text: yes if facts[key], else no
-    return lambda facts: (yes if facts[key] else no).format_map(facts)
 
 
 def _trace(fn: Callable, n: int, steps: int | None) -> list[list[list[int]]] | None:
@@ -229,15 +227,7 @@ def q2(busbw_from_time: Callable) -> str:
     return f"{cases} random measurements, 4 collectives"
 
 
-@check(CHAPTER, "q3", hint=(
-    "reread chapter 5's 'Where each collective appears in training' and 'The four collectives': for each "
-    "scenario, ask what every rank holds before, and what it must hold after",
-    "every rank needs the same full sum → all_reduce; each rank keeps only its own summed shard → reduce_scatter; "
-    "every rank needs all the shards → all_gather; one rank's data to all → broadcast; one stage to the next → "
-    "send/recv. For the ratio, use the ring's bytes per rank of each collective.",
-    "all_reduce = reduce_scatter + all_gather; sequence parallelism and ZeRO split it into "
-    "its two halves; weights from one rank to all is a broadcast; pipeline stages talk pairwise. Bytes per rank "
-    "on a ring: (n−1)/n·S for reduce_scatter and for all_gather, 2(n−1)/n·S for all_reduce."))
+@check(CHAPTER, "q3", hint=TEXTS["q3"].hint)
 def q3(choose_collectives: Callable):
     """``choose_collectives()`` → ``{scenario: collective, ..., "zero_bytes_ratio": float, "why": str}``."""
     answer = choose_collectives()
@@ -292,13 +282,7 @@ def _q4_stats(stats: np.ndarray) -> dict[str, Any]:
 _Q4_PART = {"mean_of_means": (0, "mean"), "spread_of_stds": (1, "std"), "population_std": (1, "std")}
 
 
-@check(CHAPTER, "q4", hint=(
-    "reread chapter 5's 'AllGather for \"global statistics\" — wrong': why is the spread of per-rank stds not "
-    "the std of all the data, and what could each rank send instead?",
-    "counts, sums and sums of squares ADD across ranks, means and stds do not: total them over the ranks, then "
-    "take the mean and the sample variance (N − 1, like torch.std) of all N values from those totals",
-    "std of per-rank stds is not the data's std: sum counts, sums and sums of squares over "
-    "ranks, then mean = Σx/N and var = (Σx² − N·mean²)/(N − 1)"))
+@check(CHAPTER, "q4", hint=TEXTS["q4"].hint)
 def q4(global_mean_std: Callable) -> str:
     """``global_mean_std(stats)``: stats is a (world_size, 3) array of per-rank ``[count, sum, sum of
     squares]`` (what all_gather returns); returns the global (mean, unbiased std)."""
@@ -344,14 +328,7 @@ def _q5_facts(case: tuple, got: float) -> dict[str, Any]:
             "an": ("an " if collective[0] in "aeiou" else "a ") + collective, "factor": _FACTOR_TEXT[collective]}
 
 
-@check(CHAPTER, "q5", hint=(
-    "chapter 5's traffic table gives the bytes and the count of each collective per step; 'The cost model: algbw, "
-    "busbw and α–β' gives the rate. Time is bytes over a rate — which bytes does busbw count?",
-    "busbw is defined so that one collective takes (the bytes it puts on the bus) / busbw, and those bytes are "
-    "S times the collective's bus factor; a step runs ops_per_step of them; convert GB/s to bytes/s",
-    "one collective of S bytes on a ring of n ranks takes t = S × factor / busbw (busbw in "
-    "bytes/s: GB/s × 1e9; factor (n−1)/n for all_gather and reduce_scatter, 2(n−1)/n for "
-    "all_reduce, 1 for broadcast); a step runs ops_per_step of them"))
+@check(CHAPTER, "q5", hint=TEXTS["q5"].hint)
 def q5(comm_seconds_per_step: Callable) -> str:
     """``comm_seconds_per_step(collective, message_bytes, ops_per_step, group, busbw_GBps)`` → seconds per
     training step spent in that collective (bandwidth term only: busbw already includes the algorithm)."""
@@ -383,99 +360,46 @@ def q5(comm_seconds_per_step: Callable) -> str:
 # The named mistakes, by question: Rule(name, symptom, ask, fix, wrong=a wrong implementation); formulas per table.
 RULES: dict[str, Rules] = {
     "q1": Rules(
-        Rule("replaced_not_added", _Q1_SAID + "rank {r}'s own data is gone from it: the chunk that arrived replaced "
-             "its copy", "When a chunk arrives, what happens to the receiving rank's own copy of that chunk?",
-             "Add the received chunk into the receiver's copy (+=); do not overwrite it.",
+        Rule("replaced_not_added",
+             symptom=_Q1_SAID + "rank {r}'s own data is gone from it: the chunk that arrived replaced "
+             "its copy",
              wrong=_ring_model(add=False)),
-        Rule("wrong_direction", _Q1_SAID + "the data travelled the other way round the ring, from higher ranks to "
-             "lower ones", "To which neighbour does each rank send: the next rank (r + 1) or the previous one (r − 1)?",
-             "Every rank sends to rank (r + 1) mod n and receives from rank (r − 1) mod n.",
+        Rule("wrong_direction",
+             symptom=_Q1_SAID + "the data travelled the other way round the ring, from higher ranks to "
+             "lower ones",
              wrong=_ring_model(to=lambda r, n: r - 1)),
-        Rule("one_step_too_many", _Q1_SAID + "the ring ran one step more than the phase has, so data went on round "
-             "the ring", "How many steps does the reduce-scatter phase take on n ranks?",
-             "Run n − 1 steps (or `steps` of them): after n − 1 every chunk is summed once on one rank.",
+        Rule("one_step_too_many",
+             symptom=_Q1_SAID + "the ring ran one step more than the phase has, so data went on round "
+             "the ring",
              wrong=_ring_model(extra=1)),
-        Rule("wrong_chunk", _Q1_SAID + "the right neighbours, but another chunk travelled",
-             "In step s, which of its n chunks does rank r send — and how does that chunk move from one step to the "
-             "next?", "In step s rank r sends chunk (r − s) mod n: in step 0 its own-numbered chunk, then one chunk "
-             "back per step.", wrong=_ring_model(send=lambda r, s, n: r + s)),
-        formula=_Q1_FORMULA),
+        Rule("wrong_chunk",
+             symptom=_Q1_SAID + "the right neighbours, but another chunk travelled",
+             wrong=_ring_model(send=lambda r, s, n: r + s)),
+        formula=_Q1_FORMULA,
+        texts=TEXTS["q1"]),
     "q2": Rules(
-        Rule("bytes_per_second", "{call} returned {shown} — for {S} bytes in {t} s, in the unit nccl-tests prints",
-             "In which unit is your number: bytes per second, or GB per second?",
-             "Divide by 1e9: nccl-tests reports decimal GB/s (1 GB = 10⁹ bytes).",
-             wrong=lambda coll, s, t, n: C.bus_bandwidth(coll, s, t, n) * 1e9),
-        Rule("gibibytes", "{call} returned {got:.6g}; nccl-tests prints {want:.6g} there",
-             "How many bytes is one GB in nccl-tests' output: 10⁹ or 2³⁰?",
-             "Divide bytes per second by 1e9 (decimal GB), not by 2**30 (GiB).",
-             wrong=lambda coll, s, t, n: C.bus_bandwidth(coll, s, t, n) * 1e9 / 2 ** 30),
-        Rule("one_rank",   # named on the check's case with n = 1, whatever the learner's number
-             "{call} returned {got:.6g}, but on a single rank no byte crosses a link",
-             "On a single rank, how many bytes cross a link — and what does that make busbw?",
-             "Use {coll}'s bus factor {factor} for every n, n = 1 included: it is 0 there, and so is busbw."),
-        Rule("wrong_factor",   # no bus factor, or another collective's (_ALSO)
-             _pick("small", "busbw_from_time({coll!r}, 1000000000, 1, 4) returned {used:.6g}: algbw is 1 GB/s there, "
-                   "so yours is algbw × {used:.4g} — {like}",
-                   "{call} returned {got:.6g} = algbw × {used:.4g} — {like}"),
-             "In {an} of S bytes on a ring of {n}, what multiple of S does each rank put on its link?",
-             "busbw = algbw × factor, and {coll}'s factor is {factor} ({right:.4g} on {n} ranks).",
-             wrong=lambda coll, s, t, n: s / t / 1e9),
-        formula="busbw = S / t / 1e9 × factor, factor = " + _FACTORS),
+        Rule("bytes_per_second", wrong=lambda coll, s, t, n: C.bus_bandwidth(coll, s, t, n) * 1e9),
+        Rule("gibibytes", wrong=lambda coll, s, t, n: C.bus_bandwidth(coll, s, t, n) * 1e9 / 2 ** 30),
+        Rule("one_rank"),
+        Rule("wrong_factor", wrong=lambda coll, s, t, n: s / t / 1e9),
+        formula="busbw = S / t / 1e9 × factor, factor = " + _FACTORS,
+        texts=TEXTS["q2"]),
     "q3": Rules(   # a rule's wrong answer is the ratio it names
-        Rule("ratio_one_half", "zero_bytes_ratio = {ratio}: that is the bytes of ONE of ZeRO's two collectives over "
-             "an all_reduce's", "ZeRO runs a reduce_scatter of the gradients AND an all_gather of the parameters: "
-             "what do the two send together?",
-             "Add both halves: (n−1)/n·S + (n−1)/n·S, then divide by the all_reduce's 2(n−1)/n·S.", wrong=lambda: 0.5),
-        Rule("ratio_doubled", "zero_bytes_ratio = {ratio}: ZeRO would then move twice an all_reduce's bytes, as if "
-             "each of its halves cost a whole all_reduce",
-             "On a ring, how many bytes per rank does a reduce_scatter send, compared with an all_reduce?",
-             "A reduce_scatter and an all_gather send (n−1)/n·S each; an all_reduce sends 2(n−1)/n·S.",
-             wrong=lambda: 2.0),
-        formula="(n−1)/n·S (reduce_scatter) + (n−1)/n·S (all_gather) over 2(n−1)/n·S (all_reduce) = 1"),
+        Rule("ratio_one_half", wrong=lambda: 0.5),
+        Rule("ratio_doubled", wrong=lambda: 2.0),
+        texts=TEXTS["q3"]),
     "q4": Rules(   # shown on _Q4_SMALL where the learner makes the mistake there too, else on the check's case
-        Rule("mean_of_means",
-             _pick("small", "{call} gave mean {got_r}: {data}, five values whose mean is {mean_r}; {got_r} is halfway "
-                   "between the two ranks' means {means_r}", "{k} ranks with {counts} samples: mean {got:.6g} is the "
-                   "mean of the per-rank means, the data's mean is {mean:.6g}"),
-             "The ranks hold different numbers of values: should each rank count equally, or each value?",
-             "Add the counts and the sums over all ranks first: mean = Σ sums / Σ counts.",
-             wrong=lambda stats: float(_q4_stats(stats)["means"].mean())),
-        Rule("spread_of_stds",
-             _pick("small", "{call} gave std {got:.6g}: {data}; the two ranks' stds are {stds_r} and yours is how "
-                   "much they differ from each other, while the five values themselves have std {std:.6g}",
-                   "std {got:.6g} is the spread of the {k} per-rank stds, the data's std is {std:.6g}"),
-             "Does the spread of the per-rank stds measure how spread out the data are?",
-             "Add up counts, sums and sums of squares over the ranks and compute the std of all N values from those "
-             "totals.", wrong=lambda stats: _q4_stats(stats)["spread"]),
-        Rule("population_std",
-             _pick("small", "{call} gave std {got:.6g}: {data}; the sum of squared deviations of those 5 values is "
-                   "5.2, and {got:.6g} = √(5.2 / 5)", "std {got:.6g} = √(Σ(x − mean)² / N) for N = {N} values"),
-             "torch.std divides the sum of squared deviations by which count: N or N − 1?",
-             "Divide by N − 1 (the sample std, like torch.std), not by N.",
-             wrong=lambda stats: _q4_stats(stats)["population"]),
-        formula="N = Σ counts; mean = Σ sums / N; var = (Σ sums of squares − N·mean²) / (N − 1); std = √var"),
+        Rule("mean_of_means", wrong=lambda stats: float(_q4_stats(stats)["means"].mean())),
+        Rule("spread_of_stds", wrong=lambda stats: _q4_stats(stats)["spread"]),
+        Rule("population_std", wrong=lambda stats: _q4_stats(stats)["population"]),
+        texts=TEXTS["q4"]),
     "q5": Rules(
-        Rule("no_bus_factor", "{call}, exactly the {ops} × S = {bytes} bytes of the messages — as if {an} on {group} "
-             "ranks put only its S bytes on the bus", "busbw counts the bytes a collective puts on the bus: how many "
-             "does one {coll} of S bytes on {group} ranks count as?",
-             "Multiply S by the bus factor ({factor} = {f:.4g} here) before dividing by busbw.",
-             wrong=lambda c, s, o, n, b: o * s / (b * 1e9)),
-        Rule("divided_by_factor",
-             _pick("more", "{call}, fewer than the {ops} × S = {bytes} bytes of the messages (the bus factor here is "
-                   "{f:.4g} > 1)", "{call}, more than the {ops} × S = {bytes} bytes of the messages, though the bus "
-                   "factor is {f:.4g} < 1"),
-             "Does the bus factor make the bytes on the bus more or fewer than S — and is your factor on top of the "
-             "fraction or under it?", "t = S × factor / busbw: multiply S by the factor, do not divide by it.",
-             wrong=lambda c, s, o, n, b: o * s / C.bus_factor(c, n) / (b * 1e9)),
-        Rule("one_operation", "{call}: the bus bytes of ONE {coll}, while a step runs {ops} of them",
-             "How many of these collectives does one training step run?",
-             "Multiply the time of one collective by ops_per_step.",
-             wrong=lambda c, s, o, n, b: _q5_time(c, s, 1, n, b)),
-        Rule("units", "{call} — a factor 10⁹ away from the bytes the step's {ops} collectives move",
-             "In which unit is busbw_GBps, and how many bytes per second is that?",
-             "Convert GB/s to bytes/s (× 1e9) before dividing: t = bytes / (busbw_GBps × 1e9).",
-             wrong=lambda c, s, o, n, b: _q5_time(c, s, o, n, b) * 1e9),     # GB/s taken for bytes/s
-        formula="t = ops_per_step × S × factor / (busbw_GBps × 1e9); factor " + _FACTORS),
+        Rule("no_bus_factor", wrong=lambda c, s, o, n, b: o * s / (b * 1e9)),
+        Rule("divided_by_factor", wrong=lambda c, s, o, n, b: o * s / C.bus_factor(c, n) / (b * 1e9)),
+        Rule("one_operation", wrong=lambda c, s, o, n, b: _q5_time(c, s, 1, n, b)),
+        Rule("units", wrong=lambda c, s, o, n, b: _q5_time(c, s, o, n, b) * 1e9),     # GB/s taken for bytes/s
+        formula="t = ops_per_step × S × factor / (busbw_GBps × 1e9); factor " + _FACTORS,
+        texts=TEXTS["q5"]),
 }
 #: further wrong implementations a rule names (the same mistake written another way)
 _ALSO: dict[str, tuple[Callable, ...]] = {

@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 
 from labsupport.check import layout_mistakes as layout
 from labsupport.check._core import chapter_summary, check, check_seed, expect, Sealed, short, try_call
+from labsupport.check.texts import load_texts
 from labsupport.check.rules import first_showing, Rule, Rules
 from labsupport.config import ConfigError, parallel_layout
 from labsupport.datasets.blending import build_blending_indices, normalize_weights
@@ -29,6 +30,7 @@ from labsupport.training.data_plan import DataPlanError, check_plan, consumed_di
 from labsupport.training.sampler import MegatronPretrainingSampler, num_microbatches
 
 CHAPTER = "ch06"
+TEXTS = load_texts(CHAPTER)
 _SAMPLER, _BLENDING = "labsupport.training.sampler", "labsupport.datasets.blending"
 _SAMPLER_REFS = [f"{_SAMPLER}:rank_slice", f"{_SAMPLER}:MegatronPretrainingSampler",
                  f"{_SAMPLER}:MegatronPretrainingSampler.__iter__"]
@@ -67,27 +69,12 @@ def _q1_call(consumed: int, micro: int, rank: int, dp: int) -> str:
 
 #: each rule's wrong slice of (consumed, micro, rank, DP), tried in this order; wrong_length is any other length
 RULES["q1"] = Rules(
-    Rule("strided", "{call} returned {got}{also}: the ranks' indices interleave",
-         "Look at the chapter's sampler table: are the indices rank 0 reads in one micro-batch next to each other?",
-         "Give each rank one contiguous block of micro_batch_size indices of the group, in rank order.",
-         wrong=lambda c, m, r, d: [c + r + j * d for j in range(m)]),
-    Rule("ranks_overlap", "{call} returned {got}{also}{shared}",
-         "If each rank reads micro_batch_size samples, how far apart are the first indices of two neighbouring ranks?",
-         "Rank r's block starts r × micro_batch_size after consumed_samples, not r after it.",
-         wrong=lambda c, m, r, d: list(range(c + r, c + r + m))),
-    Rule("from_zero", "{call} returned {got}; consumed_samples = {consumed} says {before} read before this micro-batch",
-         "After a run has consumed consumed_samples samples, at which index does the sampler go on?",
-         "Start the group at consumed_samples: add consumed_samples to every index of your block.",
-         wrong=lambda c, m, r, d: list(range(r * m, (r + 1) * m))),
-    Rule("whole_group", "{call} returned {got}: {n} indices for micro_batch_size = {micro}{also}",
-         "Is the group of micro × DP indices one rank's micro-batch, or shared by all the DP ranks?",
-         "Return only rank's part: cut the group into DP blocks of micro_batch_size indices and take block number "
-         "rank.", wrong=lambda c, m, r, d: list(range(c, c + m * d))),
-    Rule("wrong_length", "{call} returned {got}: {n} indices for micro_batch_size = {micro}",
-         "How many samples does one micro-batch hold — and does your range include its end?",
-         "Return exactly micro_batch_size indices: range(start, start + micro_batch_size) stops before its end."),
-    formula="rank r reads range(consumed + r × micro, consumed + (r + 1) × micro): the group consumed … consumed + "
-            "micro × DP − 1 cut into DP contiguous blocks of micro, in rank order")
+    Rule("strided", wrong=lambda c, m, r, d: [c + r + j * d for j in range(m)]),
+    Rule("ranks_overlap", wrong=lambda c, m, r, d: list(range(c + r, c + r + m))),
+    Rule("from_zero", wrong=lambda c, m, r, d: list(range(r * m, (r + 1) * m))),
+    Rule("whole_group", wrong=lambda c, m, r, d: list(range(c, c + m * d))),
+    Rule("wrong_length"),
+    texts=TEXTS["q1"])
 #: the small cases a q1 failure is shrunk to: the smallest group first
 _Q1_SMALL = sorted(((g * m * dp, m, r, dp) for dp in (1, 2, 3, 4) for m in (1, 2, 3) for g in (0, 1, 2)
                     for r in range(dp)), key=lambda c: (c[1] * c[3], c[0], c[1], c[2]))
@@ -116,14 +103,7 @@ def _q1_fail(fn: Callable, case: tuple[int, ...], got: list[int]) -> None:
                      before="index 0 was" if consumed == 1 else f"indices 0 … {consumed - 1} were")
 
 
-@check(CHAPTER, "q1", hint=(  # tiered: a nudge, the idea, then the formula
-    "reread chapter 6's 'Data parallelism for real': each step the sampler hands out one group of consecutive "
-    "sample indices to all the DP ranks together — where does the group start, and which part is rank r's?",
-    "the group is the micro_batch_size × data_parallel_size indices right after the samples already consumed; "
-    "the ranks split it into equal contiguous blocks in rank order (not every DP-th index)",
-    "the sampler gathers micro_batch_size × data_parallel_size indices starting at "
-    "consumed_samples; rank r takes the contiguous slice [r × micro, (r + 1) × micro) of that group, i.e. "
-    "consumed_samples + r × micro ... + micro − 1"))
+@check(CHAPTER, "q1", hint=TEXTS["q1"].hint)
 def q1(dp_slice: Callable) -> str:
     """``dp_slice(consumed_samples, micro_batch_size, rank, data_parallel_size)`` → list of indices."""
     rng = np.random.default_rng(check_seed())
@@ -173,12 +153,7 @@ RULES["q2"] = Rules(
                                   wrong=lambda d, n, t, p, m, g, s, k, dp: d * n // t),
     layout.ONE_NODE_ONLY.but(name="dp_one_node", symptom=_DP, formula="DP = devices × num_nodes // (TP × PP)",
                              wrong=lambda d, n, t, p, m, g, s, k, dp: d // (t * p)),
-    Rule("accumulation_without_dp", "{said}: {g} micro-steps × micro {micro} × DP {dp} = {samples} samples per "
-         "optimizer step, but global_batch_size = {global_bs}",
-         "In one micro-step, how many samples do all the DP ranks process together?",
-         "Each micro-step feeds DP ranks at once: divide global_batch_size by micro × DP, not by micro.",
-         "accumulation_steps = global_batch_size // (micro_batch_size × DP)",
-         wrong=lambda d, n, t, p, m, g, s, k, dp: g // m),
+    Rule("accumulation_without_dp", wrong=lambda d, n, t, p, m, g, s, k, dp: g // m),
     *(Rule(name, _TOKENS, ask, fix, "tokens_per_step = global_batch_size × encoder_seq_length (= micro × DP × "
            "accumulation × seq)", wrong=wrong) for name, ask, fix, wrong in [
         ("tokens_one_microbatch", "How many micro-batches, on how many DP ranks, make one optimizer step?",
@@ -202,17 +177,13 @@ RULES["q2"] = Rules(
          "Include gradient accumulation: a step reads accumulation groups of micro × DP samples.",
          lambda d, n, t, p, m, g, s, k, dp: k * m * dp)]),
     layout.ACCEPTS_INDIVISIBLE.but(name="accepts_indivisible_layout"),
-    Rule("accepts_indivisible_batch", "{call} returned {got}; with DP = {dp}, global_batch_size = {global_bs} samples "
-         "cannot be cut into whole micro-steps of micro × DP = {micro_dp}",
-         "Can {global_bs} samples be split into whole micro-steps of {micro_dp}? What does the exercise ask for when "
-         "they cannot?", "After computing DP, raise ValueError when global_batch_size % (micro_batch_size × DP) != 0."),
+    Rule("accepts_indivisible_batch"),
     layout.REFUSES_TP_ACROSS_NODES.but(
         fix="Do not raise when TP > devices: only the two divisibility tests make a layout impossible."),
     layout.RAISES_LEGAL_LAYOUT.but(
         ask="Work out each of your raise conditions by hand for this config: which one fires, and should it?",
         fix="Raise only when (devices × num_nodes) % (TP × PP) != 0 or global_batch_size % (micro × DP) != 0."),
-    formula="raise ValueError when (devices × num_nodes) % (TP × PP) != 0 or global_batch_size % (micro_batch_size × "
-            "DP) != 0, and only then (TP wider than a node is legal, only slow)")
+    texts=TEXTS["q2"])
 _Q2_FIELD = {"dp_ignores_pp": "data_parallel_size", "dp_one_node": "data_parallel_size",
              "accumulation_without_dp": "accumulation_steps", **dict.fromkeys(
                  ("tokens_one_microbatch", "tokens_one_rank", "tokens_without_accumulation"), "tokens_per_step"),
@@ -281,16 +252,7 @@ def _q2_fail(fn: Callable, case: tuple[int, ...], got: Any) -> None:
     RULES["q2"].fail(kind, **facts)
 
 
-@check(CHAPTER, "q2", hint=(
-    "reread chapter 6's 'One config drives everything': it derives these four numbers from the config; the "
-    "data-parallel size is chapter 0's exercise 1",
-    "a global batch is micro-batches of micro_batch_size samples, DP of them side by side in each micro-step, "
-    "repeated over accumulation steps; tokens per optimizer step count every sample of the global batch; "
-    "consumed_samples counts samples, not steps. Impossible layouts raise ValueError.",
-    "DP = devices × num_nodes / (TP × PP); accumulation = global / (micro × DP); "
-    "tokens per step = global × seq_length; consumed_samples after n steps = n × global. "
-    "Raise ValueError when TP × PP does not divide the world or micro × DP does not divide global; TP wider "
-    "than a node is legal (slow, chapter 0)."))
+@check(CHAPTER, "q2", hint=TEXTS["q2"].hint)
 def q2(batch_arithmetic: Callable) -> str:
     """``batch_arithmetic(cfg, steps)`` → dict (data_parallel_size, accumulation_steps, tokens_per_step,
     consumed_samples) or ValueError."""
@@ -422,27 +384,22 @@ RULES["q3"] = Rules(
     *(Rule(f"wrong_fix_{s}", _RIGHTLY + ", which leaves {field} where it is (healthy: {healthy}){path}",
            "What does {fix!r} change in the pipeline — and which of chapters 1–4's mechanisms removes the cause that "
            "{field} shows?", *_Q3_REMEDY[s]) for s in SUSPECTS),
-    Rule("flag_on_fused", _RIGHTLY + "; this log's attention_path = 'fused'",
-         "Does a fused (flash) attention kernel read the dataloader's attention mask at all?",
-         "The fused path takes no mask: give it the document boundaries as THD cu_seqlens.",
-         _Q3_REMEDY["no_boundary_mask"][1]),
-    Rule("cu_seqlens_on_unfused", _RIGHTLY + "; this log's attention_path = 'unfused'",
-         "Which input does the unfused attention path take: the dataloader's dense mask, or cu_seqlens?",
-         "The unfused path applies the dataloader's mask: make it block-diagonal with reset_attention_mask.",
-         _Q3_REMEDY["no_boundary_mask"][1]),
-    Rule("flag_read_as_symptom", _NAMED + ", but cross_document_attention = {value}: no attention pair crosses a "
-         "document (attention_path = {path!r}, reset_attention_mask = {flag})",
-         "Which field measures whether attention crosses documents — and does the flag say anything on the fused path?",
-         "Decide no_boundary_mask from cross_document_attention > 0, not from reset_attention_mask: on the fused path "
-         "a healthy run may have the flag off.",
-         "no_boundary_mask ⇔ cross_document_attention > 0; attention_path and reset_attention_mask only choose its "
-         "fix"),
+    Rule("flag_on_fused",
+         symptom=_RIGHTLY + "; this log's attention_path = 'fused'",
+         formula=_Q3_REMEDY["no_boundary_mask"][1]),
+    Rule("cu_seqlens_on_unfused",
+         symptom=_RIGHTLY + "; this log's attention_path = 'unfused'",
+         formula=_Q3_REMEDY["no_boundary_mask"][1]),
+    Rule("flag_read_as_symptom",
+         symptom=_NAMED + ", but cross_document_attention = {value}: no attention pair crosses a "
+         "document (attention_path = {path!r}, reset_attention_mask = {flag})"),
     *(Rule(f"false_alarm_{f}", _NAMED + ", but {field} = {value} lies inside its healthy range {healthy}",
            "Where does your function's threshold for {field} sit, compared with the healthy range the question's "
            "table gives?", "Flag {field} only well outside {healthy} (a sick run shows about {sick}): put the "
            "threshold between the two.", "a field is sick only outside its healthy range, and then far from its "
            "edge: data_share > 0.15, real_token_share < 0.93, cross_document_attention > 0, decode_roundtrip_ok "
-           "false, small_domain_gap > 0.8, rss_over_corpus > 0.2") for f in _BOUNDS))
+           "false, small_domain_gap > 0.8, rss_over_corpus > 0.2") for f in _BOUNDS),
+    texts=TEXTS["q3"])
 
 
 def _q3_calm(suspect: str, like: dict[str, Any]) -> dict[str, Any]:
@@ -517,17 +474,7 @@ def _q3_wrong_fix(log: dict[str, Any], suspect: str, fix: str) -> None:
                      path=f"; attention_path = {log['attention_path']!r}" if suspect == "no_boundary_mask" else "")
 
 
-@check(CHAPTER, "q3", hint=(
-    "reread chapter 6's 'The symptom → suspect table, live' (§6.2.7): exactly one field of each log is far from "
-    "a healthy run — find it, then the row of the table it belongs to",
-    "compare each field with a healthy run: data loading well under half the step, nearly "
-    "every computed token has a loss, no attention across documents, the decode round-trips, held-out loss close "
-    "to the training loss on the up-weighted domain, memory far below the corpus size",
-    "one field, one row: data_share → the tokenizer at every step, real_token_share → padding, "
-    "cross_document_attention → no boundary mask, decode_roundtrip_ok → tokenizer mismatch, small_domain_gap → "
-    "the small set over-sampled, rss_over_corpus → loading everything; the fix is the mechanism of chapters 1–4 "
-    "that removes that cause — for mixed documents it depends on attention_path: an unfused path applies the "
-    "dataloader's mask once reset_attention_mask is on, a fused path ignores any mask and needs cu_seqlens"))
+@check(CHAPTER, "q3", hint=TEXTS["q3"].hint)
 def q3(diagnose: Callable) -> str:
     """``diagnose(log)`` → ``{"suspect": one of SUSPECTS, "fix": one of FIXES}``."""
     rng = np.random.default_rng(check_seed())
@@ -588,31 +535,14 @@ def _locate_reference(weights: list[float], domain: int, k: int, consumed: int, 
 _SAID = ("{call}: the sample at blend index {i} (position {within} of step {want_step}'s global batch of {global_bs}; "
          "micro {micro}, DP {dp}): you said")
 RULES["q4"] = Rules(
-    Rule("k_off_by_one", "{call}: blend index {index} holds sample {held} of domain {domain}, not sample {k}",
-         "Samples of a domain are numbered from 0: which occurrence of the domain is sample k?",
-         "Sample k of domain d is the (k + 1)-th blend position whose dataset is d (dataset_sample_index = k).",
-         "blend_index = the i with dataset_index[i] == d and dataset_sample_index[i] == k"),
-    Rule("step_from_zero", _SAID + " step {step}; the first {global_bs} samples (indices 0…{last}) are read by step 1",
-         "Which step reads blend index 0 — is the first optimizer step number 0 or 1?",
-         "Steps count from 1: step = blend_index // global_batch_size + 1.",
-         "step = i // global_batch_size + 1 (the resumed run goes on counting)"),
-    Rule("step_from_resume", _SAID + " step {step}; the checkpoint was written after step {resumed}",
-         "consumed_samples = {consumed}: how many steps had run before the resume, and does the resumed run start its "
-         "step count again?", "The resumed run continues the step count: step = blend_index // global_batch_size + 1, "
-         "not counted from consumed_samples.", "step = i // global_batch_size + 1"),
-    Rule("step_is_microstep", _SAID + " step {step}; blend indices 0…{last} are all read in step 1",
-         "An optimizer step takes the whole global batch ({global_bs} samples): how many micro-batch groups is that?",
-         "Gradient accumulation: one step = global_batch_size samples = {groups} groups of micro × DP.",
-         "step = i // global_batch_size + 1; microbatch = (i mod global) // (micro × DP)"),
-    Rule("rank_strided", _SAID + " rank {rank}",
-         "In exercise 1, does a rank read a contiguous block of the micro × DP group, or every DP-th index?",
-         "Each rank takes a contiguous block of micro samples: rank = (position in the group) // micro.",
-         "rank = (i mod (micro × DP)) // micro"),
-    Rule("rank_beyond_dp", _SAID + " rank {rank}, but with DP = {dp} the ranks are 0…{dp_last}",
-         "The global batch is several micro × DP groups read one after another (gradient accumulation): where does "
-         "the second group start over?",
-         "Take the position inside its micro × DP group first: rank = (i mod (micro × DP)) // micro.",
-         "rank = (i mod (micro × DP)) // micro; microbatch = (i mod global) // (micro × DP)"))
+    Rule("k_off_by_one"),
+    Rule("step_from_zero",
+         symptom=_SAID + " step {step}; the first {global_bs} samples (indices 0…{last}) are read by step 1"),
+    Rule("step_from_resume", symptom=_SAID + " step {step}; the checkpoint was written after step {resumed}"),
+    Rule("step_is_microstep", symptom=_SAID + " step {step}; blend indices 0…{last} are all read in step 1"),
+    Rule("rank_strided", symptom=_SAID + " rank {rank}"),
+    Rule("rank_beyond_dp", symptom=_SAID + " rank {rank}, but with DP = {dp} the ranks are 0…{dp_last}"),
+    texts=TEXTS["q4"])
 #: for each rule of q4 (tried in RULES order): the field it gets wrong, and its wrong values from the case's facts
 _Q4_WRONG = {"k_off_by_one": ("blend_index", lambda f: (f["next"], f["previous"])),
              "step_from_zero": ("step", lambda f: (f["want_step"] - 1,)),
@@ -638,15 +568,7 @@ def _q4_mistake(got: dict, want: dict, case: dict) -> None:
             RULES["q4"].fail(name, **f)
 
 
-@check(CHAPTER, "q4", hint=(
-    "reread chapter 6's 'Data parallelism for real' and chapter 3's greedy rule: first find where the blend puts "
-    "the sample, then which step, micro-batch and rank the sampler hands that position to",
-    "the blend position is fixed by chapter 3's rule alone (weights normalised); a resumed sampler starts at "
-    "consumed_samples, so anything before it was read before the checkpoint (None); after it, each step is one "
-    "global batch of accumulation × (micro × DP) positions and your exercise 1 says which rank reads which",
-    "i = the blend position with dataset d and sample k (greedy rule, x = max(i, 1), lowest index on ties); None if "
-    "i < consumed_samples; step = i // global + 1; microbatch = (i mod global) // (micro × DP); "
-    "rank = (i mod (micro × DP)) // micro"))
+@check(CHAPTER, "q4", hint=TEXTS["q4"].hint)
 def q4(locate_sample: Callable) -> str:
     """``locate_sample(weights, domain, k, consumed_samples, micro_batch_size, data_parallel_size,
     global_batch_size)`` → ``{"blend_index", "step", "rank", "microbatch"}`` or None."""
@@ -738,23 +660,11 @@ def _pairs(value: Any) -> list[list[int]] | None:
 
 _FIRST = "first_microbatch = blend(new)[consumed + rank × micro … consumed + (rank + 1) × micro − 1]"
 RULES["q5"] = Rules(
-    Rule("refusal_missed", "{call}: blend position {p}, already trained on, held sample {was} and now holds {now}; you "
-         "said not refused", "What does the data-plan guard recompute on resume — and is it the same here?",
-         "It hashes which (domain, sample) sits at each of the first consumed_samples blend positions; if any of them "
-         "changed, it refuses.", "refused = blend(new)[:consumed] ≠ blend(old)[:consumed] as (domain, sample) pairs, "
-         "blend = chapter 3's greedy rule on w / Σw"),
-    Rule("refused_weights_not_samples", "{call}: you said refused, but {same}",
-         "Does the guard compare the config's weights, or the samples already trained on?",
-         "It refuses only when one of the first consumed_samples (domain, sample) pairs changed; normalise the weights "
-         "and compare the two blends' first consumed_samples positions.",
-         "refused = blend(new)[:consumed] ≠ blend(old)[:consumed], blend = chapter 3's greedy rule on w / Σw"),
-    Rule("old_blend", "{call}: rank {rank} reads blend positions {positions} first; you gave the samples the OLD "
-         "weights {old} put there",
-         "After the restart (accepted with allow_new_data_plan=true), which blend does the sampler index into?",
-         "Build the blend from the NEW weights {new} and read positions {positions} from it.", _FIRST),
-    Rule("from_zero", "{call}: you gave the new blend's positions {start}…{end}; consumed_samples = {consumed}",
-         "Where does the resumed sampler start walking the blend?",
-         "At consumed_samples: rank r reads positions consumed + r × micro … + micro − 1 (exercise 1).", _FIRST))
+    Rule("refusal_missed"),
+    Rule("refused_weights_not_samples"),
+    Rule("old_blend", formula=_FIRST),
+    Rule("from_zero", formula=_FIRST),
+    texts=TEXTS["q5"])
 
 
 def _q5_mistake(got: dict, want: dict, case: dict) -> None:
@@ -779,15 +689,7 @@ def _q5_mistake(got: dict, want: dict, case: dict) -> None:
         RULES["q5"].fail("from_zero", **facts)
 
 
-@check(CHAPTER, "q5", hint=(
-    "reread chapter 6's 'Exact resume' (its 'A changed data plan' cell): what does a checkpoint record about the "
-    "data, and what does the resuming run recompute and compare?",
-    "the guard rebuilds the blend with the new weights and compares the samples at the positions already trained "
-    "on (0 … consumed_samples − 1) with those the checkpoint recorded; accepted anyway, the sampler still starts "
-    "at consumed_samples — in the NEW blend — so some samples it hands out may have been trained on already",
-    "normalise both weight lists; old, new = chapter 3's blend of each; refused = old[:consumed] ≠ new[:consumed] "
-    "as (domain, sample) pairs; first_microbatch = new[consumed + rank × micro … + micro − 1]; already_trained = "
-    "how many of those pairs are in old[:consumed]"))
+@check(CHAPTER, "q5", hint=TEXTS["q5"].hint)
 def q5(restart_with_new_blend: Callable) -> str:
     """``restart_with_new_blend(old_weights, new_weights, consumed_samples, micro_batch_size, rank,
     data_parallel_size)`` → ``{"refused": bool, "first_microbatch": [[domain, sample], …],

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping, NoReturn, Sequence
 
 from labsupport.check._core import Mistake
+from labsupport.check.texts import QuestionTexts
 
 Case = tuple
 Same = Callable[[Any, Any], bool]
@@ -43,6 +44,8 @@ def _render(text: Any, facts: Mapping[str, Any]) -> str:
 class Rule:
     """One named mistake: its wrong implementation (optional) and its feedback tiers.
 
+    The texts usually come from the chapter's text file (:mod:`labsupport.check.texts`): a
+    :class:`Rules` table given ``texts=`` fills every text a rule leaves empty.
     ``symptom``, ``ask``, ``fix`` and ``formula`` are templates (``"{call} returned {got}"``) filled
     from the facts of the failing case, or callables taking those facts.  Literal braces in a
     template are doubled (``{{``), as in ``str.format``.  ``confirm`` asks :func:`smallest` for
@@ -51,9 +54,9 @@ class Rule:
     """
 
     name: str
-    symptom: Any
-    ask: Any
-    fix: Any
+    symptom: Any = ""
+    ask: Any = ""
+    fix: Any = ""
     formula: Any = ""
     wrong: Callable[..., Any] | None = None
     confirm: int = 0
@@ -73,14 +76,29 @@ class Rule:
 
 
 class Rules(Mapping[str, Rule]):
-    """A question's table of rules, by name, in the order they are tried."""
+    """A question's table of rules, by name, in the order they are tried.
 
-    def __init__(self, *rules: Rule, formula: Any = None):
+    ``texts`` (a question's :class:`~labsupport.check.texts.QuestionTexts`) fills each text a rule
+    leaves empty from the rule's entry, and ``formula`` (or the texts' formula) every formula still
+    empty.  A text entry for a rule the table does not have, or a rule left without a symptom, ask
+    or fix, is an error when the module is imported."""
+
+    def __init__(self, *rules: Rule, formula: Any = None, texts: QuestionTexts | None = None):
+        if texts is not None:
+            unknown = set(texts.rules) - {r.name for r in rules}
+            if unknown:
+                raise ValueError(f"texts of {texts.question} for rules it does not have: {sorted(unknown)}")
+            rules = tuple(r.but(**{f: v for f, v in texts.rules.get(r.name, {}).items() if not getattr(r, f)})
+                          for r in rules)
+            formula = texts.formula if formula is None else formula
         if formula is not None:   # one formula for every rule that has none of its own
             rules = tuple(r if r.formula else r.but(formula=formula) for r in rules)
         self._rules = {r.name: r for r in rules}
         if len(self._rules) != len(rules):
             raise ValueError("two rules of one table share a name")
+        empty = [r.name for r in rules if not (r.symptom and r.ask and r.fix)]
+        if empty:
+            raise ValueError(f"rules without a symptom, ask or fix: {empty}")
 
     def __getitem__(self, name: str) -> Rule:
         return self._rules[name]
