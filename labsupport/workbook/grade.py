@@ -467,9 +467,10 @@ def _write_similarity(out: Path, answers: dict, chapters: dict[str, Chapter], th
         if official:
             answers[(SOLUTIONS, key)] = official
     pairs = similar_pairs(answers, threshold)
-    fields = ["chapter", "question", "student_a", "student_b", "similarity", "matching_lines"]
+    fields = ["chapter", "question", "student_a", "student_b", "similarity", "note", "matching_lines"]
     rows = [{"chapter": p.chapter, "question": p.question, "student_a": p.student_a, "student_b": p.student_b,
-             "similarity": f"{p.similarity:.3f}", "matching_lines": "\n".join(p.matching_lines)} for p in pairs]
+             "similarity": f"{p.similarity:.3f}", "note": p.note, "matching_lines": "\n".join(p.matching_lines)}
+            for p in pairs]
     similarity = out.with_name("similarity.csv")
     if similarity.is_file():
         with open(similarity, newline="", encoding="utf-8") as fh:

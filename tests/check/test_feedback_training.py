@@ -273,7 +273,7 @@ def test_the_grader_gives_the_solutions_full_marks_and_flags_the_reference(tmp_p
         chapters, Options(seed="t", rounds=1))
     rows = {r.question: r for r in graded.rows}
     assert any(f.startswith("reference:") for f in rows["q4"].flags), rows["q4"].flags
-    assert rows["q4"].points == 0 and rows["q5"].status == "failed"
+    assert rows["q4"].points == 0 and rows["q4"].status == "flagged" and rows["q5"].status == "failed"
     assert "not available while grading" in rows["q5"].reason
 
 

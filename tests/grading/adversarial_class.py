@@ -6,6 +6,8 @@ whatever else that student left beside it) and returns ``{student: Expected}``.
 """
 from __future__ import annotations
 
+import ast
+
 import copy
 import json
 import re
@@ -40,6 +42,16 @@ class Expected:
 
 def _load(folder: str) -> dict:
     return json.loads((REPO_ROOT / folder / NAME).read_text(encoding="utf-8"))
+
+
+def _padded_with_no_ops(source: str) -> str:
+    """``source`` with ``_unused = None`` after every statement, the padding that hid a copy (N09)."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+            node.body = [s for stmt in body for s in (stmt, ast.parse("_unused = None").body[0])]
+    return ast.unparse(tree)
 
 
 def _solution_code() -> dict[str, str]:
@@ -387,7 +399,7 @@ def build_class(folder: Path, book: Path | None = None) -> dict[str, Expected]:
 
         def greedy_step(weights, counts, step):
             return _library(weights, counts, step)
-        """).text(), exp((0, 1, 1, 1, 0), {"q1": "failed"}, flags={"q1": "reference"},
+        """).text(), exp((0, 1, 1, 1, 0), {"q1": "flagged"}, flags={"q1": "reference"},
                          why="the sandbox's copy of the reference raises; the import is flagged too"))
     subs["a20_getframe"] = (_all().set("q2", """
         import sys
@@ -446,6 +458,9 @@ def build_class(folder: Path, book: Path | None = None) -> dict[str, Expected]:
     src = _solution_code()["q1"].replace("best_error", "top_err").replace("best", "winner")
     copy_nb.set("q1", "# my own work\n" + src.replace("# strictly greater", "# greater"))
     subs["a31_near_copy"] = (copy_nb.text(), exp((1, 1, 1, 1, 1), why="listed in similarity.csv with a01_correct"))
+    padded = _all()
+    padded.set("q1", _padded_with_no_ops(_solution_code()["q1"]))
+    subs["a32_no_op_copy"] = (padded.text(), exp((1, 1, 1, 1, 1), why="listed in similarity.csv with solutions/"))
 
     for student, text in _escapes(book, folder / "a01_correct" / NAME).items():
         slow = student == "e06_memory_children"  # reclaim at the memory limit can outlast the cell limit

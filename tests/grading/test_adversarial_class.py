@@ -175,6 +175,9 @@ def test_similar_answers_are_listed(graded):
                for p in pairs)
     assert any({p["student_a"], p["student_b"]} == {"a31_near_copy", "solutions/"} and p["question"] == "q1"
                for p in pairs), "copying from solutions/ is listed"
+    _need(graded, "a32_no_op_copy")
+    assert any({p["student_a"], p["student_b"]} == {"a32_no_op_copy", "solutions/"} and p["question"] == "q1"
+               and float(p["similarity"]) == 1.0 for p in pairs), "no-op lines hide nothing"
 
 
 def test_feedback_and_executed_notebooks_are_kept(graded):

@@ -190,6 +190,7 @@ def test_the_students_copy_holds_no_check_code_and_no_reference(tmp_path):
             "from labsupport.datasets.blending import greedy_step; greedy_step([1.0], [0], 0)", str(lib)]
     run = subprocess.run(code, capture_output=True, text=True)
     assert run.returncode == 1 and "not available while grading" in run.stderr
+    assert "greedy_step" not in run.stderr.splitlines()[-1], "the message names no function a sibling could replace"
 
 
 @pytest.mark.skipif(sandbox.sandbox_mode() != "bwrap", reason="needs bubblewrap")
@@ -400,3 +401,22 @@ def test_the_sandbox_binds_the_environment_in_use_whatever_its_name(tmp_path, mo
     roots = sandbox._python_roots()
     assert str(venv.resolve()) in roots
     assert not any(r == str(repo.resolve()) or r.startswith(str((repo / "solutions").resolve())) for r in roots)
+
+
+def test_no_op_lines_do_not_hide_a_copied_answer():
+    copied = "def f(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total\n"
+    padded = ("def g(values):\n    _unused = None\n    acc = 0\n    'note'\n    for v in values:\n"
+              "        acc += v\n        pass\n        _x = acc\n    _y: int = 3\n    return acc\n_z = 1\n")
+    assert normalise(copied) == normalise(padded)
+    # an assignment somebody reads is kept, and so is a call (it has an effect)
+    assert len(normalise("a = 1\nprint(a)")) == 2 and len(normalise("f()\nx = None")) == 1
+    pairs = similar_pairs({("ann", "ch03"): {"q1": copied}, ("bob", "ch03"): {"q1": padded}})
+    assert [(p.student_a, p.student_b, p.similarity, p.note) for p in pairs] == [("ann", "bob", 1.0, "")]
+
+
+def test_short_answers_are_compared_for_identity_and_marked_short_canonical():
+    one = "def f(w):\n    return int(np.argmax(w))\n"
+    pairs = similar_pairs({("ann", "ch03"): {"q1": one}, ("bob", "ch03"): {"q1": one.replace("w", "x")},
+                           ("cid", "ch03"): {"q1": "def f(w):\n    return int(np.argmin(w))\n"}})
+    found = [(p.student_a, p.student_b, p.similarity, p.note) for p in pairs]
+    assert found == [("ann", "bob", 1.0, "short, canonical")]

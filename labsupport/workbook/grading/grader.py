@@ -490,6 +490,9 @@ def grade_file(path: Path, chapters: dict[str, Chapter], options: Options, force
         if row.flags and (student, chapter.key, row.question) not in options.overrides:
             if row.status == "passed":
                 row.status, row.reason = FLAGGED, "passed the check, but flagged for the instructor (see flags)"
+            elif row.status == "failed" and any(f.startswith("reference") for f in row.flags):
+                # its check failed because the reference it called is not there while grading
+                row.status, row.reason = FLAGGED, f"used labsupport's reference (see flags); {row.reason}"
             row.points = 0.0
     if any(v == "function name" for v in how.values()):
         feedback.append("note: some answer cells were found by the function they define (their cell ids changed)")

@@ -1,10 +1,16 @@
 """Answer regions compared across a class, after normalising names, comments and formatting.
 
-Each answer is parsed, every local name (variables, arguments, helper functions) is renamed in
-order of first appearance (``v0``, ``v1``, …), docstrings are dropped and the code is printed back
-by :func:`ast.unparse`, which removes comments and formatting.  Pairs of students whose
-normalised answers to a question are at least ``threshold`` similar
+Each answer is parsed; statements without effect are dropped (a bare constant or name, ``pass``
+where a body has others, an assignment of a constant or a name to a variable nothing reads, so
+``_unused = None`` after every line hides nothing); every local name (variables, arguments, helper
+functions) is renamed in order of first appearance (``v0``, ``v1``, …), docstrings are dropped and
+the code is printed back by :func:`ast.unparse`, which removes comments and formatting.  Pairs of
+students whose normalised answers to a question are at least ``threshold`` similar
 (:class:`difflib.SequenceMatcher` over lines) are listed with the matching lines.
+
+Answers shorter than ``min_lines`` normalised lines are compared too, but only for being
+identical, and such a pair is marked ``short, canonical``: a one-line answer is often the one way
+to write it, so two students (or a student and ``solutions/``) matching there says little.
 """
 from __future__ import annotations
 
@@ -53,10 +59,36 @@ class _Rename(ast.NodeTransformer):
     visit_AsyncFunctionDef = visit_FunctionDef
 
 
+_PURE = (ast.Constant, ast.Name)
+
+
+def _no_effect(node: ast.stmt, read: set[str]) -> bool:
+    """A statement that changes nothing: a bare constant or name, ``pass``, or an assignment of a
+    constant or name to plain variables no line reads."""
+    if isinstance(node, ast.Pass) or (isinstance(node, ast.Expr) and isinstance(node.value, _PURE)):
+        return True
+    if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, _PURE):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return all(isinstance(t, ast.Name) and t.id not in read for t in targets)
+    return False
+
+
+def _drop_no_ops(tree: ast.Module) -> ast.Module:
+    read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    for node in ast.walk(tree):
+        for name in ("body", "orelse", "finalbody"):
+            body = getattr(node, name, None)
+            if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+                kept = [stmt for stmt in body if not _no_effect(stmt, read)]
+                setattr(node, name, kept or ([ast.Pass()] if name == "body" and node is not tree else []))
+    return tree
+
+
 def normalise(source: str) -> list[str]:
-    """The answer's code with names, comments, docstrings and formatting normalised, as lines."""
+    """The answer's code with no-op statements, names, comments, docstrings and formatting
+    normalised, as lines."""
     try:
-        tree = _Rename().visit(ast.parse(source))
+        tree = _Rename().visit(_drop_no_ops(ast.parse(source)))
         text = ast.unparse(tree)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         text = "\n".join(line.split("#")[0].strip() for line in source.splitlines())
@@ -71,6 +103,10 @@ class Pair:
     student_b: str
     similarity: float
     matching_lines: list[str]
+    note: str = ""      # "short, canonical": a short answer matched exactly (see the module docstring)
+
+
+SHORT = "short, canonical"
 
 
 def similar_pairs(answers: dict[tuple[str, str], dict[str, str]], threshold: float = 0.9,
@@ -82,11 +118,15 @@ def similar_pairs(answers: dict[tuple[str, str], dict[str, str]], threshold: flo
             if not source or STUB in source:
                 continue
             lines = normalise(source)
-            if len(lines) >= min_lines:
+            if lines:
                 by_question.setdefault((chapter, question), []).append((student, lines))
     pairs: list[Pair] = []
     for (chapter, question), entries in sorted(by_question.items()):
         for (a, la), (b, lb) in itertools.combinations(sorted(entries), 2):
+            if min(len(la), len(lb)) < min_lines:
+                if la == lb:
+                    pairs.append(Pair(chapter, question, a, b, 1.0, la, SHORT))
+                continue
             matcher = difflib.SequenceMatcher(None, la, lb, autojunk=False)
             ratio = matcher.ratio()
             if ratio >= threshold:

@@ -105,9 +105,9 @@ def strip_references(lib: Path, specs: list[str]) -> list[str]:
         for qual, node in sorted(found, key=lambda x: -x[1].body[0].lineno):
             first, last = node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno
             indent = " " * node.body[0].col_offset
-            lines[first - 1:last] = [f"{indent}raise RuntimeError({qual!r} ' is labsupport\\'s reference "
-                                     f"for a question "
-                                     f"being graded: it is not available while grading')"]
+            # the message names no function: it would tell a cheater which one is missing
+            lines[first - 1:last] = [f"{indent}raise RuntimeError('a reference a question being graded compares "
+                                     f"with: not available while grading')"]
             removed.append(f"{path.relative_to(lib).with_suffix('').as_posix().replace('/', '.')}:{qual}")
         path.write_text("\n".join(lines), encoding="utf-8")
     return sorted(removed)
