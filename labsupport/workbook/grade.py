@@ -31,7 +31,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import secrets
 import shutil
 import signal
@@ -51,7 +50,8 @@ from labsupport.workbook.grading.grader import (SOLUTIONS, Graded, Options, unre
 from labsupport.workbook.grading.sandbox import Limits, enforcement, sandbox_mode
 from labsupport.workbook.grading.similarity import similar_pairs
 from labsupport.workbook.grading.stubs import hidden_references
-from labsupport.workbook.grading.submissions import Submission, collect, printable
+from labsupport.workbook.grading.submissions import Submission, collect
+from labsupport.workbook.grading.terminal import plain, printable
 
 FIELDS = ["student", "chapter", "question", "status", "points", "max_points", "reason", "flags", "manual_grading"]
 SUMMARY_FIELDS = ["student", "chapter", "points", "max_points"]
@@ -59,9 +59,6 @@ SUMMARY_FIELDS = ["student", "chapter", "points", "max_points"]
 
 _FORMULA = ("=", "+", "-", "@", "\t", "\r", "'")
 # CSI and OSC sequences first (their text goes with them), then any other control character
-_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
 def neutralise(value: object) -> object:
     """A CSV cell a spreadsheet will not run as a formula (``=``, ``+``, ``-``, ``@`` …): a ``'`` in
     front.  A value that itself starts with ``'`` gets one more, so :func:`restore` is exact."""
@@ -73,11 +70,6 @@ def neutralise(value: object) -> object:
 def restore(value: str) -> str:
     """The value :func:`neutralise` protected (reading a gradebook back: the same student id)."""
     return value[1:] if value[:1] == "'" and value[1:2] in _FORMULA else value
-
-
-def plain(text: object) -> str:
-    """``text`` without terminal escape sequences and control characters (what the grader prints)."""
-    return _CONTROL.sub("", printable(text))
 
 
 def _csv_text(fields: list[str], rows: list[dict]) -> str:

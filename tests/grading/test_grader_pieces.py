@@ -420,3 +420,27 @@ def test_short_answers_are_compared_for_identity_and_marked_short_canonical():
                            ("cid", "ch03"): {"q1": "def f(w):\n    return int(np.argmin(w))\n"}})
     found = [(p.student_a, p.student_b, p.similarity, p.note) for p in pairs]
     assert found == [("ann", "bob", 1.0, "short, canonical")]
+
+
+def test_a_config_reply_is_literal_text_in_the_grader(monkeypatch):
+    """N04: an interpolation a student sends is never resolved with the grader's environment."""
+    monkeypatch.setenv("LABSUPPORT_CHECK_SEED", "the-secret-seed")
+    cfg = codec.decode({"$t": "omegaconf", "v": {"$t": "list", "v": ["${oc.env:LABSUPPORT_CHECK_SEED}", "a${x}"]}})
+    assert "the-secret-seed" not in repr(list(cfg)) and "the-secret-seed" not in str(cfg)
+    assert list(cfg) == ["${oc.env:LABSUPPORT_CHECK_SEED}", "a${x}"]
+
+
+@pytest.mark.parametrize("shape", [[2 ** 40, 0], [0, 2 ** 40], [4000, 4000, 0, 1], [-1], [1.5], "x"])
+def test_an_array_reply_that_would_build_unbounded_lists_is_refused(shape):
+    """N11: a 16-byte reply np.empty((2**40, 0)) would make 2^40 lists in a failure message."""
+    with pytest.raises(codec.EncodeError):
+        codec.decode({"$t": "nd", "dtype": "<f8", "shape": shape, "data": ""})
+    assert codec.decode({"$t": "nd", "dtype": "<f8", "shape": [3, 0], "data": ""}).shape == (3, 0)
+
+
+def test_a_reply_nested_too_deep_is_refused_not_a_recursion_error():
+    deep: object = 1
+    for _ in range(codec.MAX_DEPTH + 5):
+        deep = {"$t": "list", "v": [deep]}
+    with pytest.raises(codec.EncodeError, match="nested too deeply"):
+        codec.decode(deep)

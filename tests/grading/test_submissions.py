@@ -20,7 +20,8 @@ from labsupport.workbook.grading.flags import static_flags
 from labsupport.workbook.grading.similarity import normalise
 from labsupport.workbook.grading.source import parse
 from labsupport.workbook.grading.stubs import _module_calls, hidden_references
-from labsupport.workbook.grading.submissions import collect, printable
+from labsupport.workbook.grading.submissions import collect
+from labsupport.workbook.grading.terminal import printable
 
 EXERCISE = REPO_ROOT / "exercises" / "04_packing_and_masks.ipynb"
 DEEP = "x = a" + ".b" * 100_000 + "\n"

@@ -8,6 +8,13 @@ configs (their plain container, rebuilt with ``OmegaConf.create``).
 Nothing is pickled; an object of any other type arrives as :class:`Opaque` — its ``repr``
 only — so a student's object with an overridden ``__eq__`` compares like a foreign object
 (never equal to the expected value).
+
+:func:`decode` is strict about what the grader rebuilds from a student's reply: nesting at most
+``MAX_DEPTH`` deep, arrays of at most ``MAX_ITEMS`` elements *and* at most that many sub-lists
+(``np.empty((2**40, 0))`` holds no element but would make 2^40 lists in a message), and an
+OmegaConf config whose strings are literal text — an interpolation such as
+``${oc.env:LABSUPPORT_CHECK_SEED}`` is escaped, so nothing of the grader's environment is resolved
+into a message.
 """
 from __future__ import annotations
 
@@ -128,24 +135,50 @@ def encode(value: Any, _depth: int = 0) -> Any:
 _TOKENIZERS: dict[str, Any] = {}
 
 
-def decode(data: Any) -> Any:
+def _shape(data: dict) -> tuple[int, ...]:
+    shape = data.get("shape")
+    if not (isinstance(shape, list) and len(shape) <= 32 and all(type(n) is int and n >= 0 for n in shape)):
+        raise EncodeError("an array's shape must be a list of at most 32 sizes")
+    lists = 1
+    for n in shape:   # the elements, and the lists tolist() would build around them
+        lists *= max(n, 1)
+        if lists > MAX_ITEMS:
+            raise EncodeError(f"an array of shape {tuple(shape)} is larger than {MAX_ITEMS} items")
+    return tuple(shape)
+
+
+def _literal(value: Any) -> Any:
+    """A plain container's strings with OmegaConf interpolations escaped (``${`` → ``\\${``)."""
+    if isinstance(value, str):
+        return value.replace("${", "\\${")
+    if isinstance(value, dict):
+        return {_literal(k): _literal(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_literal(v) for v in value]
+    return value
+
+
+def decode(data: Any, _depth: int = 0) -> Any:
     """The value :func:`encode` carried (plain Python / numpy objects; :class:`Opaque` otherwise)."""
     if data is None or isinstance(data, (bool, int, float, str)):
         return data
+    if _depth > MAX_DEPTH:
+        raise EncodeError("value nested too deeply")
+    d = _depth + 1
     if isinstance(data, list):  # untagged lists only come from hand-written messages
-        return [decode(x) for x in data]
+        return [decode(x, d) for x in data]
     if not isinstance(data, dict) or "$t" not in data:
         raise EncodeError(f"not an encoded value: {str(data)[:80]}")
     tag = data["$t"]
     if tag == "list":
-        return [decode(x) for x in data["v"]]
+        return [decode(x, d) for x in data["v"]]
     if tag == "tuple":
-        return tuple(decode(x) for x in data["v"])
+        return tuple(decode(x, d) for x in data["v"])
     if tag in ("set", "frozenset"):
-        items = [decode(x) for x in data["v"]]
+        items = [decode(x, d) for x in data["v"]]
         return set(items) if tag == "set" else frozenset(items)
     if tag == "dict":
-        return {decode(k): decode(v) for k, v in data["v"]}
+        return {decode(k, d): decode(v, d) for k, v in data["v"]}
     if tag == "bytes":
         return _unb64(data["v"])
     if tag == "bigint":
@@ -156,13 +189,14 @@ def decode(data: Any) -> Any:
         dtype = np.dtype(data["dtype"])
         if dtype.hasobject:
             raise EncodeError("object arrays do not travel as raw bytes")
-        arr = np.frombuffer(_unb64(data["data"]), dtype=dtype).reshape(tuple(data["shape"])).copy()
+        arr = np.frombuffer(_unb64(data["data"]), dtype=dtype).reshape(_shape(data)).copy()
         return arr[()] if tag == "npscalar" else arr
     if tag == "ndobj":
-        items = [decode(x) for x in data["items"]]
+        shape = _shape(data)
+        items = [decode(x, d) for x in data["items"]]
         arr = np.empty(len(items), dtype=object)
         arr[:] = items
-        return arr.reshape(tuple(data["shape"]))
+        return arr.reshape(shape)
     if tag == "tokenizer":
 
         key = data["model"]
@@ -172,12 +206,12 @@ def decode(data: Any) -> Any:
     if tag == "omegaconf":
         from omegaconf import OmegaConf  # noqa: PLC0415 - omegaconf only for config values (start-up time of the grading worker)
 
-        plain = decode(data["v"])
+        plain = decode(data["v"], d)
         if not isinstance(plain, (dict, list)):
             raise EncodeError("an OmegaConf value must be a dict or a list")
-        return OmegaConf.create(plain)
+        return OmegaConf.create(_literal(plain))
     if tag == "opaque":
-        return Opaque(str(data["type"]), str(data["repr"]))
+        return Opaque(str(data["type"]), str(data["repr"])[:300])
     raise EncodeError(f"unknown tag {tag!r}")
 
 

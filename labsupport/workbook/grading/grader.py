@@ -33,6 +33,7 @@ from labsupport.workbook.grading.exercise import (
     student_imports,
 )
 from labsupport.workbook.grading.flags import static_flags
+from labsupport.workbook.grading.terminal import plain
 from labsupport.workbook.grading.sandbox import (
     Limits,
     Worker,
@@ -130,7 +131,7 @@ class _Remote:
             category = getattr(builtins, str(w.get("category")), None)
             if not (isinstance(category, type) and issubclass(category, Warning)):
                 category = UserWarning
-            warnings.warn(str(w.get("message", "")), category, stacklevel=2)
+            warnings.warn(plain(str(w.get("message", "")))[:2000], category, stacklevel=2)  # no escapes, bounded
         if not reply.get("ok"):
             raise_learner_exception(reply.get("raise") or {"type": "RuntimeError", "message": reply.get("error", "")})
         result = codec.decode(reply["result"])

@@ -17,14 +17,13 @@ operating system gives them and printed with a replacement character.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from labsupport.workbook.grading.grader import identify
+from labsupport.workbook.grading.terminal import printable
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -36,12 +35,6 @@ class Submission:
     student: str
     number: str | None
     problem: str = ""
-
-
-def printable(text: object) -> str:
-    """``text`` with what cannot be written as UTF-8 (lone surrogates, from a student's free text
-    or a file name that is not UTF-8) replaced by U+FFFD."""
-    return _SURROGATE.sub("\ufffd", str(text))
 
 
 def _found(raw: str, skip: Path | None) -> list[tuple[Path, str | None]]:
