@@ -50,6 +50,7 @@ from labsupport.workbook.grading.grader import (SOLUTIONS, Graded, Options, unre
 from labsupport.workbook.grading.sandbox import Limits, enforcement, sandbox_mode
 from labsupport.workbook.grading.similarity import similar_pairs
 from labsupport.workbook.grading.stubs import hidden_references
+from labsupport.workbook.grading import cgroup
 from labsupport.workbook.grading.submissions import Submission, collect
 from labsupport.workbook.grading.terminal import plain, printable
 
@@ -412,7 +413,8 @@ def _grade_all(todo: list[Submission], chapters: dict[str, Chapter], options: Op
     graded = [s for s in todo if not s.problem]
     for sub in refused:
         finish(_refused(sub, chapters))
-    workroot = tempfile.mkdtemp(prefix="labsupport-grade-")
+    sweep_stale()   # what a killed grader (SIGKILL, OOM) left behind
+    workroot = tempfile.mkdtemp(prefix=f"labsupport-grade-{os.getpid()}-")
     options.workroot = workroot
     options.prewarm = len(graded) > 1
     try:
@@ -472,6 +474,23 @@ def _write_similarity(out: Path, answers: dict, chapters: dict[str, Chapter], th
                 and (r["student_b"], r["chapter"]) not in fresh] + rows
     atomic_write(similarity, _csv_text(fields, rows))
     return len(rows)
+
+
+def sweep_stale(tmp: str | None = None) -> list[str]:
+    """Remove the working folders and cgroups of graders that no longer run (killed before their
+    ``finally`` could): folders ``labsupport-grade-<pid>-*`` in the temporary folder whose pid is
+    gone and that this user owns.  Returns what was removed."""
+    removed = cgroup.sweep()
+    for folder in sorted(Path(tmp or tempfile.gettempdir()).glob("labsupport-grade-*")):
+        pid = cgroup.owner_pid(folder.name)
+        try:
+            mine = folder.is_dir() and not folder.is_symlink() and folder.stat().st_uid == os.getuid()
+        except OSError:
+            continue
+        if mine and pid is not None and not cgroup.is_running(pid):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(str(folder))
+    return removed
 
 
 def _print_totals(book: Gradebook) -> None:

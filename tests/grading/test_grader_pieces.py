@@ -444,3 +444,45 @@ def test_a_reply_nested_too_deep_is_refused_not_a_recursion_error():
         deep = {"$t": "list", "v": [deep]}
     with pytest.raises(codec.EncodeError, match="nested too deeply"):
         codec.decode(deep)
+
+
+def _dead_pid() -> int:
+    """A pid no process has (from the top of the pid range, where none has been handed out yet)."""
+    top = int(Path("/proc/sys/kernel/pid_max").read_text()) - 1
+    for pid in range(top, top - 1000, -1):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return pid
+        except OSError:
+            continue
+    raise AssertionError("no free pid")
+
+
+def test_a_killed_graders_working_folder_is_removed_by_the_next(tmp_path):
+    dead, alive = _dead_pid(), os.getpid()
+    stale = tmp_path / f"labsupport-grade-{dead}-abc"
+    (stale / "submission-x").mkdir(parents=True)
+    live = tmp_path / f"labsupport-grade-{alive}-def"
+    live.mkdir()
+    other = tmp_path / "labsupport-grade-notapid"
+    other.mkdir()
+    removed = grade.sweep_stale(str(tmp_path))
+    assert str(stale) in removed and not stale.exists()
+    assert live.exists() and other.exists(), "a running grader's folder, or one not named by a pid, is kept"
+
+
+def test_a_killed_graders_cgroups_are_removed_by_the_next():
+    from labsupport.workbook.grading import cgroup
+
+    info = cgroup.available()
+    if not info:
+        pytest.skip("no writable cgroup here")
+    parent = Path(info.get("memory") or info["pids"])
+    stale = parent / f"labsupport-grade-{_dead_pid()}-0"
+    stale.mkdir()
+    try:
+        assert str(stale) in cgroup.sweep() and not stale.exists()
+    finally:
+        if stale.exists():
+            stale.rmdir()

@@ -144,28 +144,63 @@ class Group:
 
     def kill(self) -> None:
         """SIGKILL every process left in the group, then remove it."""
-        for d in self.dirs:
-            if (d / "cgroup.kill").exists():
-                try:
-                    (d / "cgroup.kill").write_text("1")
-                except OSError:
-                    pass
-        for d in self.dirs:
-            for _ in range(200):
-                try:
-                    pids = [int(p) for p in (d / "cgroup.procs").read_text().split()]
-                except OSError:
-                    break
-                if not pids:
-                    break
-                for pid in pids:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
-                time.sleep(0.01)
+        _kill_and_remove(self.dirs)
+        self.dirs = []
+
+
+def is_running(pid: int) -> bool:
+    """Whether a process ``pid`` exists (ours or somebody else's)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:   # it exists, and belongs to somebody else
+        return True
+    return True
+
+
+def owner_pid(name: str) -> int | None:
+    """The grader's pid in a name this module or the grader gave (``labsupport-grade-<pid>-…``)."""
+    parts = name.split("-")
+    if name.startswith("labsupport-grade-") and len(parts) > 3 and parts[2].isdigit():
+        return int(parts[2])
+    return None
+
+
+def sweep() -> list[str]:
+    """Remove the groups a grader that was killed (SIGKILL, OOM) left behind: those named for a
+    process that no longer runs, their processes killed first.  Returns what was removed."""
+    info = available()
+    parents = {Path(info[k]) for k in ("memory", "pids") if k in info}
+    stale = [d for parent in parents for d in sorted(parent.glob("labsupport-grade-*"))
+             if d.is_dir() and (pid := owner_pid(d.name)) is not None and not is_running(pid)]
+    _kill_and_remove(stale)
+    return [str(d) for d in stale if not d.exists()]
+
+
+def _kill_and_remove(dirs: list[Path]) -> None:
+    """SIGKILL every process in each group (``cgroup.kill`` where v2 has it), then remove the group."""
+    for d in dirs:
+        if (d / "cgroup.kill").exists():
             try:
-                d.rmdir()
+                (d / "cgroup.kill").write_text("1")
             except OSError:
                 pass
-        self.dirs = []
+    for d in dirs:
+        for _ in range(200):
+            try:
+                pids = [int(p) for p in (d / "cgroup.procs").read_text().split()]
+            except OSError:
+                break
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.01)
+        try:
+            d.rmdir()
+        except OSError:
+            pass
