@@ -196,7 +196,7 @@ def test_the_students_copy_holds_no_check_code_and_no_reference(tmp_path):
 @pytest.mark.skipif(sandbox.sandbox_mode() != "bwrap", reason="needs bubblewrap")
 def test_the_sandbox_drops_every_privilege(tmp_path):
     """Whoever runs the grader (root in CI): uid 65534, no capabilities, no_new_privs, no network,
-    no nested user namespace, a read-only file system but for the private home, /tmp and /dev/shm."""
+    no nested user namespace, a read-only file system (/dev too) but for the private home, /tmp and /dev/shm."""
     sandbox.prepare_folder(tmp_path)
     worker = sandbox.Worker(tmp_path, sandbox.Limits())
     worker.start()
@@ -204,7 +204,8 @@ def test_the_sandbox_drops_every_privilege(tmp_path):
              "status = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines() if ':\\t' in l)\n"
              "print(status['Uid'].split()[0], status['CapEff'].strip(), status['NoNewPrivs'].strip())\n"
              "print(subprocess.run(['unshare', '-U', 'true'], capture_output=True).returncode != 0)\n"
-             "for d in ('/', '/etc', '/usr', '/grading/lib', os.path.expanduser('~'), '/tmp', '/dev/shm'):\n"
+             "for d in ('/', '/etc', '/usr', '/grading/lib', os.path.expanduser('~'), '/tmp', '/dev/shm',\n"
+             "          '/dev'):\n"
              "    try:\n        open(os.path.join(d, 'probe'), 'w').close(); print(d, 'rw')\n"
              "    except OSError:\n        print(d, 'ro')\n")
     try:
@@ -214,7 +215,8 @@ def test_the_sandbox_drops_every_privilege(tmp_path):
         worker.kill()
     lines = reply["output"].split("\n")
     assert lines[0] == f"{sandbox.SANDBOX_UID} 0000000000000000 1" and lines[1] == "True", reply
-    assert lines[2:9] == ["/ ro", "/etc ro", "/usr ro", "/grading/lib ro", "/grading/home rw", "/tmp rw", "/dev/shm rw"]
+    assert lines[2:10] == ["/ ro", "/etc ro", "/usr ro", "/grading/lib ro", "/grading/home rw", "/tmp rw",
+                           "/dev/shm rw", "/dev ro"]
 
 
 def test_student_and_chapter_from_the_path():

@@ -125,7 +125,9 @@ def bwrap_args(lib: Path, limits: Limits) -> list[str]:
     disk = limits.disk_mb * 1024 * 1024
     # the private /tmp (and /dev) first: the Python environment is bound after them, so a checkout
     # whose .venv lives under /tmp (a CI clone) is bound onto the tmpfs instead of hidden by it
-    args += ["--dev", "/dev", "--proc", "/proc",
+    # /dev is bwrap's own tmpfs: read-only (its device nodes still work), or a student could fill
+    # memory through it; /dev/shm is a bounded tmpfs mounted onto it
+    args += ["--dev", "/dev", "--remount-ro", "/dev", "--proc", "/proc",
              "--size", str(disk // 4), "--tmpfs", "/tmp", "--size", str(disk // 4), "--tmpfs", "/dev/shm"]
     for root in _python_roots():
         args += ["--ro-bind", root, root]
