@@ -52,7 +52,7 @@ from labsupport.workbook.grading.similarity import similar_pairs
 from labsupport.workbook.grading.stubs import hidden_references
 from labsupport.workbook.grading import cgroup
 from labsupport.workbook.grading.submissions import Submission, collect
-from labsupport.workbook.grading.terminal import plain, printable
+from labsupport.workbook.grading.terminal import one_line, plain, printable
 
 FIELDS = ["student", "chapter", "question", "status", "points", "max_points", "reason", "flags", "manual_grading"]
 SUMMARY_FIELDS = ["student", "chapter", "points", "max_points"]
@@ -499,7 +499,7 @@ def _print_totals(book: Gradebook) -> None:
         got = sum(float(r["points"] or 0) for r in pts)
         flagged = sum(1 for r in pts if r["flags"])
         worth = sum(float(r['max_points'] or 0) for r in pts)
-        print(f"  {plain(key[0]):<24} {plain(key[1] or '?'):<5} {got:g}/{worth:g}"
+        print(f"  {one_line(key[0]):<24} {one_line(key[1] or '?'):<5} {got:g}/{worth:g}"
               + (f"  ({flagged} flagged)" if flagged else ""))
 
 

@@ -213,3 +213,9 @@ def test_ctrl_c_with_jobs_2_prints_one_line(tmp_path):
     lines = [l for l in err.splitlines() if l.strip() and not l.lstrip("\r").startswith("grading:")]
     if proc.returncode == 130:
         assert len(lines) == 1 and lines[0].startswith("interrupted") and "Traceback" not in err, lines
+
+
+def test_a_student_id_with_a_newline_stays_on_one_summary_line():
+    from labsupport.workbook.grading.terminal import one_line
+
+    assert one_line("x\ny\tz\x1b[2J") == "x\\ny\\tz"

@@ -22,3 +22,9 @@ def printable(text: object) -> str:
     """``text`` with what cannot be written as UTF-8 (lone surrogates, from a student's free text
     or a file name that is not UTF-8) replaced by U+FFFD."""
     return _SURROGATE.sub("\ufffd", str(text))
+
+
+def one_line(text: object) -> str:
+    """:func:`plain` on one line: a newline or tab in a student id is shown as ``\\n``/``\\t``, so
+    one summary line stays one line."""
+    return plain(text).replace("\n", "\\n").replace("\t", "\\t")
