@@ -121,13 +121,13 @@ wheels:
 	$(PYTHON) -m pip download -q -d $(WHEELS) --no-deps "$(MEGATRON)"
 
 run-all: setup
-	$(PY) -m labsupport.runall --out runs $(RUNALL_ARGS)
+	$(PY) -m labsupport runall --out runs $(RUNALL_ARGS)
 
 outputs: setup-crosscheck
-	$(PY) -m labsupport.runall --in-place notebooks solutions
+	$(PY) -m labsupport runall --in-place notebooks solutions
 
 exercises: setup
-	$(PY) -m labsupport.make_exercises
+	$(PY) -m labsupport make-exercises
 
 data: setup
 	$(PY) scripts/build_data.py

@@ -42,7 +42,7 @@ Measured side by side in one run, on the same input, tokenizer and worker count:
    whose one-time start per process is not in those timed runs: ``bpe_engine_start`` measures it
    in fresh processes, with the whole CLI process on the foreign corpus for each engine and the
    input size from which the compiled loop pays for its start.  ``preprocess_large_cli`` times
-   whole ``python -m labsupport.preprocess`` processes with their defaults on ``--large-bytes`` of
+   whole ``python -m labsupport preprocess`` processes with their defaults on ``--large-bytes`` of
    installed Python source (stdlib, then site-packages; ``--large-bytes 0`` skips it) against
    Megatron's method in this process and in a fresh one.
 2. **Random access** (reads/s): ``ds[i]`` for random sequence indices, and ``ds.get(i, offset,
@@ -373,7 +373,7 @@ megatron_preprocess(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]))
 
 def bench_large(corpus: Path, model: str, out: Path, workers: int, repeats: int) -> dict:
     """Whole processes on a large input, best of ``repeats`` (interleaved): ``python -m
-    labsupport.preprocess`` with its defaults (``--bpe-engine auto``: the compiled loop from
+    labsupport preprocess`` with its defaults (``--bpe-engine auto``: the compiled loop from
     AUTO_NUMBA_BYTES_PER_WORKER per worker on) and with ``--bpe-engine sentencepiece``, against
     Megatron's method in a fresh interpreter (its imports — torch, through megatron-core —
     included) and in this process (no start costs: the harshest comparison for labsupport).
@@ -384,9 +384,9 @@ def bench_large(corpus: Path, model: str, out: Path, workers: int, repeats: int)
     commands = {
         "megatron_process": [sys.executable, "-c", _MEGATRON_PROCESS, str(corpus), model, str(out / "megatron_process"),
                              str(workers)],
-        "labsupport_cli": [sys.executable, "-m", "labsupport.preprocess", "--input", str(corpus), "--tokenizer-model",
-                           model, "--output-prefix", str(out / "labsupport_cli"), "--append-eod", "--workers",
-                           str(workers), "--no-progress"],
+        "labsupport_cli": [sys.executable, "-m", "labsupport", "preprocess", "--input", str(corpus),
+                           "--tokenizer-model", model, "--output-prefix", str(out / "labsupport_cli"), "--append-eod",
+                           "--workers", str(workers), "--no-progress"],
     }
     commands["labsupport_cli_sentencepiece"] = [
         *[c.replace("labsupport_cli", "labsupport_cli_sentencepiece") for c in commands["labsupport_cli"]],
@@ -439,7 +439,7 @@ print(t2 - t1)
 def bench_bpe_engine_start(corpus: Path, model: str, out: Path, workers: int, repeats: int,
                            saved_per_mb: float) -> dict:
     """The compiled BPE loop's one-time start in a fresh process (median of ``repeats``), the whole
-    ``python -m labsupport.preprocess`` process with each engine (best of ``repeats``), and the input
+    ``python -m labsupport preprocess`` process with each engine (best of ``repeats``), and the input
     size from which the loop pays for its start (start seconds / seconds saved per MB)."""
 
 
@@ -451,7 +451,7 @@ def bench_bpe_engine_start(corpus: Path, model: str, out: Path, workers: int, re
         best = float("inf")
         for _ in range(repeats):
             t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "labsupport.preprocess", "--input", str(corpus),
+            subprocess.run([sys.executable, "-m", "labsupport", "preprocess", "--input", str(corpus),
                             "--tokenizer-model", model, "--output-prefix", str(out / f"cli_{engine}"),
                             "--append-eod", "--workers", str(workers), "--no-progress", "--bpe-engine", engine],
                            check=True, env=env, capture_output=True)
@@ -671,7 +671,7 @@ def main(argv: list[str] | None = None) -> dict:
               f"below 1.5×: {grid['cells_below_1_5_numba'] or 'none'}")
     if large is not None:
         print(f"  {large['input_bytes'] / 1e6:.0f} MB of installed Python source, "
-              f"whole `python -m labsupport.preprocess` "
+              f"whole `python -m labsupport preprocess` "
               f"process (default engine: {large['default_engine_used']}): "
               f"{large['ratio_cli_over_megatron_in_process']:.2f}× "
               f"Megatron in-process, {large['ratio_cli_over_megatron_process']:.2f}× Megatron as a process; "

@@ -9,10 +9,10 @@ Every chapter notebook starts with ``labsupport.setup()``. The package has four 
 * :mod:`labsupport.workbook` — the workbook's machinery (notebook runner, grading, exercises).
 
 Beside them: :mod:`labsupport.models` (the tiny model of ch4), :mod:`labsupport.training` (ch6's
-sampler, trainer and checkpoints; ``python -m labsupport.train``), :mod:`labsupport.check` (exercise
+sampler, trainer and checkpoints; ``python -m labsupport train``), :mod:`labsupport.check` (exercise
 checks), and the base modules every layer may import (``env``, ``paths``, ``progress``,
-``config``, ``fileio``).  ``python -m labsupport.preprocess``/``.runall``/``.grade``/
-``.make_exercises`` are thin entry modules into the sub-packages.
+``config``, ``fileio``).  ``python -m labsupport <command>`` (:mod:`labsupport.__main__`) runs the
+commands ``preprocess``, ``runall``, ``grade``, ``make-exercises`` and ``train`` from the sub-packages.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""How every ``python -m labsupport.*`` command ends (all chapters; docs/grading.md).
+"""How every ``python -m labsupport <command>`` ends (all chapters; docs/grading.md).
 
 A command prints its results on stdout and fails with **one line** on stderr, never a traceback:
 ``<prog>: error: <what> — <what to do>``.  Exit status: 0 done, 1 an error, 2 a usage error,

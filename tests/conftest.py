@@ -24,17 +24,17 @@ HERE = Path(__file__).resolve().parent
 #: files (relative to tests/) whose every test executes a notebook or starts processes
 SLOW_FILES = {
     "check/test_feedback_core.py",          # answer cells in a real kernel
-    "datasets/test_preprocess_faults.py",   # python -m labsupport.preprocess, killed on purpose
+    "datasets/test_preprocess_faults.py",   # python -m labsupport preprocess, killed on purpose
     "datasets/test_without_numba.py",       # a fresh interpreter with numba blocked
     "distributed/test_collectives.py",      # gloo process groups (run_workers)
     "grading/test_adversarial_class.py",    # the grader on a class, in bubblewrap
     "grading/test_exercises.py",            # every solution and exercise notebook, executed
     "project/test_data.py",                 # scripts/build_data.py --check
     "project/test_gpu_report.py",           # python -m benchmarks.gpu_report
-    "project/test_runall_faults.py",        # python -m labsupport.runall, interrupted
+    "project/test_runall_faults.py",        # python -m labsupport runall, interrupted
     "project/test_startup_interrupt.py",    # commands interrupted while importing
     "project/test_versions.py",             # make and .ci/run
-    "training/test_faults.py",              # python -m labsupport.train, faults injected
+    "training/test_faults.py",              # python -m labsupport train, faults injected
     "training/test_torchrun_restart.py",    # torchrun, a rank killed
     "training/test_trainer.py",             # fresh processes, torchrun
 }
@@ -65,6 +65,8 @@ SLOW_TESTS = {
     "grading/test_grader_pieces.py::test_the_students_copy_holds_no_check_code_and_no_reference",
     "grading/test_grader_pieces.py::test_the_students_process_has_no_network",
     "grading/test_grader_pieces.py::test_without_namespaces_the_grader_still_survives_its_parent_being_killed",
+    "project/test_entry_point.py::test_python_dash_m_labsupport_lists_and_refuses",
+    "project/test_entry_point.py::test_ctrl_c_while_importing_in_a_fresh_process",
     "project/test_hygiene.py::test_ruff_check_passes_outside_the_pending_paths",   # runs ruff
     "notebooks/test_workbook_helpers.py::test_mmap_loaders_share_one_page_cache_and_loaders_that_load_each_hold_a_copy",
     "training/test_schema.py::test_the_command_exits_2_with_one_line_naming_the_field",

@@ -8,7 +8,7 @@ compares with the ``labsupport`` reference, so a hard-coded answer fails.  It pr
     🟡 q1 not attempted — the stub still raises NotImplementedError
 
 Results are also kept for ``summary()`` and, when ``$LABSUPPORT_CHECK_REPORT`` names a file,
-appended to it as JSON lines (a convenience for scripts; ``python -m labsupport.grade`` does not
+appended to it as JSON lines (a convenience for scripts; ``python -m labsupport grade`` does not
 read it: the grader runs every check itself, in its own process).
 
 Grading support, used by :mod:`labsupport.workbook.grading`:

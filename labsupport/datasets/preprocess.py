@@ -1,6 +1,6 @@
 """jsonl → Megatron ``.bin``/``.idx``: the preprocessing CLI of chapter 2 (book §6.2.4).
 
-    python -m labsupport.preprocess --input data/web.jsonl [more files or globs] \\
+    python -m labsupport preprocess --input data/web.jsonl [more files or globs] \\
         --json-keys text --tokenizer-library sentencepiece --tokenizer-model tok.model \\
         --output-prefix out/web --append-eod --workers 2
 
@@ -31,7 +31,7 @@ Order is preserved.  Bad lines (invalid JSON or UTF-8, not an object, missing ke
 value, blank) are reported as ``file:line: reason``; by default they are skipped and counted,
 ``--strict`` stops at the first one without leaving any output behind.
 
-Exit status of ``python -m labsupport.preprocess``: 0 done; 1 an error (bad input, no usable line,
+Exit status of ``python -m labsupport preprocess``: 0 done; 1 an error (bad input, no usable line,
 an output folder that cannot be written — one line on stderr naming the file, line or flag);
 2 a usage error (argparse); 130 interrupted with Ctrl-C (one line; no output or temporary file
 left behind). The outputs are all-or-nothing (:mod:`labsupport.datasets.staging`): every key's
@@ -591,7 +591,7 @@ def _sidecar_extra(key: str, tok, append_eod: bool, files: list[Path], shown: li
 # ----------------------------------------------------------------------------------- CLI
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m labsupport.preprocess",
+        prog="python -m labsupport preprocess",
         description="Tokenize jsonl files into Megatron .bin/.idx pairs (workbook chapter 2).",
         epilog="exit status: 0 done, 1 error (one line on stderr), 2 usage error, 130 interrupted (Ctrl-C); "
                "results go to stdout, progress and warnings to stderr")

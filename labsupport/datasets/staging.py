@@ -1,4 +1,4 @@
-"""All-or-nothing outputs for preprocessing — chapter 2 (``python -m labsupport.preprocess``).
+"""All-or-nothing outputs for preprocessing — chapter 2 (``python -m labsupport preprocess``).
 
 A run writes every key's ``.bin``/``.idx``/``.json`` into a staging folder beside the output
 prefix, ``<folder>/.<prefix name>.staging-<pid>-<hex>/``.  Only when all of them are complete does

@@ -19,5 +19,5 @@ tokenizer → indexed files → blend → GPT samples → a data-parallel sample
   rank of a ``torch.distributed`` group (gradients all-reduced);
 * :mod:`~labsupport.training.trace` — follow one document from jsonl to its share of the loss.
 
-``python -m labsupport.train`` is the command-line entry (see ``labsupport/train.py``).
+``python -m labsupport train`` is the command-line entry (:mod:`~labsupport.training.cli`).
 """

@@ -1,6 +1,6 @@
 """Grade a class's exercise notebooks (workbook tooling, every chapter).
 
-    python -m labsupport.grade submissions/ --out grades/grades.csv --seed 2718
+    python -m labsupport grade submissions/ --out grades/grades.csv --seed 2718
 
 Each submission's answer cells are put back into the instructor's pristine exercise notebook;
 the student's code runs in a worker process of its own (own session, folder, memory/time/output
@@ -228,7 +228,7 @@ class Gradebook:
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m labsupport.grade", description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(prog="python -m labsupport grade", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="\n\n".join(__doc__.split("\n\n")[1:]))
     ap.add_argument("submissions", nargs="+", help="submitted notebooks, or folders holding them (one folder per "

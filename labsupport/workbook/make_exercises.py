@@ -4,8 +4,8 @@ Every region between a ``### BEGIN SOLUTION`` line and a ``### END SOLUTION`` li
 ``raise NotImplementedError(...)`` at the BEGIN marker's indentation; outputs and execution
 counts are cleared.  ``--check`` exits 1 when exercises/ is stale (the tests call it).
 
-    python -m labsupport.make_exercises           # write exercises/
-    python -m labsupport.make_exercises --check   # is exercises/ up to date?
+    python -m labsupport make-exercises           # write exercises/
+    python -m labsupport make-exercises --check   # is exercises/ up to date?
 """
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m labsupport.make_exercises", description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(prog="python -m labsupport make-exercises", description=__doc__.split("\n\n")[0],
                                  epilog="exit status: 0 done, 1 stale (--check) or an error, 2 usage error, "
                                         "130 interrupted")
     ap.add_argument("--check", action="store_true", help="only report whether exercises/ is stale")

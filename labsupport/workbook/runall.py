@@ -1,8 +1,8 @@
 """Run every chapter headless and print a table — what an instructor runs before class.
 
-    python -m labsupport.runall                       # papermill → runs/NN_topic.ipynb
-    python -m labsupport.runall -p seed 1 01 03       # chapters 01 and 03 with a parameter
-    python -m labsupport.runall --in-place notebooks solutions   # regenerate committed outputs
+    python -m labsupport runall                       # papermill → runs/NN_topic.ipynb
+    python -m labsupport runall -p seed 1 01 03       # chapters 01 and 03 with a parameter
+    python -m labsupport runall --in-place notebooks solutions   # regenerate committed outputs
 
 The table lists chapter, seconds and status; it is also written to ``<out>/summary.md``.
 A ``-p NAME`` that a chapter's ``parameters`` cell does not define, or a value of another type than
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m labsupport.runall", description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(prog="python -m labsupport runall", description=__doc__.split("\n\n")[0],
                                  epilog="exit status: 0 all ran, 1 a notebook failed or an error, 2 usage error, "
                                         "130 interrupted")
     ap.add_argument("targets", nargs="*",

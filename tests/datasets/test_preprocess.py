@@ -486,7 +486,7 @@ def test_ctrl_c_prints_one_line_leaves_nothing_and_exits_130(tmp_path, tok_path)
     src.write_text((line + "\n") * 40_000, encoding="utf-8")          # ~45 MB: seconds of work
     out_prefix = tmp_path / "out" / "big"
     out_prefix.parent.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "labsupport.preprocess", "--input", str(src), "--tokenizer-model",
+    proc = subprocess.Popen([sys.executable, "-m", "labsupport", "preprocess", "--input", str(src), "--tokenizer-model",
                              tok_path, "--output-prefix", str(out_prefix), "--workers", "2", "--append-eod",
                              "--no-word-cache"],   # repeated text would hit the word cache and finish too soon
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)

@@ -27,7 +27,7 @@ def corpus(path: Path, n: int, word: str) -> Path:
 def run(args: list[str], **env: str) -> subprocess.CompletedProcess:
     from labsupport.datasets.tokenizer import workbook_tokenizer
 
-    cmd = [sys.executable, "-m", "labsupport.preprocess", "--tokenizer-model", str(workbook_tokenizer()),
+    cmd = [sys.executable, "-m", "labsupport", "preprocess", "--tokenizer-model", str(workbook_tokenizer()),
            "--json-keys", *KEYS, "--append-eod", "--no-progress", *args]
     return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **env})
 

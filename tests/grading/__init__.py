@@ -1,1 +1,1 @@
-"""Grading a class (python -m labsupport.grade), the adversarial class, exercises generated from solutions."""
+"""Grading a class (python -m labsupport grade), the adversarial class, exercises generated from solutions."""

@@ -275,12 +275,12 @@ def test_regrade_and_interrupt(tmp_path):
     subs = [_submission(tmp_path, f"s{i}", "") for i in range(3)]
     out = tmp_path / "book" / "grades.csv"
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    cmd = [sys.executable, "-m", "labsupport.grade", str(subs[0]), "--out", str(out), "--seed", "1", "--rounds", "1"]
+    cmd = [sys.executable, "-m", "labsupport", "grade", str(subs[0]), "--out", str(out), "--seed", "1", "--rounds", "1"]
     assert subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True).returncode == 0
     again = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True)
     assert "1 already in grades.csv" in again.stdout and "grading 0 submission" in again.stdout
-    rerun = [sys.executable, "-m", "labsupport.grade", str(tmp_path), "--out", str(out), "--seed", "1", "--rounds", "1",
-             "--regrade"]
+    rerun = [sys.executable, "-m", "labsupport", "grade", str(tmp_path), "--out", str(out), "--seed", "1",
+             "--rounds", "1", "--regrade"]
     proc = subprocess.Popen(rerun, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in proc.stdout:  # interrupt once the re-run has started grading
         if line.startswith("seed:"):

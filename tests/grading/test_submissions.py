@@ -200,7 +200,7 @@ def test_ctrl_c_with_jobs_2_prints_one_line(tmp_path):
     subs = tmp_path / "subs"
     for name in ("kim", "lee", "min"):
         _put(subs / name / EXERCISE.name, REPO_ROOT / "solutions" / EXERCISE.name)
-    cmd = [sys.executable, "-m", "labsupport.grade", str(subs), "--out", str(tmp_path / "book" / "grades.csv"),
+    cmd = [sys.executable, "-m", "labsupport", "grade", str(subs), "--out", str(tmp_path / "book" / "grades.csv"),
            "--seed", "1", "--rounds", "1", "--jobs", "2"]
     proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

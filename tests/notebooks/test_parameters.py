@@ -1,6 +1,6 @@
 """Every parameter of every chapter is found by papermill (issue #13 item 10).
 
-`python -m labsupport.runall -p NAME VALUE NN` injects values through papermill, which parses
+`python -m labsupport runall -p NAME VALUE NN` injects values through papermill, which parses
 the `parameters` cell line by line (`papermill.inspect_notebook`). A line it cannot parse — for
 example a comment holding a second `=` — is skipped with a log warning, and `-p NAME` then
 fails with "Passed unknown parameter". This test compares papermill's view with Python's own.

@@ -1,7 +1,8 @@
 """labsupport's layers (README "Layout"): base modules ← datasets ← models/distributed ← training ←
-pages/check ← workbook ← the ``python -m`` entry modules.  No module imports from a layer above its own,
-pages and check do not import each other, and no two modules import each other, directly or through
-others — a package's ``__init__`` included (imports inside functions count)."""
+pages/check ← workbook ← ``labsupport/__main__`` (the one entry point, ``python -m labsupport <command>``).
+No module imports from a layer above its own, pages and check do not import each other, and no two
+modules import each other, directly or through others — a package's ``__init__`` included (imports
+inside functions count)."""
 from __future__ import annotations
 
 import ast
@@ -13,7 +14,7 @@ from labsupport.paths import REPO_ROOT
 
 PKG = REPO_ROOT / "labsupport"
 BASE = {"env", "paths", "progress", "config", "fileio", "cli"}
-ENTRY = {"preprocess", "runall", "grade", "make_exercises", "train"}
+ENTRY = {"__main__"}                        # the one entry point (it imports its commands by name)
 #: layer of each part; a module may import only from parts of its own layer or below.  A part whose
 #: folder does not exist (yet) is simply never looked up.
 LAYER = {"base": 0, "datasets": 1, "models": 2, "distributed": 2, "training": 3, "pages": 4, "check": 4,
@@ -121,6 +122,15 @@ GRAPH = import_graph({m: p.read_text(encoding="utf-8") for m, p in MODULES.items
 def test_every_module_has_a_known_part():
     unknown = {m: _part(m) for m in MODULES if _part(m) not in LAYER}
     assert not unknown, f"modules outside the documented layout: {unknown}"
+
+
+def test_the_entry_points_commands_are_modules_of_the_layout():
+    """``__main__`` imports its commands by name (importlib), which the import graph cannot see."""
+    from labsupport.__main__ import COMMANDS
+
+    assert _part("labsupport.__main__") == "entry"
+    assert {c.module for c in COMMANDS.values()} <= set(MODULES)
+    assert all(LAYER[_part(c.module)] < LAYER["entry"] for c in COMMANDS.values())
 
 
 def test_no_relative_imports():

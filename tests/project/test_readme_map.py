@@ -123,9 +123,18 @@ def test_every_python_module_the_documents_run_exists():
 
     named = {m for doc in DOCUMENTS
              for m in re.findall(r"python -m ((?:labsupport|benchmarks)(?:\.[a-z_]+)*)", _code(doc))}
-    assert "labsupport.grade" in named and "labsupport.train" in named
+    assert "labsupport" in named
     missing = sorted(m for m in named if importlib.util.find_spec(m) is None)
     assert not missing, f"the documents run modules that do not exist: {missing}"
+
+
+def test_every_labsupport_command_the_documents_run_exists():
+    from labsupport.__main__ import ALIASES, COMMANDS
+
+    named = {c for doc in DOCUMENTS for c in re.findall(r"-m labsupport ([a-z][\w-]*)", _code(doc))}
+    assert {"grade", "train", "runall"} <= named
+    missing = sorted(c for c in named if c not in COMMANDS and c not in ALIASES)
+    assert not missing, f"the documents run commands python -m labsupport does not have: {missing}"
 
 
 def test_only_code_is_read_as_commands(tmp_path):

@@ -1,4 +1,4 @@
-"""Faults in ``python -m labsupport.runall`` (issue 23): a parameter of the wrong type is refused
+"""Faults in ``python -m labsupport runall`` (issue 23): a parameter of the wrong type is refused
 before anything runs; a Ctrl-C never leaves a half-run notebook under the chapter's name."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from labsupport.paths import REPO_ROOT
 
 
 def runall(*args: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "labsupport.runall", *args], stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "labsupport", "runall", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, **kw)
 
 

@@ -15,9 +15,9 @@ import pytest
 from labsupport.paths import REPO_ROOT
 
 COMMANDS = {
-    "preprocess": (["-m", "labsupport.preprocess", "--input", "in.jsonl", "--tokenizer-model", "x.model",
+    "preprocess": (["-m", "labsupport", "preprocess", "--input", "in.jsonl", "--tokenizer-model", "x.model",
                     "--output-prefix", "out/ds"], "preprocess: interrupted (Ctrl-C)"),
-    "train": (["-m", "labsupport.train", "trainer.max_steps=1", "--save-dir", "out"],
+    "train": (["-m", "labsupport", "train", "trainer.max_steps=1", "--save-dir", "out"],
               "error: interrupted (Ctrl-C) while starting; nothing was written"),
 }
 

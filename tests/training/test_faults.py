@@ -2,7 +2,7 @@
 
 Every test asserts the exit status, the one line on stderr and what is on disk afterwards.  The
 runs are a few steps of chapter 6's tiny GPT on CPU; most call the command's ``main`` in this
-process (same code path as ``python -m labsupport.train``), the kill and Ctrl-C tests a
+process (same code path as ``python -m labsupport train``), the kill and Ctrl-C tests a
 subprocess.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ TINY_DOCS = 12
 
 
 def run_main(capsys, *argv: str) -> tuple[int, list[str]]:
-    """``python -m labsupport.train ...`` in this process: (status, stderr lines without progress)."""
+    """``python -m labsupport train ...`` in this process: (status, stderr lines without progress)."""
     status = main(["--no-progress", *argv])
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     return status, err
@@ -164,8 +164,8 @@ def test_kill_loop_never_leaves_a_damaged_checkpoint(tmp_path, tiny_prefix):
     rng = random.Random(23)
     save = tmp_path / "s"
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    cmd = [sys.executable, "-m", "labsupport.train", tiny(tiny_prefix), "trainer.max_steps=40", "--save-dir", str(save),
-           "--save-every", "1", "--no-progress", "--resume-if-exists"]
+    cmd = [sys.executable, "-m", "labsupport", "train", tiny(tiny_prefix), "trainer.max_steps=40",
+           "--save-dir", str(save), "--save-every", "1", "--no-progress", "--resume-if-exists"]
     for _ in range(3):
         before = len(ckpt.checkpoints_newest_first(save))
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -289,7 +289,7 @@ def test_a_log_file_on_a_read_only_file_system_is_found_before_step_1(tmp_path, 
 def test_ctrl_c_is_130_and_one_line(tmp_path, tiny_prefix):
     save = tmp_path / "s"
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "labsupport.train", tiny(tiny_prefix), "trainer.max_steps=200",
+    proc = subprocess.Popen([sys.executable, "-m", "labsupport", "train", tiny(tiny_prefix), "trainer.max_steps=200",
                              "--save-dir", str(save), "--save-every", "1", "--no-progress"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120

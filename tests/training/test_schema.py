@@ -94,7 +94,7 @@ def test_a_key_added_on_purpose_is_kept_out_of_the_typed_config():
 
 def test_the_command_exits_2_with_one_line_naming_the_field():
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "labsupport.train", "--no-progress", "model.micro_batch_size=0"],
+    proc = subprocess.run([sys.executable, "-m", "labsupport", "train", "--no-progress", "model.micro_batch_size=0"],
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == ["error: model.micro_batch_size=0: expected an integer ≥ 1"]

@@ -29,7 +29,7 @@ def free_port() -> int:
 
 
 def train_args(folder: Path, *extra: str) -> list[str]:
-    return ["-m", "labsupport.train", "trainer.devices=2" if "--nnodes=2" not in extra else "trainer.devices=1",
+    return ["-m", "labsupport", "train", "trainer.devices=2" if "--nnodes=2" not in extra else "trainer.devices=1",
             *(["trainer.num_nodes=2"] if "--nnodes=2" in extra else []), f"trainer.max_steps={STEPS}",
             "--save-dir", str(folder), "--save-every", "1", "--resume-if-exists",
             "--log-file", str(folder / "log.jsonl"), "--no-progress"]

@@ -1,4 +1,4 @@
-"""Chapter 6's trainer and its command (labsupport.training, python -m labsupport.train):
+"""Chapter 6's trainer and its command (labsupport.training, python -m labsupport train):
 exact resume in a fresh process, data parallelism equal to one rank, torchrun, exit codes."""
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ SMALL = ["trainer.max_steps=8", "model.optim.sched.warmup_steps=2"]
 
 def _cli(*args, env=None, timeout=240):
     full_env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "labsupport.train", "--no-progress", *args], cwd=REPO_ROOT,
+    return subprocess.run([sys.executable, "-m", "labsupport", "train", "--no-progress", *args], cwd=REPO_ROOT,
                           env=full_env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -110,7 +110,7 @@ def test_torchrun_two_processes_on_cpu(tmp_path):
     beside = os.path.join(os.path.dirname(sys.executable), "torchrun")
     torchrun = [beside] if os.path.isfile(beside) else [sys.executable, "-m", "torch.distributed.run"]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([*torchrun, "--nproc-per-node", "2", "--standalone", "-m", "labsupport.train",
+    proc = subprocess.run([*torchrun, "--nproc-per-node", "2", "--standalone", "-m", "labsupport", "train",
                            "--no-progress", "trainer.max_steps=3", "trainer.devices=2", "--log-file",
                            str(tmp_path / "log.jsonl"),
                            "--save-dir", str(tmp_path / "ck")],

@@ -1,4 +1,4 @@
-"""Classroom grading (``python -m labsupport.grade``): the student's code is graded, never the
+"""Classroom grading (``python -m labsupport grade``): the student's code is graded, never the
 student's notebook's say-so.
 
 * :mod:`.exercise` — chapters discovered from ``exercises/`` and ``labsupport/check/``; answer

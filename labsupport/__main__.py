@@ -1,0 +1,86 @@
+"""The workbook's commands: ``python -m labsupport <command> [args...]`` (installed: ``labsupport <command>``).
+
+    python -m labsupport preprocess --input data/web.jsonl --tokenizer-model tok.model --output-prefix out/web
+    python -m labsupport runall -p seed 1 01 03
+    python -m labsupport grade submissions/ --out grades/grades.csv --seed 2718
+    python -m labsupport make-exercises --check
+    torchrun --standalone --nproc-per-node 2 -m labsupport train trainer.devices=2 --log-file work/runs/b.jsonl
+
+Each command's code, options and exit status are those of its module (:data:`COMMANDS`);
+``python -m labsupport <command> --help`` lists its options.  This module imports only the standard
+library before it knows the command, so a Ctrl-C while the command's code is still importing (torch
+takes a while) is one line on stderr and exit status 130, nothing written.  ``python -m labsupport``
+alone or with ``-h``/``--help`` prints the commands (exit 0); an unknown command is one line, exit 2.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import NamedTuple, Sequence
+
+__all__ = ["COMMANDS", "ALIASES", "PROG", "main", "usage"]
+
+PROG = "python -m labsupport"
+
+
+class Command(NamedTuple):
+    module: str        #: the module whose ``main(argv)`` runs the command
+    summary: str       #: what it does, one line of the usage listing
+    interrupted: str   #: the one line printed on a Ctrl-C while ``module`` is importing
+
+
+COMMANDS: dict[str, Command] = {
+    "preprocess": Command("labsupport.datasets.preprocess",
+                          "jsonl → Megatron .bin/.idx/.json, as Megatron's tools/preprocess_data.py (chapter 2)",
+                          "preprocess: interrupted (Ctrl-C)"),
+    "runall": Command("labsupport.workbook.runall",
+                      "run every chapter headless (papermill) and print a table — before class",
+                      "runall: interrupted (Ctrl-C)"),
+    "grade": Command("labsupport.workbook.grade",
+                     "grade a class's exercise notebooks into a gradebook (docs/grading.md)",
+                     "grade: interrupted (Ctrl-C)"),
+    "make-exercises": Command("labsupport.workbook.make_exercises",
+                              "generate exercises/ from solutions/ (--check: is exercises/ up to date?)",
+                              "make_exercises: interrupted (Ctrl-C)"),
+    "train": Command("labsupport.training.cli",
+                     "chapter 6's training run from a YAML config, also under torchrun (docs/training.md)",
+                     "error: interrupted (Ctrl-C) while starting; nothing was written"),
+}
+#: other spellings of a command
+ALIASES = {"make_exercises": "make-exercises"}
+
+
+def usage() -> str:
+    """The listing ``python -m labsupport --help`` prints: one line per command."""
+    width = max(map(len, COMMANDS))
+    lines = [f"usage: {PROG} <command> [args...]", "", "commands:"]
+    lines += [f"  {name:<{width}}  {cmd.summary}" for name, cmd in COMMANDS.items()]
+    lines += ["", f"{PROG} <command> --help lists the options of one command."]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``argv[0]`` with the arguments after it; returns the exit status (the command's own, or
+    0 for the usage listing, 2 for an unknown command, 130 for a Ctrl-C while importing)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(usage())
+        return 0
+    name = ALIASES.get(args[0], args[0])
+    if name not in COMMANDS:
+        print(f"error: unknown command {args[0]!r}: run {PROG} --help", file=sys.stderr)
+        return 2
+    command = COMMANDS[name]
+    try:
+        if os.environ.get("LABSUPPORT_FAULT") == "interrupt-import":   # tests: a Ctrl-C while importing
+            raise KeyboardInterrupt
+        module = importlib.import_module(command.module)
+    except KeyboardInterrupt:  # one line, as the command's main() does once it runs
+        print(command.interrupted, file=sys.stderr)
+        return 130
+    return module.main(args[1:])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
