@@ -16,7 +16,8 @@ commands ``preprocess``, ``runall``, ``grade``, ``make-exercises`` and ``train``
 """
 from __future__ import annotations
 
-from labsupport.env import NO_GPU_NOTE, cuda_available, device, is_headless, measured_on_gpu, setup
+from typing import Any
+
 from labsupport.paths import DATA_DIR, REPO_ROOT, data_file, work_dir, display_path
 
 __version__ = "0.1.0"
@@ -25,3 +26,15 @@ __all__ = [
     "setup", "device", "NO_GPU_NOTE", "cuda_available", "is_headless", "measured_on_gpu",
     "DATA_DIR", "REPO_ROOT", "data_file", "work_dir", "display_path", "__version__",
 ]
+
+_FROM_ENV = {"setup", "device", "NO_GPU_NOTE", "cuda_available", "is_headless", "measured_on_gpu"}
+
+
+def __getattr__(name: str) -> Any:
+    """``labsupport.setup`` and the other :mod:`labsupport.env` names, imported on first use:
+    ``python -m labsupport`` starts without numpy, so a Ctrl-C at once is its one line (PEP 562)."""
+    if name in _FROM_ENV:
+        from labsupport import env  # noqa: PLC0415 - lazy: the package imports no numpy until a name needs it
+
+        return getattr(env, name)
+    raise AttributeError(f"module 'labsupport' has no attribute {name!r}")

@@ -4,6 +4,7 @@ named like the real ones.  The usage listing, an unknown command, every command'
 Ctrl-C while a command's code is still importing, and no shim module left in ``labsupport/``."""
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -110,3 +111,15 @@ def test_ctrl_c_while_importing_in_a_fresh_process(name, tmp_path):
     assert done.returncode == 130, done.stderr
     assert done.stdout == "" and done.stderr.splitlines() == [INTERRUPTED[name]]
     assert list(tmp_path.iterdir()) == []                                  # nothing written
+
+
+def test_the_package_and_its_entry_import_no_numpy_before_the_command_is_known():
+    """A Ctrl-C at once lands in __main__'s try: nothing before it imports more than the stdlib and
+    labsupport.paths (the env names are loaded on first use, PEP 562)."""
+    allowed = set(sys.stdlib_module_names) | {"labsupport", "labsupport.paths", "__future__"}
+    for name in ("__init__.py", "__main__.py", "paths.py"):
+        tree = ast.parse((REPO_ROOT / "labsupport" / name).read_text(encoding="utf-8"))
+        top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        modules = [a.name for n in top if isinstance(n, ast.Import) for a in n.names]
+        modules += [n.module for n in top if isinstance(n, ast.ImportFrom) and n.module]
+        assert {m.split(".")[0] if not m.startswith("labsupport") else m for m in modules} <= allowed, name
