@@ -152,16 +152,15 @@ def test_sweep_labels_stay_on_the_figure(alpha):
 
 def test_megatron_note_is_true_without_it():
     note = not_installed_note("its index", ModuleNotFoundError("No module named 'megatron'"))
-    assert "optional" in note and "`make setup-crosscheck`" in note and "`make lab` does not install it" in note
+    assert "`make setup-crosscheck` installs it" in note
     assert "ModuleNotFoundError" in note and note.endswith("this cell shows its index.")
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
-def test_no_chapter_says_megatron_core_is_simply_installed(path):
+def test_no_chapter_calls_megatron_core_optional(path):
     for i, c in enumerate(nbformat.read(path, as_version=4).cells):
-        assert "`make setup` installs" not in c.source, \
-            f"{path.name} cell {i}: make setup does not install megatron-core"
-        assert "(installed for the cross-checks)" not in c.source, f"{path.name} cell {i}: megatron-core is optional"
+        assert "optional: `make setup-crosscheck`" not in c.source and "optional — `make" not in c.source, \
+            f"{path.name} cell {i}: make setup installs megatron-core"
         if c.cell_type == "code" and "except ImportError" in c.source and "megatron" in c.source:
             assert "not_installed_note(" in c.source, \
                 f"{path.name} cell {i}: say what the cell would show, and how to get it"
