@@ -32,7 +32,11 @@ Grading support, used by :mod:`labsupport.workbook.grading`:
   definition (see :mod:`labsupport.check._cells`);
 * :func:`plain` — values as a learner writes them (``1``, not ``np.int64(1)``) in every message;
 * :func:`parts` — collect every failing part of a structured answer into one message;
-* :func:`reset` — forget the results and attempts of this process (tests, the grader).
+* :func:`reset` — forget the results and attempts of this process (tests, the grader);
+* a time limit — a check that runs longer than ``DEFAULT_TIME_LIMIT_S`` (180 s; the environment
+  variable ``LABSUPPORT_CHECK_TIME_LIMIT`` changes it, ``0`` turns it off) stops the learner's code
+  and fails, saying so: an endless loop does not hang the notebook.  The grader turns it off
+  (:func:`time_limit`): its own clocks stop a student's code.
 """
 from __future__ import annotations
 
@@ -42,6 +46,8 @@ import hashlib
 import inspect
 import json
 import os
+import signal
+import threading
 import traceback
 from collections import Counter
 from contextlib import contextmanager
@@ -67,6 +73,59 @@ _ECHO: contextvars.ContextVar[Callable[[], int] | None] = contextvars.ContextVar
 
 class CheckFailed(AssertionError):
     """Raised inside a check body when the learner's answer is wrong."""
+
+
+#: how long one check may run in a notebook before it stops the learner's code (seconds); the
+#: environment variable overrides it, the grader (which has clocks of its own) turns it off
+TIME_LIMIT_ENV, DEFAULT_TIME_LIMIT_S = "LABSUPPORT_CHECK_TIME_LIMIT", 180.0
+_LIMIT: contextvars.ContextVar[float | None] = contextvars.ContextVar("labsupport_limit", default=DEFAULT_TIME_LIMIT_S)
+
+
+class CheckTimedOut(BaseException):
+    """Raised by the alarm when a check runs past its time limit (a BaseException, so the learner's
+    own ``except Exception`` cannot swallow it)."""
+
+
+@contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Run the checks inside with at most ``seconds`` each (``None``: no limit, as the grader does)."""
+    token = _LIMIT.set(seconds)
+    try:
+        yield
+    finally:
+        _LIMIT.reset(token)
+
+
+def _limit_s() -> float | None:
+    """The limit in force: none under :func:`time_limit(None) <time_limit>`, else the environment's
+    (``0``: none), else the default."""
+    limit = _LIMIT.get()
+    raw = os.environ.get(TIME_LIMIT_ENV)
+    if limit is None or raw is None:
+        return limit
+    try:
+        return float(raw) if float(raw) > 0 else None
+    except ValueError:
+        return limit
+
+
+@contextmanager
+def _alarm(seconds: float | None) -> Iterator[None]:
+    """SIGALRM after ``seconds`` raises :class:`CheckTimedOut` (main thread on POSIX only; else no limit)."""
+    if not seconds or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def fire(signum: int, frame: Any) -> None:
+        raise CheckTimedOut(seconds)
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 class Mistake(CheckFailed):
@@ -387,10 +446,16 @@ def check(chapter: str, question: str, hint: str | Sequence[str], points: float 
                 result = CheckResult(chapter, question, FAIL, unrun, 0.0, points, attempt=_ATTEMPTS[key])
                 _emit(f"{_ICON[FAIL]} {question} {FAIL} — {unrun}")
                 return _record(result)
+            limit = _limit_s()
             try:
-                out = body(*args, **kwargs)
+                with _alarm(limit):
+                    out = body(*args, **kwargs)
                 note, manual = out if isinstance(out, tuple) else (out, {})
                 result = CheckResult(chapter, question, PASS, note or "", points, points, manual)
+            except CheckTimedOut:
+                result = CheckResult(chapter, question, FAIL, f"stopped after {limit:g} s: your function did not "
+                                     f"return (an endless loop, or work that grows too fast?); "
+                                     f"{TIME_LIMIT_ENV}=<seconds> changes the limit", 0.0, points)
             except Mistake as exc:
                 named = exc
                 result = CheckResult(chapter, question, FAIL, exc.symptom, 0.0, points, mistake=exc.name)

@@ -379,7 +379,8 @@ class Session:
                 os.environ[_core.SEED_ENV] = f"{self.options.seed}:{r}"
                 _core._FAILURES.clear()
                 round_lines: list[str] = []
-                with _core.capture(round_lines.append), _core.echo_limit(lambda: max(self.echo, 8)):
+                with _core.capture(round_lines.append), _core.echo_limit(lambda: max(self.echo, 8)), \
+                        _core.time_limit(None):   # the grader's own clocks stop a student's code
                     result = fn(*proxies)
                 if r == 0 or not result.passed:
                     lines += round_lines
