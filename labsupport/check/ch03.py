@@ -6,82 +6,50 @@ Every check draws fresh random inputs and compares the learner's function with t
 ``labsupport.datasets.blending`` reference: :func:`~labsupport.datasets.blending.greedy_step`,
 :func:`~labsupport.datasets.blending.expected_epochs` and :func:`~labsupport.datasets.blending.cap_weights`.
 The mistakes a check recognises by name are the rows of :data:`RULES`, one table per question (see
-:mod:`labsupport.check.rules`), each shown on the smallest input where the learner's function makes it.
+:mod:`labsupport.check.rules`), each shown on the smallest input where the learner's function makes it; what
+the learner reads (feedback, messages, the options of exercise 2) is in ``labsupport/check/texts/ch03.toml``.
 """
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import math
 import numbers
 import random
 from typing import Any, Callable, Iterator, Sequence
 
-from labsupport.datasets.blending import cap_weights as _cap_weights
-from labsupport.datasets.blending import expected_epochs as _expected_epochs
-from labsupport.datasets.blending import greedy_step as _greedy_step
-from labsupport.datasets.blending import reference_blending_indices
+from labsupport.datasets.blending import (cap_weights as _cap_weights, expected_epochs as _expected_epochs,
+                                          greedy_step as _greedy_step, reference_blending_indices)
 from labsupport.check._core import chapter_summary, check, check_seed, expect, parts, Sealed, short
 from labsupport.check.texts import load_texts
-from labsupport.check.rules import Rule, Rules, explain, first_showing, smallest
+from labsupport.check.rules import Rule, Rules, explain, first_showing, in_words, smallest
 
 CHAPTER = "ch03"
 TEXTS = load_texts(CHAPTER)
+T1, T2, T3, T4, T5 = (TEXTS[f"q{n}"] for n in range(1, 6))   # each question's texts: T1.say("modified", …)
+#: Shown once q4 passes, to compare the free-text reasons with.
+MODEL_ANSWER_Q4 = T4.messages["model_answer"]
 
-#: Book exercise 2 (a): what changing the blend ratios does.
-EXERCISE_2_EFFECTS = {
-    "more_code_skill": "a larger code share gives the model more code to learn from: code ability improves",
-    "less_other": "at a fixed token budget the extra code tokens replace web/books tokens: general language "
-                  "and world knowledge can get worse",
-    "batch_mix": "the ratio is the mix of every batch the model sees, so it steers what the model becomes good at",
-    "no_effect": "the ratio does not matter as long as the total number of tokens stays the same",
-    "faster_steps": "a larger code share makes each training step faster",
-}
-#: Book exercise 2 (b): the risks of over-sampling a small high-quality code set at weight 0.5.
-EXERCISE_2_RISKS = {
-    "memorise": "each code sample is seen many times (many epochs): the model memorises it and can repeat it "
-                "verbatim (licences, secrets, personal data)",
-    "overfit": "held-out code loss stops improving or rises while training loss keeps falling; ability outside "
-               "the small set suffers",
-    "little_new": "the later passes add little new information: the tokens are spent but the model sees no "
-                  "new code",
-    "gpu_oom": "the GPU runs out of memory",
-    "tokenizer_breaks": "the tokenizer starts producing broken tokens",
-}
-#: Book exercise 2 (c): how to set and validate the ratios.
-EXERCISE_2_STEPS = {
-    "dedup_filter": "deduplicate and quality-filter each dataset first (NeMo Curator), then measure how many "
-                    "tokens are really left",
-    "epoch_budget": "compute epochs per dataset (weight × total tokens / dataset tokens) and keep small sets under "
-                    "a cap of a few epochs",
-    "per_domain_eval": "hold out a validation set per domain and watch each domain's loss plus a code benchmark "
-                       "during training",
-    "ablations": "run short ablations with a few candidate ratios and compare their evaluations before the big run",
-    "realised_blend": "check the realised blend from the built indices (samples drawn per dataset, epochs), e.g. "
-                      "with blend_report",
-    "equal_weights": "always give every dataset the same weight",
-    "max_quality": "put as much weight as possible on the highest-quality set",
-}
-#: q4's answer keys, sealed (see _core.Sealed): (a) ...
-_EFFECTS = Sealed("labsupport:ch03:q4:a", [
+#: Book exercise 2's options, key → text (texts/ch03.toml [q4.options]): (a) what changing the blend ratios does,
+#: (b) the risks of over-sampling a small high-quality code set at weight 0.5, (c) how to set and validate the ratios.
+EXERCISE_2_EFFECTS, EXERCISE_2_RISKS, EXERCISE_2_STEPS = (dict(T4.options[p]) for p in ("effects", "risks", "steps"))
+#: q4's answer keys (a), (b), (c), sealed (see _core.Sealed).
+_EFFECTS, _RISKS, _STEPS = (Sealed(f"labsupport:ch03:q4:{part}", digests) for part, digests in zip("abc", ([
     "5650d39ca730b49e123b94a6ba9b0c86f328e77cd0c95f873d216e344291c3be",
     "78721d3a27439b47011e040c0062e950224436d1afab149b5049c7d9c9dcfd8c",
     "ab4bcc558e588a3ce791f8080af87dbb2e809dd7ebd5beb82c34caf22e28a8c1",
-])
-#: (b) ...
-_RISKS = Sealed("labsupport:ch03:q4:b", [
+], [
     "19facad9360507c5a3c9c567d4cf178ee4c166206f1058d919921dbe15687a41",
     "cbb7fbb3efda04372b19ab3fb0d357d4ff55defbd52779c7b3434757efade5fa",
     "d424c3204721d98c202acf94ece8f1c8d863d468ae0dacc70bfcf4148345258d",
-])
-#: (c).
-_STEPS = Sealed("labsupport:ch03:q4:c", [
+], [
     "097a7df62ed27d8a768dc0e046f5af1f80e335a8082c565d43bfc41c0c3ee22d",
     "165b1cc8519530c799398f4731b2a593e4c8af51a5fc9d24359c63dc106a54f7",
     "526f6bdb7d0c897bbd914fd8ce2b10f0e2c506dfed7249c608da95c88a2267e4",
     "bdf3f0879bf9bc4c82071de886f005ebf7833f6a4462aba5cb2d2fa354540a35",
     "d4d771763b239684924799c2336defa633583705b32e36fab9b85071546fe550",
-])
+])))
 
 
 summary = chapter_summary(CHAPTER)
@@ -100,31 +68,19 @@ def _weights(rng: random.Random, n: int) -> list[float]:
     return [r / sum(raw) for r in raw]
 
 
-def _words(items: Sequence[int]) -> str:
-    """[0, 2, 3] → '0, 2 and 3'."""
-    items = [str(i) for i in items]
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
-
-
 # --- q1: one step of the greedy rule ------------------------------------------------------------
 def _errors(w: Sequence[float], counts: Sequence[int], step: int) -> list[float]:
     x = float(max(step, 1))
     return [wd * x - c for wd, c in zip(w, counts)]
 
 
-def _argmax_first(values: Sequence[float]) -> int:
-    return max(range(len(values)), key=lambda d: (values[d], -d))
-
-
 _Q1 = Rules(
     Rule("tie_to_last", wrong=lambda w, c, s: max(range(len(w)), key=lambda d: (_errors(w, c, s)[d], d))),
     Rule("float_order"),
-    Rule("step_zero", wrong=lambda w, c, s: _argmax_first([wd * s - cd for wd, cd in zip(w, c)]), confirm=2),
-    Rule("furthest_ahead",
-         wrong=lambda w, c, s: min(range(len(w)), key=lambda d: (_errors(w, c, s)[d], d)),
+    Rule("step_zero", wrong=lambda w, c, s: _greedy_step(w, c, s) if s else c.index(min(c)),  # x = 0: errors −c
          confirm=2),
-    texts=TEXTS["q1"]
-)
+    Rule("furthest_ahead", wrong=lambda w, c, s: min(range(len(w)), key=lambda d: (_errors(w, c, s)[d], d)), confirm=2),
+    texts=T1)
 
 
 def _q1_small_states() -> Iterator[tuple[list[float], list[int], int]]:
@@ -154,11 +110,11 @@ def _q1_name(w: list[float], counts: list[int], step: int, got: int) -> str:
 def _q1_facts(state: tuple, got: int) -> dict[str, Any]:
     w, counts, step = state
     errs, want, x = _errors(w, counts, step), _greedy_step(w, counts, step), max(step, 1)
-    mine = errs[got] if 0 <= got < len(errs) else math.nan
+    mine = errs[int(got)] if 0 <= got < len(errs) else math.nan
     return {"call": f"greedy_step({short(w, 400)}, {short(counts, 200)}, {step}) returned {short(got)}",
-            "errors": f"the errors weights[d] × {x} − counts[d] are {short(errs, 400)}", "x": x, "want": want,
+            "errors": T1.say("errors", x=x, errs=short(errs, 400)), "x": x, "want": want,
             "got": short(got), "errs": short(errs, 400), "top": short(max(errs)), "got_error": short(mine),
-            "tied": _words([d for d, e in enumerate(errs) if e == max(errs)]), "gap": f"{abs(errs[want] - mine):.3g}",
+            "tied": in_words([d for d, e in enumerate(errs) if e == max(errs)]), "gap": f"{abs(errs[want] - mine):.3g}",
             "alt": short([wd - c / float(x) for wd, c in zip(w, counts)], 400)}
 
 
@@ -209,7 +165,7 @@ def _q1_states(rng: random.Random) -> Iterator[tuple[list[float], list[int], int
         yield w, counts, step
 
 
-@check(CHAPTER, "q1", hint=TEXTS["q1"].hint)
+@check(CHAPTER, "q1", hint=T1.hint)
 def q1(greedy_step) -> str:
     states, order_cases = list(_q1_states(random.Random(check_seed()))), _order_sensitive_states()
     for w, counts, step in states + order_cases:
@@ -217,28 +173,24 @@ def q1(greedy_step) -> str:
         args = (list(w), list(counts), step)
         got = greedy_step(*args)
         call = f"greedy_step({short(w, 400)}, {short(counts, 200)}, {step})"
-        expect(list(args[1]) == counts and list(args[0]) == w, f"{call} modified its inputs")
+        expect(list(args[1]) == counts and list(args[0]) == w, T1.say("modified", call=call))
         expect(isinstance(got, numbers.Integral) and not isinstance(got, bool),
-               f"{call} returned {short(got)}; expected a dataset index (int)")
+               T1.say("not_an_index", call=call, got=short(got)))
         if int(got) != want:
             _q1_mistake(greedy_step, w, counts, step, int(got))
-            expect(False, f"{call} returned {short(got)}, expected {want}: the errors weights[d] × "
-                   f"{max(step, 1)} − counts[d] are {short(_errors(w, counts, step), 400)}")
-    return (f"{len(states)} random states, 60 of them with exact ties, and {len(order_cases)} states where the order "
-            "of the float operations decides")
+            expect(False, T1.say("wrong", **_q1_facts((w, counts, step), got)))
+    return T1.say("passed", states=len(states), order=len(order_cases))
 
 
 def _order_sensitive_states(limit: int = 12) -> list[tuple[list[float], list[int], int]]:
     """Real blend states where ``w*x - c`` (Megatron's order) and the rearranged ``w - c/x`` pick
     different datasets: the reference's own walk through two blends (earliest step first)."""
-    alternative = lambda w, c, x: w - c / x                      # noqa: E731 - the same error divided by x
     found = []
     for w in ([0.1, 0.2, 0.7], [0.7, 0.2, 0.1]):
         counts = [0] * len(w)
         for step in range(3000):
             d = _greedy_step(w, counts, step)
-            x = float(max(step, 1))
-            alt = [alternative(wd, c, x) for wd, c in zip(w, counts)]
+            alt = [wd - c / float(max(step, 1)) for wd, c in zip(w, counts)]     # the same error divided by x
             if alt.index(max(alt)) != d and len(found) < limit:
                 found.append((list(w), list(counts), step))
             counts[d] += 1
@@ -246,13 +198,11 @@ def _order_sensitive_states(limit: int = 12) -> list[tuple[list[float], list[int
 
 
 # --- q2: epochs per dataset ---------------------------------------------------------------------
-def _close(a: Any, b: Any, rel: float = 1e-9) -> bool:
-    """Are ``a`` and ``b`` equal numbers, or lists of numbers equal element by element, up to ``rel``?"""
+def _close(a: Any, b: Sequence[float], rel: float = 1e-9, abs_tol: float = 1e-12) -> bool:
+    """Is ``a`` a list of numbers equal to ``b`` element by element, up to ``rel`` (or ``abs_tol``)?"""
     try:
-        if hasattr(b, "__len__"):
-            return len(a) == len(b) and all(math.isclose(float(x), float(y), rel_tol=rel, abs_tol=1e-12)
-                                            for x, y in zip(a, b))
-        return math.isclose(float(a), float(b), rel_tol=rel, abs_tol=1e-12)
+        return len(a) == len(b) and all(math.isclose(float(x), float(y), rel_tol=rel, abs_tol=abs_tol)
+                                        for x, y in zip(a, b))
     except (TypeError, ValueError):
         return False
 
@@ -261,8 +211,7 @@ _Q2_SMALL = [([1, 1], [2, 2], 8), ([1, 1], [1, 1], 1), ([1, 3], [1, 3], 8), ([1,
 _Q2 = Rules(
     Rule("not_normalised", wrong=lambda w, n, t: [wd * t / s for wd, s in zip(w, n)]),
     Rule("upside_down", wrong=lambda w, n, t: [s / (wd / sum(w) * t) for wd, s in zip(w, n)]),
-    Rule("tokens_not_epochs", wrong=lambda w, n, t: [wd / sum(w) * t for wd in w]),
-    texts=TEXTS["q2"])
+    Rule("tokens_not_epochs", wrong=lambda w, n, t: [wd / sum(w) * t for wd in w]), texts=T2)
 
 
 def _q2_facts(case: tuple, got: Any) -> dict[str, Any]:
@@ -273,7 +222,7 @@ def _q2_facts(case: tuple, got: Any) -> dict[str, Any]:
             "taken": short([wd / sum(weights) * total for wd in weights])}
 
 
-@check(CHAPTER, "q2", hint=TEXTS["q2"].hint)
+@check(CHAPTER, "q2", hint=T2.hint)
 def q2(epochs) -> str:
     rng = random.Random(check_seed())
     cases = 0
@@ -287,26 +236,23 @@ def q2(epochs) -> str:
         want = _expected_epochs(weights, sizes, total)
         got = epochs(list(weights), list(sizes), total)
         call = f"epochs({short(weights, 200)}, {short(sizes, 200)}, {total})"
-        expect(hasattr(got, "__len__") and len(got) == n, f"{call} returned {short(got)}; expected {n} numbers")
+        expect(hasattr(got, "__len__") and len(got) == n, T2.say("wrong_length", call=call, got=short(got), n=n))
         for d, g in enumerate(got):
-            expect(isinstance(g, (int, float)) or hasattr(g, "__float__"), f"{call}[{d}] is {short(g)}, not a number")
+            expect(isinstance(g, (int, float)) or hasattr(g, "__float__"), T2.say("not_a_number", call=call, d=d,
+                                                                                 got=short(g)))
         got = [float(v) for v in got]
         for d, (g, wv) in enumerate(zip(got, want)):
             if not math.isclose(g, wv, rel_tol=1e-9):
                 explain(epochs, _Q2.values(), (weights, sizes, total), got, _expected_epochs, _close,
                       lambda rule: _Q2_SMALL, _q2_facts)
-                expect(False, f"{call}[{d}] = {short(g)}, expected {short(wv)}")
+                expect(False, T2.say("wrong_value", call=call, d=d, got=short(g), want=short(wv)))
         cases += 1
-    return f"{cases} random blends"
+    return T2.say("passed", cases=cases)
 
 
 # --- q3: weights under an epoch cap -------------------------------------------------------------
-def _close_list(got: Any, values: list[float]) -> bool:
-    """Is ``got`` a list of numbers equal to ``values`` up to 1e-9?"""
-    try:
-        return len(got) == len(values) and all(abs(float(g) - v) <= 1e-9 for g, v in zip(got, values))
-    except (TypeError, ValueError):
-        return False
+#: Is ``got`` a list of numbers equal to ``values`` up to 1e-9 (absolute)?
+_close_list = functools.partial(_close, rel=0.0, abs_tol=1e-9)
 
 
 def _caps(weights: list[float], sizes: list[float], total: float, max_epochs: float) -> list[float]:
@@ -347,12 +293,8 @@ _Q3_CASCADE = ([0.5, 0.3, 0.2], [20, 35, 100], 100, 1)
 _Q3_SMALL = {"weight_lost": [([0.5, 0.5], [1, 10], 4, 1), _Q3_CASCADE], "one_round": [_Q3_CASCADE]}
 _Q3_RATIO_CASE = ([0.6, 0.3, 0.1], [1, 100, 100], 4, 1)     # caps [0.25, 25, 25]: 1 and 2 share 0.75 as 3 : 1
 _Q3_NO_BLEND = ([1, 1], [1, 1], 4, 1)                       # two 1-token datasets, a 4-token run
-_Q3 = Rules(
-    Rule("weight_lost", wrong=_cap_once_no_share),
-    Rule("one_round", wrong=_cap_one_round),
-    Rule("ratio_not_kept"),
-    Rule("no_value_error"),
-    texts=TEXTS["q3"])
+_Q3 = Rules(Rule("weight_lost", wrong=_cap_once_no_share), Rule("one_round", wrong=_cap_one_round),
+            Rule("ratio_not_kept"), Rule("no_value_error"), texts=T3)
 
 
 def _q3_facts(args: tuple, got: Any) -> dict[str, Any]:
@@ -370,28 +312,20 @@ def _q3_facts(args: tuple, got: Any) -> dict[str, Any]:
 def _q3_mistake(cap_weights: Callable, got: Any, args: tuple) -> None:
     """Name a wrong blend that a rule's wrong implementation gives, on the smallest case that shows it."""
     explain(cap_weights, [_Q3["weight_lost"], _Q3["one_round"]], args, got, _cap_weights, _close_list,
-          lambda rule: _Q3_SMALL[rule.name], _q3_facts)
+            lambda rule: _Q3_SMALL[rule.name], _q3_facts)
 
 
-def _q3_ratio_mistake(cap_weights: Callable, got: Any, args: tuple) -> None:
-    """Named when the weights fit the caps and sum to 1 but the datasets not capped lost their proportions."""
-    if _uncapped_ratio(got, args):
-        found = first_showing(lambda c: cap_weights(*copy.deepcopy(c)), [_Q3_RATIO_CASE],
-                              lambda c, g: _uncapped_ratio(g, c) is not None, True)
-        _Q3.fail("ratio_not_kept", **_q3_facts(*(found or (args, got))))
-
-
-@check(CHAPTER, "q3", hint=TEXTS["q3"].hint)
+@check(CHAPTER, "q3", hint=T3.hint)
 def q3(cap_weights) -> str:
     # the worked example of the exercise: capping dataset 0 pushes dataset 1 over its cap
     want = _cap_weights(*_Q3_CASCADE)
     got = cap_weights(*copy.deepcopy(_Q3_CASCADE))
     if not _close_list(got, want):
-        expect(hasattr(got, "__len__") and len(got) == 3, f"cap_weights{_Q3_CASCADE} returned {short(got)}; "
-               "expected 3 weights")
+        call = f"cap_weights{_Q3_CASCADE}"
+        expect(hasattr(got, "__len__") and len(got) == 3, T3.say("wrong_length", call=call, got=short(got), n=3))
         _q3_mistake(cap_weights, got, _Q3_CASCADE)
-        expect(False, f"cap_weights{_Q3_CASCADE} (the worked example) returned {short([float(g) for g in got], 200)}, "
-               f"expected {short(want, 200)}")
+        expect(False, T3.say("example_wrong", call=call, got=short([float(g) for g in got], 200),
+                             want=short(want, 200)))
     rng = random.Random(check_seed())
     good = bad = 0
     while good < 50 or bad < 8:
@@ -419,29 +353,30 @@ def q3(cap_weights) -> str:
             _Q3.fail("no_value_error", args=f"cap_weights({short(args[0], 200)}, {short(args[1], 200)}, {args[2]}, "
                      f"{short(args[3])})", got=short(got, 200), caps=short(round(sum(_caps(*args)), 6)))
         got = cap_weights(*copy.deepcopy(args))
-        expect(hasattr(got, "__len__") and len(got) == n, f"{call} returned {short(got)}; expected {n} weights")
+        expect(hasattr(got, "__len__") and len(got) == n, T3.say("wrong_length", call=call, got=short(got), n=n))
         got = [float(g) for g in got]
         if not _close_list(got, want):
             _q3_mistake(cap_weights, got, args)
-        expect(abs(sum(got) - 1.0) < 1e-9, f"{call} returned weights summing to {short(sum(got))}, expected 1")
+        expect(abs(sum(got) - 1.0) < 1e-9, T3.say("sum", call=call, sum=short(sum(got))))
         ep = _expected_epochs(got, sizes, total)
         worst = max(range(n), key=lambda d: ep[d])
-        expect(ep[worst] <= max_epochs * (1 + 1e-9), f"{call}: dataset {worst} is still read {short(ep[worst])} "
-               f"times, more than max_epochs {short(max_epochs)}")
-        if not _close_list(got, want):
-            _q3_ratio_mistake(cap_weights, got, args)
+        expect(ep[worst] <= max_epochs * (1 + 1e-9), T3.say("over_cap", call=call, d=worst, epochs=short(ep[worst]),
+                                                             max_epochs=short(max_epochs)))
+        if not _close_list(got, want) and _uncapped_ratio(got, args):   # fits the caps, sums to 1, ratios lost
+            found = first_showing(lambda c: cap_weights(*copy.deepcopy(c)), [_Q3_RATIO_CASE],
+                                  lambda c, g: _uncapped_ratio(g, c) is not None, True)
+            _Q3.fail("ratio_not_kept", **_q3_facts(*(found or (args, got))))
         for d in range(n):
-            expect(abs(got[d] - want[d]) <= 1e-9, f"{call}[{d}] = {short(got[d])}, expected {short(want[d])}")
+            expect(abs(got[d] - want[d]) <= 1e-9, T3.say("wrong_value", call=call, d=d, got=short(got[d]),
+                                                         want=short(want[d])))
         good += 1
-    return f"{good} random blends and {bad} impossible caps"
+    return T3.say("passed", good=good, bad=bad)
 
 
 # --- q4: book exercise 2 ------------------------------------------------------------------------
 _Q4_BOOK = (10**11, 2 * 10**9, 0.5)     # the book's example: 2 B code tokens at 0.5 of a 100 B-token run
-_Q4 = Rules(
-    Rule("epochs_upside_down", wrong=lambda t, c, w: c / (w * t)),
-    Rule("epochs_without_weight", wrong=lambda t, c, w: t / c),
-    texts=TEXTS["q4"])
+_Q4 = Rules(Rule("epochs_upside_down", wrong=lambda t, c, w: c / (w * t)),
+            Rule("epochs_without_weight", wrong=lambda t, c, w: t / c), texts=T4)
 
 
 def _same_number(a: Any, b: float) -> bool:
@@ -454,7 +389,7 @@ def _q4_facts(case: tuple, got: Any) -> dict[str, Any]:
             "weight": short(weight), "total": short(total), "taken": short(weight * total), "code": short(code)}
 
 
-@check(CHAPTER, "q4", hint=TEXTS["q4"].hint)
+@check(CHAPTER, "q4", hint=T4.hint)
 def q4(exercise_2) -> tuple[str, dict[str, str]]:
     rng = random.Random(check_seed())
     manual: dict[str, str] = {}
@@ -463,64 +398,43 @@ def q4(exercise_2) -> tuple[str, dict[str, str]]:
         code = rng.choice([2 * 10**9, 5 * 10**9, 10**10, 2.5 * 10**10])
         weight = rng.choice([0.5, 0.5, 0.4, 0.6])
         answer = exercise_2(total, code, weight)
-        expect(isinstance(answer, dict), f"exercise_2(...) must return a dict, got {type(answer).__name__}")
+        expect(isinstance(answer, dict), T4.say("not_a_dict", type=type(answer).__name__))
         for key in ("a", "b_code_epochs", "b", "c", "a_why", "b_why", "c_why"):
-            expect(key in answer, f"missing key {key!r}")
+            expect(key in answer, T4.say("missing_key", key=key))
         want, got = weight * total / code, answer["b_code_epochs"]
         problems: list[str] = []                # every failing part, named at once
         for key, options, right in (("a", EXERCISE_2_EFFECTS, _EFFECTS), ("b", EXERCISE_2_RISKS, _RISKS),
                                     ("c", EXERCISE_2_STEPS, _STEPS)):
             chosen = answer[key]
             expect(isinstance(chosen, (list, tuple, set)) and all(isinstance(v, str) for v in chosen),
-                   f"{key} must be a list of option keys, got {short(chosen)}")
+                   T4.say("not_options", key=key, chosen=short(chosen)))
             unknown = sorted(set(chosen) - set(options))
-            expect(not unknown, f"{key}: unknown option(s) {unknown}; choose from {sorted(options)}")
+            expect(not unknown, T4.say("unknown_options", key=key, unknown=unknown, options=sorted(options)))
             wrong = sorted(c for c in set(chosen) if c not in right)
-            if wrong:
-                problems.append(f"{key}: {wrong} is not right")
-            elif len(set(chosen)) != len(right):
-                problems.append(f"{key}: {len(right) - len(set(chosen))} correct option(s) missing")
+            if wrong or len(set(chosen)) != len(right):
+                problems.append(T4.say("wrong_options" if wrong else "missing_options", key=key, wrong=wrong,
+                                       missing=len(right) - len(set(chosen))))
         for key in ("a_why", "b_why", "c_why"):
-            text = answer[key]
+            manual[key] = text = answer[key]
             if not (isinstance(text, str) and len(text.split()) >= 10):
-                problems.append(f"{key}: a few sentences (10+ words) in your own words")
-            manual[key] = text
-        ok = isinstance(got, (int, float)) and not isinstance(got, bool) and math.isclose(got, want, rel_tol=1e-9)
+                problems.append(T4.say("too_short", key=key))
+        ok = _same_number(got, want)
         if not ok:                              # a named wrong epoch count, shown on the book's example
             also = f" | also: {' | '.join(problems)}" if problems else ""
             explain(lambda *a: exercise_2(*a)["b_code_epochs"], _Q4.values(), (total, code, weight), got,
                   lambda t, c, w: w * t / c, _same_number, lambda rule: [_Q4_BOOK],
                   lambda case, g: {**_q4_facts(case, g), "also": also})
         with parts() as part:
-            part(ok, f"exercise_2({short(total)}, {short(code)}, {short(weight)}): b_code_epochs = {short(got)}, "
-                 f"expected {short(want)}")
+            part(ok, T4.say("wrong_epochs", call=_q4_facts((total, code, weight), got)["call"], want=short(want)))
             for text in problems:
                 part(False, text)
-    return ("(a), (b) with the epoch count, (c) correct on 3 random scenarios. Compare your reasons with this "
-            "model answer: " + MODEL_ANSWER_Q4, manual)
-
-
-#: Shown once q4 passes, to compare the free-text reasons with.
-MODEL_ANSWER_Q4 = (
-    "(a) The ratio is the mix the model learns from: at a fixed token budget more code means more coding skill and "
-    "less of everything else, in every batch. (b) At 0.5 the small code set is read code_weight × total / code_tokens "
-    "times — many epochs of the same files, which the model memorises instead of generalising from. (c) Deduplicate "
-    "and filter first, budget the epochs per domain (cap the weight), evaluate each domain on held-out data, run "
-    "small ablations of the ratios, and check the blend the sampler actually realised.")
+    return T4.say("passed", model_answer=MODEL_ANSWER_Q4), manual
 
 
 # --- q5: resuming a blend -----------------------------------------------------------------------
-def _walk(weights: list[float], counts: list[int], n: int, start: int, update: bool) -> list[int]:
-    c, out = list(counts), []
-    for step in range(start, start + n):
-        d = _greedy_step(weights, c, step)
-        out.append(d)
-        c[d] += update
-    return out
-
-
-def _resume_right(weights, counts, n):
-    return _walk(weights, counts, n, sum(counts), True)
+def _resume_right(weights: list[float], counts: list[int], n: int) -> list[int]:
+    """The uninterrupted blend's next ``n`` picks: the reference resumed at step ``sum(counts)`` from ``counts``."""
+    return reference_blending_indices(weights, n, start=sum(counts), counts=counts)[0].tolist()
 
 
 def _q5_small() -> Iterator[tuple[list[float], list[int], int]]:
@@ -540,24 +454,23 @@ def _same_picks(a: Any, b: list[int]) -> bool:
         return False
 
 
-_Q5 = Rules(
-    Rule("restart_at_zero", wrong=lambda w, c, n: _walk(w, c, n, 0, True)),
-    Rule("counts_frozen", wrong=lambda w, c, n: _walk(w, c, n, sum(c), False)),
-    texts=TEXTS["q5"])
+_Q5 = Rules(Rule("restart_at_zero", wrong=lambda w, c, n: reference_blending_indices(w, n, counts=c)[0].tolist()),
+            Rule("counts_frozen", wrong=lambda w, c, n: [_greedy_step(w, c, s) for s in range(sum(c), sum(c) + n)]),
+            texts=T5)
 
 
 def _q5_facts(case: tuple, got: Any) -> dict[str, Any]:
     w, counts, n = case
-    return {"call": f"resume_blend({short(w, 200)}, {short(counts, 200)}, {n}) returned "
-                    f"{short([int(g) for g in got], 200)}; the uninterrupted blend goes on with "
-                    f"{short(_resume_right(w, counts, n), 200)}", "taken": sum(counts), "counts": short(counts), "n": n}
+    return {"call": T5.say("goes_on", call=f"resume_blend({short(w, 200)}, {short(counts, 200)}, {n})",
+                           got=short([int(g) for g in got], 200), want=short(_resume_right(w, counts, n), 200)),
+            "taken": sum(counts), "counts": short(counts), "n": n}
 
 
 #: Every named mistake of this chapter's checks, by question (see labsupport.check.rules).
 RULES: dict[str, Rules] = {"q1": _Q1, "q2": _Q2, "q3": _Q3, "q4": _Q4, "q5": _Q5}
 
 
-@check(CHAPTER, "q5", hint=TEXTS["q5"].hint)
+@check(CHAPTER, "q5", hint=T5.hint)
 def q5(resume_blend) -> str:
     rng = random.Random(check_seed())
     cases = 0
@@ -571,14 +484,13 @@ def q5(resume_blend) -> str:
         want = full[crash:].tolist()
         call = f"resume_blend({short(w, 200)}, {short(counts, 200)}, {more})"
         got = resume_blend(list(w), list(counts), more)
-        expect(hasattr(got, "__len__") and len(got) == more,
-               f"{call} returned {short(got)}; expected {more} dataset indices")
+        expect(hasattr(got, "__len__") and len(got) == more, T5.say("wrong_length", call=call, got=short(got), n=more))
         got = [int(g) for g in got]
         if got != want:
             explain(resume_blend, _Q5.values(), (w, counts, more), got, _resume_right, _same_picks,
                   lambda rule: _q5_small(), _q5_facts)
             first = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
-            expect(False, f"{call}: choice {first} (blended sample {crash + first}) is dataset {got[first]}, the "
-                   f"uninterrupted blend chose dataset {want[first]}")
+            expect(False, T5.say("wrong_choice", call=call, i=first, sample=crash + first, got=got[first],
+                                 want=want[first]))
         cases += 1
-    return f"{cases} random crashes, each continued exactly"
+    return T5.say("passed", cases=cases)

@@ -17,6 +17,8 @@ table of rules (:class:`Rules`).  Two helpers find the input a mistake is shown 
   recognised by what the result *is*, e.g. a float where an int belongs, rather than by a wrong
   implementation).
 
+:func:`in_words` writes a list of dataset or rank numbers into a fact ("0, 2 and 3").
+
 :func:`diagnose` ties them together for a question whose rules all have wrong implementations: it
 raises the first rule's :class:`~labsupport.check._core.Mistake` that the learner's function
 follows, rendered with the facts of that smallest case.
@@ -194,3 +196,11 @@ def explain(learner: Callable, rules: Iterable[Rule], case: Case, got: Any, righ
         if wrongs:
             shown = (smallest(learner, cases(rule), right, wrong, same) for wrong in wrongs)
             rule.fail(**facts(*next((found for found in shown if found), (case, got))))
+
+
+def in_words(items: Iterable[Any], empty: str = "") -> str:
+    """``[0, 2, 3]`` → ``"0, 2 and 3"`` (``[5]`` → ``"5"``; no items → ``empty``), for a fact."""
+    items = [str(i) for i in items]
+    if not items:
+        return empty
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]

@@ -17,10 +17,20 @@ Each chapter's prose lives in ``labsupport/check/texts/chNN.toml``, by question:
     then = "…"
     else = "…"
 
+    [q1.messages]                                    # not a rule: the question's other texts, by key
+    not_a_list = "{call} returned {got}; expected a list"   # e.g. a plain failure (QuestionTexts.say)
+
+    [q4.options.effects]                             # not a rule: the options of a multiple-choice part
+    more_code_skill = "a larger code share …"        # option key = its text (QuestionTexts.options)
+
 Texts are ``str.format`` templates over a failing case's facts (a literal brace is doubled); a
-text that needs logic stays a callable in the chapter module.  The code says *which* mistakes a
-question knows and how to recognise them (:mod:`labsupport.check.rules`); these files say what the
-learner reads — one place to reword feedback, and the source a translation starts from.
+text that needs logic stays a callable in the chapter module.  A ``[qN.messages]`` table is no rule:
+it holds the question's other texts (its plain failure messages, a text a family of rules shares),
+which the module fills with :meth:`QuestionTexts.say`; nor is ``[qN.options]``, whose tables are
+the option lists of a multiple-choice part (key → text, in the file's order).  The code says
+*which* mistakes a question knows and how to recognise them (:mod:`labsupport.check.rules`); these
+files say what the learner reads — one place to reword feedback, and the source a translation
+starts from.
 """
 from __future__ import annotations
 
@@ -37,6 +47,7 @@ else:  # Python 3.10: the same parser, as a package
 
 TEXT_DIR = Path(__file__).with_name("texts")
 FIELDS = ("symptom", "ask", "fix", "formula")
+NOT_RULES = ("messages", "options")   # sub-tables of a question that are no rule
 
 
 @dataclass(frozen=True)
@@ -61,12 +72,20 @@ def _text(where: str, value: Any) -> Any:
 
 @dataclass(frozen=True)
 class QuestionTexts:
-    """One question's texts: its hint tiers, its default formula and each rule's feedback."""
+    """One question's texts: its hint tiers, its default formula, each rule's feedback, its
+    other messages (the ``[qN.messages]`` table, no rule) and its option lists (``[qN.options]``)."""
 
     question: str
     hint: Any = ""
     formula: str | None = None
     rules: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    messages: Mapping[str, str] = field(default_factory=dict)
+    options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+    def say(self, key: str, /, **facts: Any) -> str:
+        """The message ``key`` of this question, filled from ``facts`` (a ``str.format`` template; a
+        fact may itself be called ``key``)."""
+        return self.messages[key].format_map(facts)
 
 
 @functools.lru_cache(maxsize=None)
@@ -79,7 +98,7 @@ def load_texts(chapter: str) -> dict[str, QuestionTexts]:
         hint = entry.get("hint", "")
         rules = {}
         for name, value in entry.items():
-            if not isinstance(value, dict):
+            if not isinstance(value, dict) or name in NOT_RULES:
                 continue
             where = f"{chapter}.toml [{question}.{name}]"
             unknown = set(value) - set(FIELDS)
@@ -87,5 +106,6 @@ def load_texts(chapter: str) -> dict[str, QuestionTexts]:
                 raise ValueError(f"{where}: unknown field(s) {sorted(unknown)}")
             rules[name] = {f: _text(f"{where} {f}", text) for f, text in value.items()}
         texts[question] = QuestionTexts(question, tuple(hint) if isinstance(hint, list) else hint,
-                                        entry.get("formula"), rules)
+                                        entry.get("formula"), rules, entry.get("messages", {}),
+                                        entry.get("options", {}))
     return texts

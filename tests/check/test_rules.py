@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from labsupport.check import _core
-from labsupport.check.rules import Rule, Rules, diagnose, explain, first_showing, smallest
+from labsupport.check.rules import Rule, Rules, diagnose, explain, first_showing, in_words, smallest
 
 
 def _share(lengths, seq):                       # the reference: padding share
@@ -106,3 +106,8 @@ def test_explain_knows_a_rules_other_forms_and_falls_back_to_the_failing_case():
         explain(half, TABLE.values(), ([1], 4), half([1], 4), _share, SAME, lambda r: [], _facts,
                 variants={"real_share": [half]})
     assert caught.value.name == "real_share" and caught.value.symptom.startswith("padding_share([1], 4) returned 0.375")
+
+
+def test_in_words_joins_numbers_as_a_sentence_does():
+    assert in_words([0, 2, 3]) == "0, 2 and 3" and in_words([0, 1]) == "0 and 1" and in_words((5,)) == "5"
+    assert in_words([]) == "" and in_words([], empty="nowhere") == "nowhere"

@@ -66,3 +66,28 @@ def test_a_choice_picks_its_text_by_a_fact(tmp_path, monkeypatch):
             T.load_texts("chXX")
     finally:
         T.load_texts.cache_clear()
+
+
+def test_messages_and_options_are_no_rules(tmp_path, monkeypatch):
+    """``[qN.messages]`` (other texts, filled by ``say``) and ``[qN.options.part]`` (an option list, in the
+    file's order) load beside the rules and are never taken for one."""
+    (tmp_path / "chXX.toml").write_text('[q1.r]\nsymptom = "s"\nask = "?"\nfix = "!"\n'
+                                        '[q1.messages]\nwrong = "{call}: {key!r} for {got}"\n'
+                                        '[q1.options.b]\nzz = "last in name, first in file"\naa = "second"\n',
+                                        encoding="utf-8")
+    monkeypatch.setattr(T, "TEXT_DIR", tmp_path)
+    T.load_texts.cache_clear()
+    try:
+        texts = T.load_texts("chXX")["q1"]
+        assert set(texts.rules) == {"r"} and list(texts.options["b"]) == ["zz", "aa"]
+        assert texts.say("wrong", call="f(1)", key="a", got=2) == "f(1): 'a' for 2"
+        assert list(Rules(Rule("r"), texts=texts)) == ["r"]
+    finally:
+        T.load_texts.cache_clear()
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_message_template_is_well_formed(chapter):
+    for entry in T.load_texts(chapter).values():
+        for text in entry.messages.values():
+            list(string.Formatter().parse(text))
