@@ -184,9 +184,10 @@ def q1(parse_idx) -> str:
     return "the golden vector, 12 random .idx files (4 dtypes, empty and multi-sequence documents) and a bad magic"
 
 
-def q1_header(parse_idx) -> bool:
+def q1_header(parse_idx) -> None:
     """Step 1 of q1, not graded: only the four header fields (version, dtype code, N, D) of 3 random
-    ``.idx`` files, so the header can be right before the three arrays are written. Prints one line."""
+    ``.idx`` files, so the header can be right before the three arrays are written. Prints one line and
+    returns nothing (a returned bool would show as a stray ``True`` under the cell)."""
     rng = np.random.default_rng(check_seed())
     tmp = Path(tempfile.mkdtemp(prefix="ch02_q1h_"))
     try:
@@ -201,7 +202,6 @@ def q1_header(parse_idx) -> bool:
                      if not _same_int(got.get(k), v)]
             expect(not wrong, "; ".join(wrong))
         print("✅ step 1 of q1: the header fields are right — now the three arrays, then check.q1")
-        return True
     except CheckFailed as exc:
         print(f"❌ step 1 of q1: {exc}\n   hint: how many bytes does each header field take (the layout line), and at "
               "which byte does the field after the 9-byte magic begin?")
@@ -212,7 +212,6 @@ def q1_header(parse_idx) -> bool:
             print(f"❌ step 1 of q1: parse_idx raised {type(exc).__name__}: {short(str(exc))}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return False
 
 
 # ---------------------------------------------------------------------------------------------

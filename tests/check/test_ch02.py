@@ -136,15 +136,17 @@ def test_q1_header_is_an_ungraded_first_step(capsys):
         version, code, n, d = struct.unpack("<QBQQ", raw[9:34])
         return {"version": version, "dtype_code": code, "num_sequences": n, "num_document_indices": d}
 
-    assert check.q1_header(header_only) is True
-    assert "step 1 of q1: the header fields are right" in capsys.readouterr().out
+    assert check.q1_header(header_only) is None, "nothing under the cell but its line"
+    assert "✅ step 1 of q1: the header fields are right" in capsys.readouterr().out
     assert not check.q1(header_only).passed                          # the arrays are still missing
 
     def two_fields_wrong(raw):
         return {**header_only(raw), "version": 0, "dtype_code": 200}
 
-    assert check.q1_header(two_fields_wrong) is False
+    check.q1_header(two_fields_wrong)
     out = capsys.readouterr().out
+    assert "❌ step 1 of q1" in out
     assert "version = " in out and "dtype_code = " in out                # both wrong fields named
-    assert check.q1_header(stub) is False and "not attempted" in capsys.readouterr().out
+    check.q1_header(stub)
+    assert "not attempted" in capsys.readouterr().out
     assert len(results("ch02")) == before + 1                           # only the q1 call was recorded
