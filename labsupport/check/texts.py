@@ -17,8 +17,13 @@ Each chapter's prose lives in ``labsupport/check/texts/chNN.toml``, by question:
     then = "…"
     else = "…"
 
+    [q1.messages]                                    # not a rule: the question's other texts, by key
+    not_a_list = "{call} returned {got}; expected a list"   # e.g. a plain failure (QuestionTexts.say)
+
 Texts are ``str.format`` templates over a failing case's facts (a literal brace is doubled); a
-text that needs logic stays a callable in the chapter module.  The code says *which* mistakes a
+text that needs logic stays a callable in the chapter module.  A ``[qN.messages]`` table is no rule:
+it holds the question's other texts (its plain failure messages, a text a family of rules shares),
+which the module fills with :meth:`QuestionTexts.say`.  The code says *which* mistakes a
 question knows and how to recognise them (:mod:`labsupport.check.rules`); these files say what the
 learner reads — one place to reword feedback, and the source a translation starts from.
 """
@@ -61,12 +66,18 @@ def _text(where: str, value: Any) -> Any:
 
 @dataclass(frozen=True)
 class QuestionTexts:
-    """One question's texts: its hint tiers, its default formula and each rule's feedback."""
+    """One question's texts: its hint tiers, its default formula, each rule's feedback and its
+    other messages (the ``[qN.messages]`` table, no rule)."""
 
     question: str
     hint: Any = ""
     formula: str | None = None
     rules: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    messages: Mapping[str, str] = field(default_factory=dict)
+
+    def say(self, message: str, /, **facts: Any) -> str:
+        """The text ``message`` of the ``[qN.messages]`` table, filled from ``facts`` (``str.format``)."""
+        return self.messages[message].format_map(facts)
 
 
 @functools.lru_cache(maxsize=None)
@@ -79,7 +90,7 @@ def load_texts(chapter: str) -> dict[str, QuestionTexts]:
         hint = entry.get("hint", "")
         rules = {}
         for name, value in entry.items():
-            if not isinstance(value, dict):
+            if not isinstance(value, dict) or name == "messages":
                 continue
             where = f"{chapter}.toml [{question}.{name}]"
             unknown = set(value) - set(FIELDS)
@@ -87,5 +98,5 @@ def load_texts(chapter: str) -> dict[str, QuestionTexts]:
                 raise ValueError(f"{where}: unknown field(s) {sorted(unknown)}")
             rules[name] = {f: _text(f"{where} {f}", text) for f, text in value.items()}
         texts[question] = QuestionTexts(question, tuple(hint) if isinstance(hint, list) else hint,
-                                        entry.get("formula"), rules)
+                                        entry.get("formula"), rules, entry.get("messages", {}))
     return texts

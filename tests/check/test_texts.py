@@ -28,7 +28,7 @@ def test_templates_are_well_formed(chapter):
     """Every template parses as str.format (a stray brace would only show when a learner fails)."""
     for entry in T.load_texts(chapter).values():
         hints = entry.hint if isinstance(entry.hint, tuple) else (entry.hint,)
-        texts = [*hints, entry.formula or ""]
+        texts = [*hints, entry.formula or "", *entry.messages.values()]
         for fields in entry.rules.values():
             for text in fields.values():
                 texts += [text.then, text.otherwise] if isinstance(text, T.Choice) else [text]
@@ -64,5 +64,21 @@ def test_a_choice_picks_its_text_by_a_fact(tmp_path, monkeypatch):
         T.load_texts.cache_clear()
         with pytest.raises(ValueError, match="unknown field"):
             T.load_texts("chXX")
+    finally:
+        T.load_texts.cache_clear()
+
+
+def test_a_messages_table_is_no_rule_and_say_fills_it(tmp_path, monkeypatch):
+    """[qN.messages] holds a question's other texts (plain failures, a text a family of rules shares)."""
+    (tmp_path / "chXX.toml").write_text('[q1.r]\nsymptom = "s"\nask = "?"\nfix = "!"\n'
+                                        '[q1.messages]\nlacks = "{call}: the dict lacks {key!r}"\n', encoding="utf-8")
+    monkeypatch.setattr(T, "TEXT_DIR", tmp_path)
+    T.load_texts.cache_clear()
+    try:
+        texts = T.load_texts("chXX")["q1"]
+        assert set(texts.rules) == {"r"} and Rules(Rule("r"), texts=texts)["r"].fix == "!"
+        assert texts.say("lacks", call="f()", key="step") == "f(): the dict lacks 'step'"
+        assert texts.say("lacks", call="f()", key="k", message="a fact may be called message") == \
+            "f(): the dict lacks 'k'"
     finally:
         T.load_texts.cache_clear()
