@@ -46,8 +46,9 @@ RULES: dict[str, Rules] = {}
 summary = chapter_summary(CHAPTER)
 
 
-def _call(name: str, **args: Any) -> str:
-    return f"{name}({', '.join(f'{k}={v}' for k, v in args.items())})"
+def _call(name: str, params: str, *values: Any) -> str:
+    """The call ``name(param=value, …)`` as a message shows it (``params``: the names, space-separated)."""
+    return f"{name}({', '.join(f'{p}={v}' for p, v in zip(params.split(), values, strict=True))})"
 
 
 # ------------------------------------------------------------------------------------- q1
@@ -63,10 +64,7 @@ def _slice(consumed: int, micro: int, rank: int, dp: int) -> list[int]:
     return next(iter(MegatronPretrainingSampler(consumed + 10 * micro * dp, consumed, micro, rank, dp)))
 
 
-def _q1_call(consumed: int, micro: int, rank: int, dp: int) -> str:
-    return _call("dp_slice", consumed_samples=consumed, micro_batch_size=micro, rank=rank, data_parallel_size=dp)
-
-
+_q1_call = functools.partial(_call, "dp_slice", "consumed_samples micro_batch_size rank data_parallel_size")
 #: each rule's wrong slice of (consumed, micro, rank, DP), tried in this order; wrong_length is any other length
 RULES["q1"] = Rules(
     Rule("strided", wrong=lambda c, m, r, d: [c + r + j * d for j in range(m)]),
@@ -96,11 +94,11 @@ def _q1_fail(fn: Callable, case: tuple[int, ...], got: list[int]) -> None:
     consumed, micro, rank, dp = case
     other = (rank + 1) % dp
     theirs = _ints(try_call(fn, consumed, micro, other, dp))
-    shared = sorted(set(got) & set(theirs or []))
+    shared, say = sorted(set(got) & set(theirs or [])), TEXTS["q1"].say
     RULES["q1"].fail(_q1_kind(case, got), call=_q1_call(*case), got=short(got), n=len(got), micro=micro,
-                     consumed=consumed, shared=f": both ranks read {short(shared)}" if shared else "",
-                     also="" if theirs is None or other == rank else f"; for rank {other} it returns {short(theirs)}",
-                     before="index 0 was" if consumed == 1 else f"indices 0 … {consumed - 1} were")
+                     consumed=consumed, one=consumed == 1, last=consumed - 1,
+                     shared=say("shared", shared=short(shared)) if shared else "",
+                     also="" if theirs is None or other == rank else say("also", other=other, theirs=short(theirs)))
 
 
 @check(CHAPTER, "q1", hint=TEXTS["q1"].hint)
@@ -112,11 +110,11 @@ def q1(dp_slice: Callable) -> str:
         rank = int(rng.integers(0, dp))
         case = (int(rng.integers(0, 50)) * micro * dp * int(rng.integers(1, 4)), micro, rank, dp)
         got, want = dp_slice(*case), _slice(*case)
-        expect(_ints(got) is not None, f"{_q1_call(*case)} returned {short(got)}; expected a list of ints")
+        expect(_ints(got) is not None, TEXTS["q1"].say("not_ints", call=_q1_call(*case), got=short(got)))
         if _ints(got) != want:
             if _q1_kind(case, _ints(got)):
                 _q1_fail(dp_slice, case, _ints(got))
-            expect(False, f"{_q1_call(*case)} returned {short(_ints(got))}, expected {want}")
+            expect(False, TEXTS["q1"].say("wrong", call=_q1_call(*case), got=short(_ints(got)), want=want))
     return "60 random (consumed, micro, rank, DP) cases"
 
 
@@ -141,48 +139,28 @@ def _arith(case: tuple[int, ...], readonly: bool = False) -> tuple[Any, dict[str
 
 #: a (read-only) config of a small case and its reference, built once: failures are shrunk often
 _small_cfg = functools.lru_cache(maxsize=4096)(functools.partial(_arith, readonly=True))
-_DP = ("{said}: {g} replica(s) of TP × PP = {tp_pp_gpus} would need {need}; the run has {devices} per node × {nodes} "
-       "= {world}")
-_TOKENS = ("{said} = {per_seq} × {seq} tokens, but one optimizer step trains on global_batch_size = {global_bs} "
-           "sequences of {seq} (DP {dp}, accumulation {acc})")
-_CONSUMED = "{said} after {steps} steps{per}; one step reads global_batch_size = {global_bs} samples"
 #: the value rules: ``wrong(devices, nodes, TP, PP, micro, global, seq, steps, DP)`` is the wrong value of the
-#: answer's field _Q2_FIELD[name]; then the layout rules (chapter 0's q1 names them too)
+#: answer's field _Q2_FIELD[name]; then the layout rules (chapter 0's q1 names them too).  A text set to "" here
+#: is chapter 0's, replaced by this chapter's (texts/ch06.toml); tokens_* and consumed_* share their symptom
+#: and formula (the [q2.messages] table)
+_M2 = TEXTS["q2"].messages
 RULES["q2"] = Rules(
-    layout.DIVIDES_BY_TP_ONLY.but(name="dp_ignores_pp", symptom=_DP, formula="DP = devices × num_nodes // (TP × PP)",
+    layout.DIVIDES_BY_TP_ONLY.but(name="dp_ignores_pp", symptom="",
                                   wrong=lambda d, n, t, p, m, g, s, k, dp: d * n // t),
-    layout.ONE_NODE_ONLY.but(name="dp_one_node", symptom=_DP, formula="DP = devices × num_nodes // (TP × PP)",
-                             wrong=lambda d, n, t, p, m, g, s, k, dp: d // (t * p)),
+    layout.ONE_NODE_ONLY.but(name="dp_one_node", symptom="", wrong=lambda d, n, t, p, m, g, s, k, dp: d // (t * p)),
     Rule("accumulation_without_dp", wrong=lambda d, n, t, p, m, g, s, k, dp: g // m),
-    *(Rule(name, _TOKENS, ask, fix, "tokens_per_step = global_batch_size × encoder_seq_length (= micro × DP × "
-           "accumulation × seq)", wrong=wrong) for name, ask, fix, wrong in [
-        ("tokens_one_microbatch", "How many micro-batches, on how many DP ranks, make one optimizer step?",
-         "Count the whole global batch, every micro-batch on every rank, not one micro-batch.",
-         lambda d, n, t, p, m, g, s, k, dp: m * s),
-        ("tokens_one_rank", "Does an optimizer step's token count cover one DP rank or all of them?",
-         "Count all DP ranks together: multiply one rank's tokens by DP.",
-         lambda d, n, t, p, m, g, s, k, dp: g // dp * s),
-        ("tokens_without_accumulation", "How many micro-batches does each rank run before the optimizer steps?",
-         "Count every accumulation micro-step too, not one micro-step of all ranks.",
-         lambda d, n, t, p, m, g, s, k, dp: m * dp * s)]),
-    *(Rule(name, _CONSUMED, ask, fix, "consumed_samples = steps × global_batch_size", wrong=wrong)
-      for name, ask, fix, wrong in [
-        ("consumed_is_steps", "Does consumed_samples count optimizer steps, or the samples they read?",
-         "Multiply the steps by the samples one step reads (the whole global batch).",
-         lambda d, n, t, p, m, g, s, k, dp: k),
-        ("consumed_steps_times_micro", "One step reads more than one micro-batch: how many micro-batches, on how "
-         "many ranks?", "A step reads micro × DP × accumulation samples, the global batch, not one micro-batch.",
-         lambda d, n, t, p, m, g, s, k, dp: k * m),
-        ("consumed_without_accumulation", "How many micro-batches does each rank read before one optimizer step?",
-         "Include gradient accumulation: a step reads accumulation groups of micro × DP samples.",
-         lambda d, n, t, p, m, g, s, k, dp: k * m * dp)]),
+    *(Rule(name, _M2["tokens_symptom"], formula=_M2["tokens_formula"], wrong=wrong) for name, wrong in [
+        ("tokens_one_microbatch", lambda d, n, t, p, m, g, s, k, dp: m * s),
+        ("tokens_one_rank", lambda d, n, t, p, m, g, s, k, dp: g // dp * s),
+        ("tokens_without_accumulation", lambda d, n, t, p, m, g, s, k, dp: m * dp * s)]),
+    *(Rule(name, _M2["consumed_symptom"], formula=_M2["consumed_formula"], wrong=wrong) for name, wrong in [
+        ("consumed_is_steps", lambda d, n, t, p, m, g, s, k, dp: k),
+        ("consumed_steps_times_micro", lambda d, n, t, p, m, g, s, k, dp: k * m),
+        ("consumed_without_accumulation", lambda d, n, t, p, m, g, s, k, dp: k * m * dp)]),
     layout.ACCEPTS_INDIVISIBLE.but(name="accepts_indivisible_layout"),
     Rule("accepts_indivisible_batch"),
-    layout.REFUSES_TP_ACROSS_NODES.but(
-        fix="Do not raise when TP > devices: only the two divisibility tests make a layout impossible."),
-    layout.RAISES_LEGAL_LAYOUT.but(
-        ask="Work out each of your raise conditions by hand for this config: which one fires, and should it?",
-        fix="Raise only when (devices × num_nodes) % (TP × PP) != 0 or global_batch_size % (micro × DP) != 0."),
+    layout.REFUSES_TP_ACROSS_NODES.but(fix=""),
+    layout.RAISES_LEGAL_LAYOUT.but(ask="", fix=""),
     texts=TEXTS["q2"])
 _Q2_FIELD = {"dp_ignores_pp": "data_parallel_size", "dp_one_node": "data_parallel_size",
              "accumulation_without_dp": "accumulation_steps", **dict.fromkeys(
@@ -224,8 +202,7 @@ def _q2_kind(case: tuple[int, ...], got: Any, unambiguous: bool = False) -> str 
 
 
 def _q2_call(case: tuple[int, ...]) -> str:
-    return ("batch_arithmetic(devices={}, num_nodes={}, TP={}, PP={}, micro={}, global={}, seq={}; "
-            "steps={})").format(*case)
+    return TEXTS["q2"].messages["call"].format(*case)
 
 
 def _q2_fail(fn: Callable, case: tuple[int, ...], got: Any) -> None:
@@ -237,18 +214,18 @@ def _q2_fail(fn: Callable, case: tuple[int, ...], got: Any) -> None:
     case, got = found or (case, got)
     kind = _q2_kind(case, got, unambiguous=found is not None)
     devices, nodes, tp, pp, micro, global_bs, seq, steps = case
-    want, world = _small_cfg(case)[1], devices * nodes
+    want, world, say = _small_cfg(case)[1], devices * nodes, TEXTS["q2"].say
     dp = want["data_parallel_size"] if want else world // (tp * pp) if world % (tp * pp) == 0 else 0
     facts = {**layout.layout_facts(devices, nodes, tp, pp, upper=True), "call": _q2_call(case), "got": short(got),
              "error": short(str(got)), "micro": micro, "dp": dp, "micro_dp": micro * dp, "global_bs": global_bs,
              "seq": seq, "steps": steps, "acc": want and want["accumulation_steps"],
-             "tp_pp_gpus": layout.many(tp * pp, "GPU"),
-             "also_divides": f" and micro × DP = {micro * dp} divides global_batch_size = {global_bs}"}
+             "tp_pp_gpus": layout.many(tp * pp, "GPU"), "also_divides": say("also_divides", micro_dp=micro * dp,
+                                                                           global_bs=global_bs)}
     if kind in _Q2_FIELD:
         g = got[_Q2_FIELD[kind]]
-        facts.update(said=f"{facts['call']}: {_Q2_FIELD[kind]} = {short(g)}", g=short(g), per_seq=short(g // seq),
-                     need=layout.many(g * tp * pp, "GPU"), samples=short(g * micro * dp),
-                     per=f", {short(g // steps)} per step" if steps and g % steps == 0 else "")
+        facts.update(said=say("said", call=facts["call"], field=_Q2_FIELD[kind], g=short(g)), g=short(g),
+                     per_seq=short(g // seq), need=layout.many(g * tp * pp, "GPU"), samples=short(g * micro * dp),
+                     per=say("per", per_step=short(g // steps)) if steps and g % steps == 0 else "")
     RULES["q2"].fail(kind, **facts)
 
 
@@ -256,7 +233,7 @@ def _q2_fail(fn: Callable, case: tuple[int, ...], got: Any) -> None:
 def q2(batch_arithmetic: Callable) -> str:
     """``batch_arithmetic(cfg, steps)`` → dict (data_parallel_size, accumulation_steps, tokens_per_step,
     consumed_samples) or ValueError."""
-    rng = np.random.default_rng(check_seed())
+    rng, say = np.random.default_rng(check_seed()), TEXTS["q2"].say
     good = bad = 0
     while good < 30 or bad < 15:
         d, n, t, p, m = (int(rng.choice(v)) for v in ([1, 2, 4, 8], [1, 2, 4, 16], [1, 2, 4, 8], [1, 2, 3, 4],
@@ -275,20 +252,23 @@ def q2(batch_arithmetic: Callable) -> str:
             _q2_fail(batch_arithmetic, case, exc)
         if _q2_kind(case, got):
             _q2_fail(batch_arithmetic, case, got)
-        expect(want is not None, f"{call} returned {short(got)}; that layout cannot run, expected ValueError")
-        expect(isinstance(got, dict), f"{call} returned {type(got).__name__}; expected a dict")
+        expect(want is not None, say("no_error", call=call, got=short(got)))
+        expect(isinstance(got, dict), say("not_dict", call=call, type=type(got).__name__))
         for key, value in want.items():
-            expect(key in got, f"{call}: the dict lacks {key!r}")
+            expect(key in got, say("lacks", call=call, key=key))
         for key, value in want.items():
-            expect(got[key] == value, f"{call}: {key} = {short(got[key])}, expected {value}")
+            expect(got[key] == value, say("wrong", call=call, key=key, got=short(got[key]), want=value))
         good += 1
     return f"{good} valid and {bad} impossible random configs"
 
 
 # ------------------------------------------------------------------------------------- q3
+#: the log field each suspect disturbs (for generating logs; reading it from a submission is flagged)
+_FIELD = {"tokenize_every_step": "data_share", "padding": "real_token_share",
+          "no_boundary_mask": "cross_document_attention", "tokenizer_mismatch": "decode_roundtrip_ok",
+          "small_set_oversampled": "small_domain_gap", "load_everything": "rss_over_corpus"}
 #: The suspects of book §6.2.7's table and the fixes to choose from (options; the pairing is the exercise).
-SUSPECTS = ("tokenize_every_step", "padding", "no_boundary_mask", "tokenizer_mismatch", "small_set_oversampled",
-            "load_everything")
+SUSPECTS = tuple(_FIELD)
 FIXES = tuple(sorted(("binary_index", "packing", "reset_attention_mask", "cu_seqlens", "same_tokenizer", "cap_epochs",
                       "mmap")))
 #: where the boundary mask must act (chapter 4, "When reset_attention_mask takes effect"): an unfused
@@ -296,10 +276,6 @@ FIXES = tuple(sorted(("binary_index", "packing", "reset_attention_mask", "cu_seq
 #: attn_mask_type=causal) ignores it and needs THD cu_seqlens (PackedSeqParams, or megatron-core 0.19's
 #: inter-document masking).
 ATTENTION_PATHS = ("unfused", "fused")
-#: the log field each suspect disturbs (for generating logs; reading it from a submission is flagged)
-_FIELD = {"tokenize_every_step": "data_share", "padding": "real_token_share",
-          "no_boundary_mask": "cross_document_attention", "tokenizer_mismatch": "decode_roundtrip_ok",
-          "small_set_oversampled": "small_domain_gap", "load_everything": "rss_over_corpus"}
 #: q3's [suspect, fix] pairs — for no_boundary_mask [suspect, attention_path, fix] — sealed (see _core.Sealed).
 _FIX = Sealed("labsupport:ch06:q3:fix", [
     "02b4b74461918efc5c2d049038547f787d1a00fcaf8981c0211c831f0d43ae66",
@@ -350,55 +326,17 @@ def make_symptom_log(suspect: str, rng: np.random.Generator | None = None) -> di
     return log
 
 
-#: for each suspect: what its fix must do (tier 2 of a wrong fix) and the rule behind it (tier 3)
-_Q3_REMEDY = {
-    "tokenize_every_step": ("Tokenize once, offline, into chapter 2's binary .bin/.idx and read ids from it each step: "
-                            "'binary_index'.", "data_share falls when a step only reads ids: tokenizing is done "
-                            "once, before training (chapter 2)"),
-    "padding": ("Fill each row with whole documents back to back (chapter 4) instead of padding one: 'packing'.",
-                "real_token_share = tokens with a loss / tokens computed; packing leaves almost no pad tokens "
-                "(chapter 4)"),
-    "no_boundary_mask": ("On the unfused path turn on 'reset_attention_mask' (the dataloader's mask becomes "
-                         "block-diagonal); on the fused path pass the boundaries as 'cu_seqlens'.",
-                         "unfused attention applies the dataloader's mask (reset_attention_mask); fused attention "
-                         "takes no mask and needs THD cu_seqlens (chapter 4)"),
-    "tokenizer_mismatch": ("Serve with the tokenizer the model was trained with (chapter 1): 'same_tokenizer'.",
-                           "ids mean something only under the tokenizer that made them: train and serve with one "
-                           "(chapter 1)"),
-    "small_set_oversampled": ("Cap how many epochs of the small domain the blend may draw (chapter 3): 'cap_epochs'.",
-                              "a domain drawn for many epochs is memorised: cap its epochs and give its weight to the "
-                              "others (chapter 3)"),
-    "load_everything": ("Memory-map the .bin (chapter 2), so only the pages that samples touch are resident: 'mmap'.",
-                        "rss_over_corpus stays far below 1 when the corpus is mapped, not read into memory "
-                        "(chapter 2)"),
-}
-_NAMED = "diagnose({log}) named suspect {named!r}"
-_RIGHTLY = _NAMED + ", rightly ({field} = {value}), with fix {fix!r}"
+#: missed_*, wrong_fix_* and false_alarm_*: one rule per suspect or field, with the texts its family shares
+#: ([q3.messages]; each wrong_fix_* has its own fix and formula)
+_M3 = TEXTS["q3"].messages
 RULES["q3"] = Rules(
-    *(Rule(f"missed_{s}", _NAMED + ", whose field {field} = {value} is in its healthy range {healthy}",
-           "Compare each field of this log with its healthy range in the question's table: which one lies outside it?",
-           "{own} = {own_value} is outside its healthy range {own_healthy}: that is the row of suspect {suspect!r}.",
-           "one field, one row: data_share high → tokenize_every_step, real_token_share low → padding, "
-           "cross_document_attention > 0 → no_boundary_mask, decode_roundtrip_ok false → tokenizer_mismatch, "
-           "small_domain_gap high → small_set_oversampled, rss_over_corpus ≥ 1 → load_everything") for s in SUSPECTS),
-    *(Rule(f"wrong_fix_{s}", _RIGHTLY + ", which leaves {field} where it is (healthy: {healthy}){path}",
-           "What does {fix!r} change in the pipeline — and which of chapters 1–4's mechanisms removes the cause that "
-           "{field} shows?", *_Q3_REMEDY[s]) for s in SUSPECTS),
-    Rule("flag_on_fused",
-         symptom=_RIGHTLY + "; this log's attention_path = 'fused'",
-         formula=_Q3_REMEDY["no_boundary_mask"][1]),
-    Rule("cu_seqlens_on_unfused",
-         symptom=_RIGHTLY + "; this log's attention_path = 'unfused'",
-         formula=_Q3_REMEDY["no_boundary_mask"][1]),
-    Rule("flag_read_as_symptom",
-         symptom=_NAMED + ", but cross_document_attention = {value}: no attention pair crosses a "
-         "document (attention_path = {path!r}, reset_attention_mask = {flag})"),
-    *(Rule(f"false_alarm_{f}", _NAMED + ", but {field} = {value} lies inside its healthy range {healthy}",
-           "Where does your function's threshold for {field} sit, compared with the healthy range the question's "
-           "table gives?", "Flag {field} only well outside {healthy} (a sick run shows about {sick}): put the "
-           "threshold between the two.", "a field is sick only outside its healthy range, and then far from its "
-           "edge: data_share > 0.15, real_token_share < 0.93, cross_document_attention > 0, decode_roundtrip_ok "
-           "false, small_domain_gap > 0.8, rss_over_corpus > 0.2") for f in _BOUNDS),
+    *(Rule(f"missed_{s}", *(_M3[f"missed_{f}"] for f in ("symptom", "ask", "fix", "formula"))) for s in SUSPECTS),
+    *(Rule(f"wrong_fix_{s}", _M3["wrong_fix_symptom"], _M3["wrong_fix_ask"]) for s in SUSPECTS),
+    Rule("flag_on_fused"),
+    Rule("cu_seqlens_on_unfused"),
+    Rule("flag_read_as_symptom"),
+    *(Rule(f"false_alarm_{f}", *(_M3[f"false_alarm_{t}"] for t in ("symptom", "ask", "fix", "formula")))
+      for f in _BOUNDS),
     texts=TEXTS["q3"])
 
 
@@ -451,8 +389,8 @@ def _q3_fail(fn: Callable, log: dict[str, Any], suspect: str, got: dict) -> None
         log = shown if _q3_named(fn, shown) == named else log
         RULES["q3"].fail("flag_read_as_symptom", **_q3_facts(log, named, field), path=log["attention_path"],
                          flag=log["reset_attention_mask"])
-    expect(field in _BOUNDS, f"diagnose({short(log, 400)}) named suspect {named!r}, but {field} = "
-                             f"{short(log[field])} is healthy in this log; which field is not?")
+    expect(field in _BOUNDS, TEXTS["q3"].say("healthy", log=short(log, 400), named=named, field=field,
+                                             value=short(log[field])))
     for value in (round(log[field], 2), round(log[field], 3), log[field]):   # the same healthy value, in the
         shown = dict(calm, **{field: value})                                  # calm log, as short as it goes
         if _BOUNDS[field][0] <= value <= _BOUNDS[field][1] and _q3_named(fn, shown) == named:
@@ -471,27 +409,26 @@ def _q3_wrong_fix(log: dict[str, Any], suspect: str, fix: str) -> None:
     name = {"reset_attention_mask": "flag_on_fused", "cu_seqlens": "cu_seqlens_on_unfused"}.get(fix, "") \
         if suspect == "no_boundary_mask" else ""
     RULES["q3"].fail(name or f"wrong_fix_{suspect}", **_q3_facts(log, suspect, _FIELD[suspect]), fix=fix,
-                     path=f"; attention_path = {log['attention_path']!r}" if suspect == "no_boundary_mask" else "")
+                     path=TEXTS["q3"].say("path", path=log["attention_path"]) if suspect == "no_boundary_mask" else "")
 
 
 @check(CHAPTER, "q3", hint=TEXTS["q3"].hint)
 def q3(diagnose: Callable) -> str:
     """``diagnose(log)`` → ``{"suspect": one of SUSPECTS, "fix": one of FIXES}``."""
-    rng = np.random.default_rng(check_seed())
+    rng, say = np.random.default_rng(check_seed()), TEXTS["q3"].say
     cases = [s for s in SUSPECTS for _ in range(5)]
     rng.shuffle(cases)
     for suspect in cases:
         log = make_symptom_log(suspect, rng)
         got = diagnose(dict(log))
-        expect(isinstance(got, dict) and {"suspect", "fix"} <= set(got),
-               f"diagnose(...) returned {short(got)}; expected {{'suspect': ..., 'fix': ...}}")
+        expect(isinstance(got, dict) and {"suspect", "fix"} <= set(got), say("not_dict", got=short(got)))
         if got["suspect"] != suspect:
             expect(isinstance(got["suspect"], str) and got["suspect"] in SUSPECTS,
-                   f"diagnose({short(log, 200)}) named suspect {short(got['suspect'])}; choose one of {SUSPECTS}")
+                   say("not_suspect", log=short(log, 200), named=short(got["suspect"]), suspects=SUSPECTS))
             _q3_fail(diagnose, log, suspect, got)
         if _fix_key(suspect, log, got["fix"]) not in _FIX:
             expect(isinstance(got["fix"], str) and got["fix"] in FIXES,
-                   f"suspect {suspect!r} is right, but fix {short(got['fix'])} is not an option; choose from {FIXES}")
+                   say("not_fix", suspect=suspect, fix=short(got["fix"]), fixes=FIXES))
             _q3_fail(diagnose, log, suspect, got)
     return f"{len(cases)} random logs, each with one symptom"
 
@@ -532,17 +469,6 @@ def _locate_reference(weights: list[float], domain: int, k: int, consumed: int, 
     raise AssertionError(f"blend index {index} was handed to no rank")  # the sampler covers every index
 
 
-_SAID = ("{call}: the sample at blend index {i} (position {within} of step {want_step}'s global batch of {global_bs}; "
-         "micro {micro}, DP {dp}): you said")
-RULES["q4"] = Rules(
-    Rule("k_off_by_one"),
-    Rule("step_from_zero",
-         symptom=_SAID + " step {step}; the first {global_bs} samples (indices 0…{last}) are read by step 1"),
-    Rule("step_from_resume", symptom=_SAID + " step {step}; the checkpoint was written after step {resumed}"),
-    Rule("step_is_microstep", symptom=_SAID + " step {step}; blend indices 0…{last} are all read in step 1"),
-    Rule("rank_strided", symptom=_SAID + " rank {rank}"),
-    Rule("rank_beyond_dp", symptom=_SAID + " rank {rank}, but with DP = {dp} the ranks are 0…{dp_last}"),
-    texts=TEXTS["q4"])
 #: for each rule of q4 (tried in RULES order): the field it gets wrong, and its wrong values from the case's facts
 _Q4_WRONG = {"k_off_by_one": ("blend_index", lambda f: (f["next"], f["previous"])),
              "step_from_zero": ("step", lambda f: (f["want_step"] - 1,)),
@@ -551,6 +477,7 @@ _Q4_WRONG = {"k_off_by_one": ("blend_index", lambda f: (f["next"], f["previous"]
              "rank_strided": ("rank", lambda f: (f["within"] % f["dp"],) if f["micro"] > 1 else ()),
              "rank_beyond_dp": ("rank", lambda f: (f["within"] // f["micro"],) if f["within"] // f["micro"] >= f["dp"]
                                 else ())}
+RULES["q4"] = Rules(*map(Rule, _Q4_WRONG), texts=TEXTS["q4"])
 
 
 def _q4_mistake(got: dict, want: dict, case: dict) -> None:
@@ -572,7 +499,7 @@ def _q4_mistake(got: dict, want: dict, case: dict) -> None:
 def q4(locate_sample: Callable) -> str:
     """``locate_sample(weights, domain, k, consumed_samples, micro_batch_size, data_parallel_size,
     global_batch_size)`` → ``{"blend_index", "step", "rank", "microbatch"}`` or None."""
-    rng = np.random.default_rng(check_seed())
+    rng, say = np.random.default_rng(check_seed()), TEXTS["q4"].say
     cases: list[tuple] = []
     before = after = 0
     while before < 5 or after < 25:
@@ -592,23 +519,20 @@ def q4(locate_sample: Callable) -> str:
     cases.sort(key=lambda c: (c[0]["k"] + c[0]["consumed"] + c[0]["global_bs"], sum(c[0]["weights"]),
                               len(c[0]["weights"])))
     for case, want in cases:        # smallest first, so that a failure shows the smallest input that shows it
-        call = case["call"] = _call("locate_sample", weights=case["weights"], domain=case["domain"], k=case["k"],
-                                    consumed_samples=case["consumed"], micro_batch_size=case["micro"],
-                                    data_parallel_size=case["dp"], global_batch_size=case["global_bs"])
+        call = case["call"] = _call("locate_sample", "weights domain k consumed_samples micro_batch_size "
+                                    "data_parallel_size global_batch_size", *case.values())
         got = locate_sample(list(case["weights"]), case["domain"], case["k"], case["consumed"], case["micro"],
                             case["dp"], case["global_bs"])
         if want is None:
-            expect(got is None, f"{call} returned {short(got)}; that sample sits before consumed_samples = "
-                                f"{case['consumed']}: it was read before the checkpoint, expected None")
+            expect(got is None, say("before_resume", call=call, got=short(got), consumed=case["consumed"]))
             continue
-        expect(isinstance(got, dict), f"{call} returned {short(got)}; expected a dict with blend_index, step, "
-                                      "rank, microbatch (None only for a sample read before the resume)")
+        expect(isinstance(got, dict), say("not_dict", call=call, got=short(got)))
         for key in want:
-            expect(key in got, f"{call}: the dict lacks {key!r}")
+            expect(key in got, say("lacks", call=call, key=key))
         got = {key: got[key] for key in want}
         if got != want:
             _q4_mistake(got, want, case)
-            expect(False, f"{call}: " + ", ".join(f"{key} = {short(got[key])} (expected {want[key]})"
+            expect(False, f"{call}: " + ", ".join(say("wrong", key=key, got=short(got[key]), want=want[key])
                                                   for key in want if got[key] != want[key]))
     return f"{after} samples read after a resume and {before} read before it, random blends and layouts"
 
@@ -658,13 +582,8 @@ def _pairs(value: Any) -> list[list[int]] | None:
         return None
 
 
-_FIRST = "first_microbatch = blend(new)[consumed + rank × micro … consumed + (rank + 1) × micro − 1]"
-RULES["q5"] = Rules(
-    Rule("refusal_missed"),
-    Rule("refused_weights_not_samples"),
-    Rule("old_blend", formula=_FIRST),
-    Rule("from_zero", formula=_FIRST),
-    texts=TEXTS["q5"])
+RULES["q5"] = Rules(*map(Rule, ("refusal_missed", "refused_weights_not_samples", "old_blend", "from_zero")),
+                    texts=TEXTS["q5"])
 
 
 def _q5_mistake(got: dict, want: dict, case: dict) -> None:
@@ -675,9 +594,9 @@ def _q5_mistake(got: dict, want: dict, case: dict) -> None:
     p = int(changed[0]) if changed.size else 0
     positions = list(range(consumed + rank * micro, consumed + (rank + 1) * micro))
     first = _pairs(got["first_microbatch"])
-    same = ("nothing had been trained on yet (consumed_samples = 0)" if not consumed else
-            "the first consumed_samples blend positions hold the same samples under both weights"
-            + (" (they normalise to the same shares)" if normalize_weights(old) == normalize_weights(new) else ""))
+    said = TEXTS["q5"].messages
+    same = (said["nothing_trained"] if not consumed else said["same_prefix"]
+            + (said["same_shares"] if normalize_weights(old) == normalize_weights(new) else ""))
     facts = {**case, "p": p, "was": [int(di0[p]), int(si0[p])] if consumed else None, "same": same,
              "now": [int(di1[p]), int(si1[p])] if consumed else None, "positions": positions,
              "start": rank * micro, "end": (rank + 1) * micro - 1}
@@ -694,7 +613,7 @@ def q5(restart_with_new_blend: Callable) -> str:
     """``restart_with_new_blend(old_weights, new_weights, consumed_samples, micro_batch_size, rank,
     data_parallel_size)`` → ``{"refused": bool, "first_microbatch": [[domain, sample], …],
     "already_trained": int}``."""
-    rng = np.random.default_rng(check_seed())
+    rng, say = np.random.default_rng(check_seed()), TEXTS["q5"].say
     # 6 of each kind: refused and re-reading trained samples, refused without, accepted with the
     # same shares under other numbers, accepted otherwise (nothing trained yet, or the same prefix)
     room = {"refused, re-read": 6, "refused": 6, "rescaled": 4, "accepted": 4}
@@ -717,25 +636,22 @@ def q5(restart_with_new_blend: Callable) -> str:
             cases.append((case, want))
     cases.sort(key=lambda c: (c[0][2] + c[0][3] * c[0][5], sum(c[0][0]) + sum(c[0][1]), len(c[0][0])))
     for (old, new, consumed, micro, rank, dp), want in cases:   # smallest first: a failure shows the smallest input
-        call = _call("restart_with_new_blend", old_weights=old, new_weights=new, consumed_samples=consumed,
-                     micro_batch_size=micro, rank=rank, data_parallel_size=dp)
+        call = _call("restart_with_new_blend", "old_weights new_weights consumed_samples micro_batch_size rank "
+                     "data_parallel_size", old, new, consumed, micro, rank, dp)
         got = restart_with_new_blend(list(old), list(new), consumed, micro, rank, dp)
         expect(isinstance(got, dict) and {"refused", "first_microbatch", "already_trained"} <= set(got),
-               f"{call} returned {short(got)}; expected {{'refused': bool, 'first_microbatch': [[domain, sample], "
-               "...], 'already_trained': int}")
-        expect(isinstance(got["refused"], (bool, np.bool_)), f"{call}: refused = {short(got['refused'])}; expected "
-                                                              "True or False")
+               say("not_dict", call=call, got=short(got)))
+        expect(isinstance(got["refused"], (bool, np.bool_)), say("not_bool", call=call, got=short(got["refused"])))
         first = _pairs(got["first_microbatch"])
-        expect(first is not None, f"{call}: first_microbatch = {short(got['first_microbatch'])}; expected a list "
-                                  "of [domain, sample] pairs")
+        expect(first is not None, say("not_pairs", call=call, got=short(got["first_microbatch"])))
         if bool(got["refused"]) != want["refused"] or first != want["first_microbatch"]:
             _q5_mistake({**got, "refused": bool(got["refused"])}, want, dict(
                 call=call, old=old, new=new, consumed=consumed, micro=micro, rank=rank, dp=dp))
-            expect(bool(got["refused"]) == want["refused"], f"{call}: refused = {short(got['refused'])}, "
-                                                           f"expected {want['refused']}")
-            expect(False, f"{call}: first_microbatch = {short(first)}, expected {want['first_microbatch']}")
-        expect(got["already_trained"] == want["already_trained"],
-               f"{call}: already_trained = {short(got['already_trained'])}, expected {want['already_trained']} "
-               f"(of the first micro-batch {want['first_microbatch']})")
+            expect(bool(got["refused"]) == want["refused"],
+                   say("refused", call=call, got=short(got["refused"]), want=want["refused"]))
+            expect(False, say("first", call=call, got=short(first), want=want["first_microbatch"]))
+        expect(got["already_trained"] == want["already_trained"], say(
+            "already", call=call, got=short(got["already_trained"]), want=want["already_trained"],
+            first=want["first_microbatch"]))
     return (f"{len(cases)} random restarts: 12 refused (6 of them re-reading trained samples), 8 accepted "
             "(4 with the same shares under other weights)")
