@@ -37,5 +37,5 @@ def run_command(prog: str, body: Callable[[], int], errors: Mapping[type[BaseExc
         status = next(code for kind, code in errors.items() if isinstance(exc, kind))
         return fail(f"{prog}: error: {exc}", status)
     except OSError as exc:
-        where = f" {shown(exc.filename)}" if exc.filename else ""
-        return fail(f"{prog}: error:{where}: {exc.strerror or exc}", 1)
+        where = f"{shown(exc.filename)}: " if exc.filename else ""
+        return fail(f"{prog}: error: {where}{exc.strerror or exc}", 1)

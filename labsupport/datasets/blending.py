@@ -50,7 +50,7 @@ import numpy as np
 
 from labsupport.datasets.blending_loop import sequential_steps
 from labsupport.datasets.blending_numpy import chunked_blending_indices
-from labsupport.datasets.utils import normalize_index
+from labsupport.datasets.utils import DataError, normalize_index
 from labsupport.fileio import PathLike, atomic_open, atomic_write
 from labsupport.paths import shown_path
 from labsupport.datasets.tokenizer import TokenizerMismatchError
@@ -76,7 +76,7 @@ DEFAULT_SURPLUS: float = 0.005
 MAX_DATASETS: int = 32767
 
 
-class BlendError(ValueError):
+class BlendError(DataError):
     """A blend that cannot work: bad ``data_prefix`` entry, bad weights or sizes."""
 
 
@@ -425,9 +425,13 @@ def sidecar_of(source: Any) -> dict | None:
             return None
         try:
             with open(path, encoding="utf-8") as fh:
-                return json.load(fh)
+                meta = json.load(fh)
         except (OSError, ValueError) as exc:
             raise BlendError(f"{path}: unreadable sidecar ({exc}); re-run the preprocessing") from exc
+        if not isinstance(meta, dict):
+            raise BlendError(f"{path}: damaged sidecar (a JSON {type(meta).__name__}, not an object); "
+                             "re-run the preprocessing")
+        return meta
     meta = getattr(source, "metadata", None)
     if isinstance(meta, dict):
         return meta

@@ -26,6 +26,7 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 import torch
 from labsupport.datasets.gpt_dataset_config import NO_PAD, GPTDatasetConfig
+from labsupport.datasets.index_cache import Expected, corpus_identity
 from labsupport.datasets.utils import normalize_index
 
 __all__ = [
@@ -390,8 +391,10 @@ class GPTDataset:
             ``inter_document_masking``, ``cu_seqlens`` and position ids come from the documents'
             lengths in the index, :func:`document_boundaries`).
         cache: an :class:`~labsupport.datasets.index_cache.IndexCache` (chapter 6): load the
-            three indices from its files when all exist (``cache_hit`` is then True), else build
-            and save them there, under Megatron's names.  None (default): build in memory.
+            three indices from its files when all exist and pass its checks — built from this
+            corpus, each array of the dtype, shape, range and sha256 expected (``cache_hit`` is
+            then True) — else build and save them there, under Megatron's names (a stale or
+            damaged entry is rebuilt, saying so in one line on stderr).  None (default): build in memory.
             Per dataset, as its entry names the samples and split (Megatron derives it from the
             config's ``path_to_cache``).
     """
@@ -443,19 +446,37 @@ class GPTDataset:
         self.num_epochs = num_epochs
         self.tokens_per_epoch = tokens_per_epoch
         self.separate_final_epoch = separate
-        if self.cache is not None and self.cache.hit():
-            self.cache_hit = True
-            return self.cache.load()
-        rng = np.random.RandomState(self.seed)
-        document_index = build_document_index(self.indices, num_epochs, rng, separate)
-        sample_index = build_sample_idx(lengths.astype(np.int32, copy=False), document_index, s,
-                                        num_epochs, tokens_per_epoch,
-                                        self.drop_last_partial_sequence, extra)
-        total = sample_index.shape[0] - 1
-        shuffle_index = build_shuffle_index(sans_final if separate else total, total, rng)
-        if self.cache is not None:
-            self.cache.save((document_index, sample_index, shuffle_index))
-        return document_index, sample_index, shuffle_index
+
+        def build() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            rng = np.random.RandomState(self.seed)
+            document_index = build_document_index(self.indices, num_epochs, rng, separate)
+            sample_index = build_sample_idx(lengths.astype(np.int32, copy=False), document_index, s,
+                                            num_epochs, tokens_per_epoch,
+                                            self.drop_last_partial_sequence, extra)
+            total = sample_index.shape[0] - 1
+            shuffle_index = build_shuffle_index(sans_final if separate else total, total, rng)
+            return document_index, sample_index, shuffle_index
+
+        if self.cache is None:
+            return build()
+        arrays, self.cache_hit = self.cache.fetch(build, corpus=corpus_identity(self.dataset),
+                                                  expected=self._expected_indices(lengths))
+        return arrays
+
+    def _expected_indices(self, lengths: np.ndarray) -> dict:
+        """The dtype, shape and value range of each index as this dataset's description implies
+        them (what a cached index must match before it is used)."""
+        docs = self.num_epochs * int(self.indices.size)
+        available = self.num_epochs * self.tokens_per_epoch - self.extra
+        total = (available // self.seq_length if self.drop_last_partial_sequence
+                 else int(np.ceil(np.float32(available) / np.float32(self.seq_length))))
+        longest = int(lengths.max()) if lengths.size else 0
+        sample_dtype = np.int32 if max(docs, longest) <= _INT32_MAX else np.int64
+        shuffle_dtype = np.uint32 if total < np.iinfo(np.uint32).max - 1 else np.int64
+        first, last = int(self.indices.min()), int(self.indices.max())
+        return {"document_index": Expected(np.dtype(np.int32), (docs,), first, last),
+                "sample_index": Expected(np.dtype(sample_dtype), (total + 1, 2), 0, max(docs - 1, longest)),
+                "shuffle_index": Expected(np.dtype(shuffle_dtype), (total,), 0, max(total - 1, 0))}
 
     def __len__(self) -> int:
         return self.sample_index.shape[0] - 1

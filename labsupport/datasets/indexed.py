@@ -23,6 +23,7 @@ sidecar ``<prefix>.json`` records where the tokens came from (megatron-core neve
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import mmap
 import operator
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any, Iterator, NamedTuple, Sequence, Union
 
 import numpy as np
-from labsupport.datasets.utils import normalize_index
+from labsupport.datasets.utils import DataError, normalize_index
 from labsupport.fileio import PathLike
 
 __all__ = [
@@ -132,7 +133,7 @@ def _prefix_of(idx_path: PathLike) -> str:
 
 
 # ----------------------------------------------------------------------------------- errors
-class IndexedDatasetError(ValueError):
+class IndexedDatasetError(DataError):
     """A ``.bin``/``.idx`` pair that cannot be read; ``.path`` is the offending file."""
 
     def __init__(self, path: PathLike, message: str) -> None:
@@ -238,6 +239,7 @@ class IndexedDataset:
     # -- opening / closing
     def _open(self, prefix: str) -> None:
         self.path_prefix = prefix
+        self._identity: dict | None = None
         idx_path, bin_path = get_idx_path(prefix), get_bin_path(prefix)
         if not os.path.isfile(bin_path):
             raise FileNotFoundError(f"{bin_path}: data file not found (expected next to "
@@ -376,8 +378,26 @@ class IndexedDataset:
         path = get_sidecar_path(self.path_prefix)
         if not os.path.isfile(path):
             return None
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                meta = json.load(fh)
+        except (OSError, ValueError) as exc:   # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            raise IndexedDatasetError(path, f"unreadable sidecar ({exc}); re-run the preprocessing "
+                                            "(or delete it: megatron-core never reads it)") from None
+        if not isinstance(meta, dict):
+            raise IndexedDatasetError(path, f"damaged sidecar (a JSON {type(meta).__name__}, not an object); "
+                                            "re-run the preprocessing (or delete it: megatron-core never reads it)")
+        return meta
+
+    def identity(self) -> dict:
+        """What this reader maps, as the index cache and the data plan record it: the sizes and
+        sha256 of the ``.idx`` and the ``.bin`` (hashed once, from the mapped bytes, so a file
+        replaced on disk after opening does not change it)."""
+        if self._identity is None:
+            self._identity = {"idx_bytes": int(self._idx_mmap.size), "bin_bytes": len(self._bin),
+                              "idx_sha256": hashlib.sha256(self._idx_mmap).hexdigest(),
+                              "bin_sha256": hashlib.sha256(self._bin).hexdigest()}
+        return dict(self._identity)
 
     # -- access
     def __len__(self) -> int:

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import errno
 import gc
 import glob
 import hashlib
@@ -639,8 +640,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.workers < 1:
         return fail(f"preprocess: error: --workers {args.workers}: must be ≥ 1 (tokenizing processes)", 2)
     sys.stdout.flush()  # what the caller printed comes before the progress bar (stderr)
-    return run_command("preprocess", lambda: _run(args), {PreprocessError: 1},
+    return run_command("preprocess", lambda: _named(args), {PreprocessError: 1},
                        interrupted="interrupted (Ctrl-C); no output was written", shown=shown_path)
+
+
+#: errno values that mean "the disk is full", whose cure is the same
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _named(args) -> int:
+    """:func:`_run` with every OSError naming a file — its own, else the output prefix being
+    written — and a full disk saying what to do (all-or-nothing: nothing at the prefix changed)."""
+    try:
+        return _run(args)
+    except OSError as exc:
+        if exc.filename and exc.errno not in _FULL:
+            raise
+        what = exc.strerror or str(exc)
+        if exc.errno in _FULL:
+            what = (f"{what}; free space there or choose another --output-prefix (nothing at the prefix was "
+                    "changed: a dataset already there is intact)")
+        where = exc.filename or os.fspath(args.output_prefix)
+        raise OSError(exc.errno, what, where) from None
 
 
 def _run(args) -> int:

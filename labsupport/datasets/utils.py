@@ -16,7 +16,16 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-__all__ = ["normalize_index"]
+__all__ = ["normalize_index", "DataError"]
+
+
+class DataError(ValueError):
+    """Bad data: a dataset file (``.bin``/``.idx``, its sidecar ``.json``, an index cache) or a
+    blend that cannot be read as what it claims.  The message names the file (or entry) and the
+    cure; the base of the reader's errors (``indexed.IndexedDatasetError``), ``blending.BlendError``
+    and ``index_cache.IndexCacheError``, so that a command maps one class to its "bad input"
+    status (``python -m labsupport.train`` exits 2) instead of listing each.
+    """
 
 
 def normalize_index(idx: Any, length: int, what: str, owner: str) -> int:

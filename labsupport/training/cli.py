@@ -29,6 +29,7 @@ import sys
 from typing import Sequence
 
 from labsupport.config import ConfigError
+from labsupport.datasets.utils import DataError
 from labsupport.training.settings import DEFAULT_CONFIG
 
 __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_USAGE", "EXIT_ENV", "EXIT_INTERRUPTED"]
@@ -129,7 +130,7 @@ def _main(argv: Sequence[str] | None) -> int:
         res = train(args.config or DEFAULT_CONFIG, args.overrides, save_dir=args.save_dir, save_every=args.save_every,
                     resume=args.resume, log_file=args.log, stop_after=args.stop_after,
                     show_progress=not args.no_progress, resume_if_exists=args.resume_if_exists)
-    except (ConfigError, ResumeError) as exc:
+    except (ConfigError, ResumeError, DataError) as exc:   # DataError: a .bin/.idx, sidecar or blend unreadable
         message, status = str(exc), EXIT_USAGE
     except TrainingError as exc:
         message, status = str(exc), EXIT_ENV

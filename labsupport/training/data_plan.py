@@ -10,8 +10,9 @@ covers ``num_samples``), without saying so.
 
 :func:`plan_of` describes a run's plan plus ``consumed_sha256``: a digest of *which* samples
 positions ``0 … consumed − 1`` of the blend are (dataset, shuffled row, document ids, offsets —
-not their tokens).  :func:`check_plan` recomputes that digest under the resuming run's plan: equal
-means the trained-on samples are the same, in the same order (the resume is exact); different is
+not their tokens) — plus each corpus's ``.bin``/``.idx`` sha256.  :func:`check_plan` recomputes that
+digest under the resuming run's plan: equal, over the same corpora, means the trained-on samples are
+the same, in the same order (the resume is exact); different — or a prefix preprocessed again — is
 a :class:`DataPlanError` naming what changed and how to accept it (``allow_new_data_plan=true``).
 """
 from __future__ import annotations
@@ -75,13 +76,23 @@ def _sources(ds: Any) -> list[str] | None:
     return [s.get("sha256") for s in src] if isinstance(src, list) else None
 
 
+def _corpus(ds: Any) -> dict[str, str] | None:
+    """The sha256 of the ``.bin`` and ``.idx`` a GPT dataset reads (None for other datasets)."""
+    identity = getattr(getattr(ds, "dataset", None), "identity", None)
+    if not callable(identity):
+        return None
+    ident = identity()
+    return {"idx_sha256": ident["idx_sha256"], "bin_sha256": ident["bin_sha256"]}
+
+
 def plan_of(settings: Any, blend: Any, consumed: int, digest: str) -> dict[str, Any]:
     """The plan to store in a checkpoint (plain JSON-able values)."""
     datasets = []
     for name, ds in zip(getattr(blend, "names", settings.names), getattr(blend, "datasets", [])):
         datasets.append({"name": name, "num_samples": getattr(ds, "num_samples", None),
                          "index_samples": len(ds) if hasattr(ds, "__len__") else None,
-                         "epochs": getattr(ds, "num_epochs", None), "sources": _sources(ds)})
+                         "epochs": getattr(ds, "num_epochs", None), "sources": _sources(ds),
+                         "corpus": _corpus(ds)})
     m = settings.config.model
     return {"seed": m.seed, "seq_length": m.encoder_seq_length, "flags": m.data.flags,
             "max_steps": settings.config.trainer.max_steps, "global_batch_size": m.global_batch_size,
@@ -107,7 +118,14 @@ def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
                        f"was {o.get('index_samples')} in {o.get('epochs')}")
         elif o.get("sources") != d["sources"]:
             out.append(f"the {d['name']} corpus was preprocessed again from other files")
+        elif _corpus_changed(o, d):
+            out.append(f"the {d['name']} corpus was preprocessed again (its .bin/.idx differ)")
     return out
+
+
+def _corpus_changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Both recorded (a checkpoint from before the corpus digest records none) and different."""
+    return bool(old.get("corpus")) and bool(new.get("corpus")) and old["corpus"] != new["corpus"]
 
 
 def check_plan(saved: dict[str, Any] | None, settings: Any, blend: Any, consumed: int, name: str,
@@ -119,9 +137,16 @@ def check_plan(saved: dict[str, Any] | None, settings: Any, blend: Any, consumed
     ``allow`` is False.  A checkpoint without a plan (older format) is not checked.
     """
     hasher = consumed_digest(blend, consumed)
-    if not saved or saved.get("consumed_sha256") == hasher.hexdigest():
+    if not saved:
         return hasher, None
-    changes = _changes(saved, plan_of(settings, blend, consumed, "")) or ["the corpora's contents"]
+    new = plan_of(settings, blend, consumed, "")
+    # the digest covers which documents and offsets were read, not their tokens: a corpus
+    # preprocessed again with the same lengths keeps it, so its .bin/.idx digests are compared too
+    before = {d.get("name"): d for d in saved.get("datasets", [])}
+    corpus_same = not any(_corpus_changed(before.get(d["name"], {}), d) for d in new["datasets"])
+    if saved.get("consumed_sha256") == hasher.hexdigest() and corpus_same:
+        return hasher, None
+    changes = _changes(saved, new) or ["the corpora's contents"]
     what = "; ".join(changes[:3]) + ("; …" if len(changes) > 3 else "")
     if not allow:
         raise DataPlanError(

@@ -6,7 +6,8 @@
   the vocabulary named as a config error (not an ``IndexError`` deep in the model);
 * :func:`check_finite` — a NaN/inf loss or gradient stops the run naming the step, before the
   optimizer updates anything or a checkpoint is written (Megatron's
-  ``check_for_nan_in_loss_and_grad`` does the same);
+  ``check_for_nan_in_loss_and_grad`` does the same); :func:`check_finite_weights` — weights an
+  update made NaN/inf (a huge learning rate) stop the run before a checkpoint is written;
 * :class:`RankHealth` — a heartbeat per rank in the process group's store; when a collective
   times out, the ranks that stopped beating are named (not the rank that waited for them).  Its
   keys carry ``TORCHELASTIC_RESTART_COUNT``: torchrun keeps its store across restarts, and a
@@ -43,8 +44,9 @@ from labsupport.training import checkpoint as ckpt
 from labsupport.training.data import build_blend
 from labsupport.training.schema import read_run_config
 
-__all__ = ["TrainingError", "preflight", "checked_blend", "check_finite", "RankHealth", "resume_source",
-           "drop_replayed_log_lines", "inject_rank_fault", "inject_nan", "restart_count", "rank_timeout"]
+__all__ = ["TrainingError", "preflight", "checked_blend", "check_finite", "check_finite_weights", "RankHealth",
+           "resume_source", "drop_replayed_log_lines", "inject_rank_fault", "inject_nan", "restart_count",
+           "rank_timeout"]
 
 
 class TrainingError(RuntimeError):
@@ -170,6 +172,22 @@ def check_finite(loss: float, model: torch.nn.Module, step: int) -> None:
         if p.grad is not None and not bool(torch.isfinite(p.grad).all()):
             raise TrainingError(f"step {step}: the gradient of {name} holds NaN or inf; stopped before the optimizer "
                                 "step, so no checkpoint holds it — lower model.optim.lr or check the data of this step")
+
+
+def check_finite_weights(model: torch.nn.Module, step: int) -> None:
+    """TrainingError naming ``step`` and the first parameter holding NaN or inf: checked before a
+    checkpoint is written, so none holds them.  An update can overflow finite gradients (a huge
+    ``model.optim.lr``: AdamW's step is about lr per weight), which :func:`check_finite` cannot see."""
+    params = list(model.parameters())
+    # one float64 sum per tensor, as in check_finite: float32 weights cannot overflow it, so a
+    # finite total means every weight is finite
+    if not params or math.isfinite(float(torch.stack([p.detach().sum(dtype=torch.float64) for p in params]).sum())):
+        return
+    for name, p in model.named_parameters():
+        if not bool(torch.isfinite(p.detach()).all()):
+            raise TrainingError(f"step {step}: after the optimizer step the weights of {name} hold NaN or inf, so no "
+                                "checkpoint was written (the ones already saved are intact); lower model.optim.lr "
+                                "and resume from the last checkpoint")
 
 
 def _fault() -> dict[str, str]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
@@ -43,6 +44,9 @@ def _integer(key: str, value: Any, least: int = 1) -> None:
 
 def _number(key: str, value: Any, *, above: float | None = None, least: float | None = None) -> None:
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if number and not math.isfinite(value):
+        bound = f" > {above:g}" if above is not None else f" ≥ {least:g}" if least is not None else ""
+        raise ConfigError(f"{key}={value!r}: expected a finite number{bound}")
     if above is not None and not (number and value > above):
         raise ConfigError(f"{key}={value!r}: expected a number > {above:g}")
     if least is not None and not (number and value >= least):
@@ -194,6 +198,13 @@ class OptimConfig:
         for i, beta in enumerate(self.betas):
             if isinstance(beta, bool) or not isinstance(beta, (int, float)):
                 raise ConfigError(f"model.optim.betas[{i}]={beta!r}: expected a list of numbers")
+        if len(self.betas) != 2:
+            raise ConfigError(f"model.optim.betas={list(self.betas)!r}: expected two numbers [beta1, beta2] "
+                              "(AdamW's moment decays, e.g. [0.9, 0.98])")
+        for i, beta in enumerate(self.betas):
+            if not (math.isfinite(beta) and 0.0 <= beta < 1.0):
+                raise ConfigError(f"model.optim.betas[{i}]={beta!r}: expected a number in [0, 1) "
+                                  "(AdamW's moment decay, e.g. 0.9)")
         self.sched.validate()
 
 

@@ -319,7 +319,9 @@ def _log(record: dict[str, Any], log_fh: Any, writer: Any, on_step: Any, model: 
 
 
 def _save(run: _Run, save_dir: str | os.PathLike, result: TrainResult) -> None:
-    """Rank 0 writes the checkpoint (with the data plan); every rank waits for it."""
+    """Rank 0 writes the checkpoint (with the data plan); every rank waits for it.  Weights that
+    are not finite stop the run first, on every rank (they hold the same weights), and nothing is written."""
+    faults.check_finite_weights(run.model, run.step)
     if run.rank == 0:
         plan = plan_of(run.settings, run.blend, run.consumed, run.plan_hasher.copy().hexdigest())
         path = ckpt.save_checkpoint(save_dir, step=run.step, consumed_samples=run.consumed, model=run.model,

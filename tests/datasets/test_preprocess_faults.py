@@ -100,6 +100,33 @@ def test_error_after_building_leaves_the_old_dataset(tmp_path, monkeypatch):
     del PreprocessError
 
 
+@pytest.mark.parametrize("filename", [None, "FILE"])
+def test_a_full_disk_names_the_file_or_the_prefix_and_the_cure(tmp_path, monkeypatch, capsys, filename):
+    """ENOSPC while writing, with and without a file name in the OSError (issue #32): one line naming
+    the file (else the output prefix), what to do, and the old dataset intact."""
+    from labsupport.datasets.preprocess import main, preprocess
+    from labsupport.datasets.tokenizer import workbook_tokenizer
+
+    prefix = tmp_path / "ds"
+    src = corpus(tmp_path / "a.jsonl", 5, "a")
+    preprocess([src], prefix, workbook_tokenizer(), json_keys=KEYS, show_progress=False)
+    old = snapshot(prefix)
+    named = str(tmp_path / "ds_text_document.bin") if filename else None
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device", *([named] if named else []))
+
+    monkeypatch.setattr(staging, "atomic_write", full)
+    status = main(["--input", str(corpus(tmp_path / "b.jsonl", 9, "b")), "--output-prefix", str(prefix),
+                   "--tokenizer-model", str(workbook_tokenizer()), "--json-keys", *KEYS, "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 1 and len(err) == 1, err
+    assert err[0].startswith(f"preprocess: error: {named or prefix}: No space left on device; free space there "
+                             "or choose another --output-prefix"), err
+    assert "error::" not in err[0]
+    assert snapshot(prefix) == old and staging.staging_folders(prefix) == []
+
+
 def test_workers_zero_is_a_usage_error(tmp_path):
     done = run(["--input", str(corpus(tmp_path / "a.jsonl", 2, "a")), "--output-prefix", str(tmp_path / "x"),
                 "--workers", "0"])
