@@ -194,3 +194,11 @@ def explain(learner: Callable, rules: Iterable[Rule], case: Case, got: Any, righ
         if wrongs:
             shown = (smallest(learner, cases(rule), right, wrong, same) for wrong in wrongs)
             rule.fail(**facts(*next((found for found in shown if found), (case, got))))
+
+
+def and_list(items: Iterable[Any], empty: str = "") -> str:
+    """``items`` in words, for feedback: ``[0, 2, 3]`` → ``"0, 2 and 3"``, ``[7]`` → ``"7"``, none → ``empty``."""
+    words = [str(i) for i in items]
+    if not words:
+        return empty
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]

@@ -17,10 +17,18 @@ Each chapter's prose lives in ``labsupport/check/texts/chNN.toml``, by question:
     then = "…"
     else = "…"
 
+    [q4.messages]                                    # not a rule: the check's other texts, by key
+    wrong_share = "(a) padding share {share}: …"     # (a plain failure's message, a model answer)
+
+    [q4.options.waste]                               # not a rule: a multiple-choice question's
+    compute = "GPU compute (FLOPs) spent on pad tokens"   # options, key → text, in this order
+
 Texts are ``str.format`` templates over a failing case's facts (a literal brace is doubled); a
-text that needs logic stays a callable in the chapter module.  The code says *which* mistakes a
-question knows and how to recognise them (:mod:`labsupport.check.rules`); these files say what the
-learner reads — one place to reword feedback, and the source a translation starts from.
+text that needs logic stays a callable in the chapter module.  A message is filled by the check
+itself (``texts.messages["wrong_share"].format(share=…)``); options are shown as they are.  The
+code says *which* mistakes a question knows and how to recognise them
+(:mod:`labsupport.check.rules`); these files say what the learner reads — one place to reword
+feedback, and the source a translation starts from.
 """
 from __future__ import annotations
 
@@ -59,14 +67,30 @@ def _text(where: str, value: Any) -> Any:
     return value
 
 
+def _strings(where: str, table: Any) -> dict[str, str]:
+    """A ``[qN.messages]`` or ``[qN.options.NAME]`` table: text keys to texts, in file order."""
+    if not isinstance(table, dict) or not all(isinstance(v, str) for v in table.values()):
+        raise ValueError(f"{where}: must be a table of texts (key = \"…\")")
+    return dict(table)
+
+
+def _tables(where: str, value: Any) -> list[tuple[str, Any]]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: must hold one table per option list")
+    return list(value.items())
+
+
 @dataclass(frozen=True)
 class QuestionTexts:
-    """One question's texts: its hint tiers, its default formula and each rule's feedback."""
+    """One question's texts: its hint tiers, its default formula, each rule's feedback, and the
+    texts that belong to no rule: its messages and its multiple-choice options."""
 
     question: str
     hint: Any = ""
     formula: str | None = None
     rules: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    messages: Mapping[str, str] = field(default_factory=dict)         #: ``[qN.messages]``: key → template
+    options: Mapping[str, dict[str, str]] = field(default_factory=dict)   #: ``[qN.options.NAME]``: key → text
 
 
 @functools.lru_cache(maxsize=None)
@@ -78,8 +102,11 @@ def load_texts(chapter: str) -> dict[str, QuestionTexts]:
     for question, entry in data.items():
         hint = entry.get("hint", "")
         rules = {}
+        messages = _strings(f"{chapter}.toml [{question}.messages]", entry.get("messages", {}))
+        options = {name: _strings(f"{chapter}.toml [{question}.options.{name}]", table)
+                   for name, table in _tables(f"{chapter}.toml [{question}.options]", entry.get("options", {}))}
         for name, value in entry.items():
-            if not isinstance(value, dict):
+            if not isinstance(value, dict) or name in ("messages", "options"):
                 continue
             where = f"{chapter}.toml [{question}.{name}]"
             unknown = set(value) - set(FIELDS)
@@ -87,5 +114,5 @@ def load_texts(chapter: str) -> dict[str, QuestionTexts]:
                 raise ValueError(f"{where}: unknown field(s) {sorted(unknown)}")
             rules[name] = {f: _text(f"{where} {f}", text) for f, text in value.items()}
         texts[question] = QuestionTexts(question, tuple(hint) if isinstance(hint, list) else hint,
-                                        entry.get("formula"), rules)
+                                        entry.get("formula"), rules, messages, options)
     return texts

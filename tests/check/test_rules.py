@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from labsupport.check import _core
-from labsupport.check.rules import Rule, Rules, diagnose, explain, first_showing, smallest
+from labsupport.check.rules import Rule, Rules, and_list, diagnose, explain, first_showing, smallest
 
 
 def _share(lengths, seq):                       # the reference: padding share
@@ -106,3 +106,8 @@ def test_explain_knows_a_rules_other_forms_and_falls_back_to_the_failing_case():
         explain(half, TABLE.values(), ([1], 4), half([1], 4), _share, SAME, lambda r: [], _facts,
                 variants={"real_share": [half]})
     assert caught.value.name == "real_share" and caught.value.symptom.startswith("padding_share([1], 4) returned 0.375")
+
+
+def test_and_list_says_a_list_in_words():
+    assert and_list([0, 2, 3]) == "0, 2 and 3" and and_list([7]) == "7" and and_list(["a", "b"]) == "a and b"
+    assert and_list([]) == "" and and_list([], "nowhere") == "nowhere" and and_list(iter([1, 2])) == "1 and 2"

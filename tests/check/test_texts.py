@@ -28,7 +28,7 @@ def test_templates_are_well_formed(chapter):
     """Every template parses as str.format (a stray brace would only show when a learner fails)."""
     for entry in T.load_texts(chapter).values():
         hints = entry.hint if isinstance(entry.hint, tuple) else (entry.hint,)
-        texts = [*hints, entry.formula or ""]
+        texts = [*hints, entry.formula or "", *entry.messages.values()]
         for fields in entry.rules.values():
             for text in fields.values():
                 texts += [text.then, text.otherwise] if isinstance(text, T.Choice) else [text]
@@ -64,5 +64,29 @@ def test_a_choice_picks_its_text_by_a_fact(tmp_path, monkeypatch):
         T.load_texts.cache_clear()
         with pytest.raises(ValueError, match="unknown field"):
             T.load_texts("chXX")
+    finally:
+        T.load_texts.cache_clear()
+
+
+def test_messages_and_options_are_texts_of_no_rule(tmp_path, monkeypatch):
+    """``[qN.messages]`` (templates the check fills) and ``[qN.options.NAME]`` (key → text, in file order) are
+    loaded apart from the rules: a Rules table never sees them, and anything but a table of texts is refused."""
+    (tmp_path / "chXX.toml").write_text('[q1.r]\nsymptom = "s"\nask = "?"\nfix = "!"\n'
+                                        '[q1.messages]\nwrong = "{call} returned {got}"\n'
+                                        '[q1.options.pick]\nzeta = "last letter"\nalpha = "first letter"\n',
+                                        encoding="utf-8")
+    monkeypatch.setattr(T, "TEXT_DIR", tmp_path)
+    T.load_texts.cache_clear()
+    try:
+        q1 = T.load_texts("chXX")["q1"]
+        assert set(q1.rules) == {"r"} and list(Rules(Rule("r"), texts=q1)) == ["r"]
+        assert q1.messages["wrong"].format(call="f(1)", got=2) == "f(1) returned 2"
+        assert list(q1.options["pick"].items()) == [("zeta", "last letter"), ("alpha", "first letter")]
+        assert type(q1.options["pick"]) is dict      # a plain dict: a check module may publish it as is
+        for bad in ('[q1.messages]\nwrong = 3\n', '[q1]\noptions = "x"\n', '[q1.options]\npick = "x"\n'):
+            (tmp_path / "chXX.toml").write_text(bad, encoding="utf-8")
+            T.load_texts.cache_clear()
+            with pytest.raises(ValueError, match="must"):
+                T.load_texts("chXX")
     finally:
         T.load_texts.cache_clear()
