@@ -3,7 +3,8 @@ decreasing, position ids and block mask from EOD positions, book exercise 3, and
 pieces a GPT sample reads (a transfer exercise: the chapter prints the sample index, not this).
 
 The mistakes a check recognises by name are the rows of :data:`RULES`, one table per question (see
-:mod:`labsupport.check.rules`), each shown on the smallest input where the learner's function makes it."""
+:mod:`labsupport.check.rules`), each shown on the smallest input where the learner's function makes it.
+Every text a learner reads — feedback, messages, the option lists — is in ``texts/ch04.toml``."""
 from __future__ import annotations
 
 import itertools
@@ -11,38 +12,25 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from labsupport.datasets.bin_packing import best_fit_decreasing as _bfd
+from labsupport.datasets.bin_packing import first_fit as _first_fit
 from labsupport.datasets.bin_packing import first_fit_decreasing as _ffd
 from labsupport.datasets.bin_packing import padding_share as _padding_share
 from labsupport.datasets.gpt_samples import build_sample_idx, get_ltor_masks_and_position_ids, sample_segments
 from labsupport.check._core import chapter_summary, check, check_seed, expect, parts, same_set, Sealed, short
 from labsupport.check.texts import load_texts
-from labsupport.check.rules import Rule, Rules, explain
+from labsupport.check.rules import Rule, Rules, explain, in_words
 
 CHAPTER = "ch04"
 TEXTS = load_texts(CHAPTER)
+summary = chapter_summary(CHAPTER)
 
 #: Book exercise 3 (a): what padding every ~300-token example to 4096 wastes (choose the keys).
-WASTE_OPTIONS: dict[str, str] = {
-    "compute": "GPU compute (FLOPs) spent on pad tokens",
-    "memory": "activation memory held for pad positions",
-    "throughput": "real tokens per step, so many more steps for the same data",
-    "examples": "training examples, which are dropped",
-    "quality": "the gradient of each example, which padding contaminates",
-}
+WASTE_OPTIONS: dict[str, str] = TEXTS["q4"].options["waste"]
 #: Book exercise 3 (c): what packing must come with, whatever the model (choose the keys).
-MUST_DO_OPTIONS: dict[str, str] = {
-    "block_mask": "a block-diagonal causal attention mask (or cu_seqlens for a varlen kernel), "
-                  "so no example attends to another",
-    "boundary_loss": "no loss on a label that belongs to another example or to padding",
-    "shuffle_inside": "shuffle the tokens inside each pack",
-    "raise_lr": "raise the learning rate in proportion to the examples per pack",
-    "one_per_pack": "keep a single example per pack",
-}
+MUST_DO_OPTIONS: dict[str, str] = TEXTS["q4"].options["must_do"]
 #: Book exercise 3 (c): with which position embeddings must position ids also restart per example?
-POSITION_OPTIONS: dict[str, str] = {
-    "learned_absolute": "learned absolute position embeddings (GPT-2, the chapter's TinyCausalLM)",
-    "rotary": "rotary position embeddings (RoPE: Llama and its descendants)",
-}
+POSITION_OPTIONS: dict[str, str] = TEXTS["q4"].options["position"]
 #: q4's answer keys, sealed (see _core.Sealed): (a) ...
 _WASTE = Sealed("labsupport:ch04:q4:a", [
     "05b24c6ab945be78c3954b1d5aeef290dfff01cea153dbd7bc739d8435f8f5e7",
@@ -60,20 +48,15 @@ _RESET_FOR = Sealed("labsupport:ch04:q4:c_reset", [
 ])
 
 
-summary = chapter_summary(CHAPTER)
+def _say(question: str, name: str, /, **facts: Any) -> str:
+    """The message ``name`` of ``question`` (its ``[qN.messages]`` in texts/ch04.toml), filled from ``facts``."""
+    return TEXTS[question].messages[name].format_map(facts)
 
 
 def _number(value, what: str) -> float:
     expect(isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool),
            f"{what} must be a number, got {short(value)} ({type(value).__name__})")
     return float(value)
-
-
-def _words_list(items: list[int]) -> str:
-    if not items:
-        return "nowhere"
-    items = [str(i) for i in items]
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 # --- q1: padding share --------------------------------------------------------------------------
@@ -97,8 +80,8 @@ def _q1_facts(case: tuple, got: Any) -> dict[str, Any]:
     lengths, seq_length = case
     slots = len(lengths) * seq_length
     return {"call": f"padding_share({short(lengths, 200)}, {seq_length}) returned {short(float(got))}",
-            "counts": f"{len(lengths)} row(s) of {seq_length} slots = {slots} slots, {sum(lengths)} of them real "
-                      f"tokens, {slots - sum(lengths)} padding",
+            "counts": _say("q1", "counts", rows=len(lengths), seq_length=seq_length, slots=slots, real=sum(lengths),
+                           padding=slots - sum(lengths)),
             "want": short(_padding_share(lengths, seq_length)), "longest": max(lengths)}
 
 
@@ -113,12 +96,12 @@ def q1(padding_share) -> str:
         want = _padding_share(lengths, seq_length)
         if not abs(got - want) <= 1e-9:   # NaN fails too
             explain(padding_share, _Q1.values(), (lengths, seq_length), got, _padding_share, _near,
-                  lambda rule: _Q1_SMALL[rule.name], _q1_facts)
-            expect(False, f"padding_share({short(lengths, 60)}, {seq_length}) returned {short(got)}, expected "
-                   f"{short(want)}")
+                    lambda rule: _Q1_SMALL[rule.name], _q1_facts)
+            expect(False, _say("q1", "wrong", call=f"padding_share({short(lengths, 60)}, {seq_length})", got=short(got),
+                               want=short(want)))
     got = _number(padding_share([300] * 1000, 4096), "padding_share([300]*1000, 4096)")
-    expect(abs(got - (1 - 300 / 4096)) <= 1e-9, f"padding_share([300]*1000, 4096) returned {short(got)}, expected "
-           f"{short(1 - 300 / 4096)}")
+    expect(abs(got - (1 - 300 / 4096)) <= 1e-9,
+           _say("q1", "wrong", call="padding_share([300]*1000, 4096)", got=short(got), want=short(1 - 300 / 4096)))
     return "41 random cases"
 
 
@@ -132,31 +115,20 @@ def _bins_of(value: Any) -> list[list[int]] | None:
 
 
 def _as_bins(value, n: int, call: str) -> list[list[int]]:
-    expect(isinstance(value, (list, tuple)) or hasattr(value, "__iter__"),
-           f"{call} must return a list of packs (lists of indices), got {type(value).__name__}")
+    expect(hasattr(value, "__iter__"), _say("q2", "not_packs", call=call, got=type(value).__name__))
     bins = _bins_of(value)
-    expect(bins is not None, f"{call} must return a list of packs (lists of indices), got {short(value)}")
+    expect(bins is not None, _say("q2", "not_packs", call=call, got=short(value)))
     flat = sorted(i for b in bins for i in b)
-    expect(flat == list(range(n)), f"{call}: every index 0…{n - 1} must appear exactly once; got "
-           f"{len(flat)} indices{' with repeats' if len(set(flat)) != len(flat) else ''}")
-    expect(all(len(b) for b in bins), f"{call}: a pack is empty")
+    repeats = _say("q2", "repeats") if len(set(flat)) != len(flat) else ""
+    expect(flat == list(range(n)), _say("q2", "not_each_once", call=call, last=n - 1, count=len(flat), repeats=repeats))
+    expect(all(len(b) for b in bins), _say("q2", "empty_pack", call=call))
     return bins
 
 
-def _fit_in_order(lengths: list[int], pack_size: int, order: list[int], best: bool = False) -> list[list[int]]:
-    """Place the examples in ``order``: into the first pack with room (or the fullest, ``best``)."""
-    packs: list[list[int]] = []
-    room: list[int] = []
-    for i in order:
-        fits = [b for b, free in enumerate(room) if lengths[i] <= free]
-        if not fits:
-            packs.append([i])
-            room.append(pack_size - lengths[i])
-            continue
-        b = min(fits, key=lambda p: room[p]) if best else fits[0]
-        packs[b].append(i)
-        room[b] -= lengths[i]
-    return packs
+def _shortest_first(lengths: list[int], pack_size: int) -> list[list[int]]:
+    """First fit taking the examples shortest first (a mistake): NeMo's first fit on them in that order."""
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    return [[order[j] for j in pack] for pack in _first_fit([lengths[i] for i in order], pack_size).tolist()]
 
 
 def _tokens(n: int) -> str:
@@ -168,44 +140,30 @@ def _num(value: float) -> str:
     return short(int(value)) if float(value).is_integer() else short(value)
 
 
-def _decreasing(lengths: list[int]) -> list[int]:
-    return sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-
-
-_Q2 = Rules(
-    Rule("input_order", wrong=lambda lengths, p: _fit_in_order(lengths, p, list(range(len(lengths))))),
-    Rule("shortest_first", wrong=lambda lengths, p: _fit_in_order(lengths, p, sorted(range(len(lengths)),
-                                                                                      key=lambda i: (lengths[i], i)))),
-    Rule("best_fit", wrong=lambda lengths, p: _fit_in_order(lengths, p, _decreasing(lengths), best=True)),
+_Q2 = Rules(   # plain first fit (the input order), first fit shortest first, best fit decreasing
+    Rule("input_order", wrong=_first_fit),
+    Rule("shortest_first", wrong=_shortest_first),
+    Rule("best_fit", wrong=_bfd),
     texts=TEXTS["q2"])
 _Q2_FIRST = {"best_fit": [([5, 3, 3, 1], 7)]}    # shown before the generated small problems
 
 
 def _q2_small() -> Iterator[tuple[list[int], int]]:
     """Small packing problems, smallest first: 2…5 examples of 1…4 tokens, packs of 2…6."""
-    for n in range(2, 6):
-        for size in range(2, 7):
-            for lengths in itertools.product(range(1, min(size, 4) + 1), repeat=n):
-                yield list(lengths), size
-
-
-def _pack_lengths_of(bins: Any, lengths: list[int]) -> list[list[int]] | None:
-    bins = _bins_of(bins)
-    try:
-        return None if bins is None else [[lengths[i] for i in b] for b in bins]
-    except IndexError:
-        return None
+    for n, size in itertools.product(range(2, 6), range(2, 7)):
+        for lengths in itertools.product(range(1, min(size, 4) + 1), repeat=n):
+            yield list(lengths), size
 
 
 def _first_fit_violation(bins: list[list[int]], lengths: list[int], pack_size: int) -> str:
     """In words: the first example (longest first) placed into a later pack while an earlier one had room."""
     where = {i: b for b, pack in enumerate(bins) for i in pack}
     filled = [0] * len(bins)
-    for i in _decreasing(lengths):
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
         earlier = [b for b in range(where[i]) if filled[b] and pack_size - filled[b] >= lengths[i]]
         if earlier:
-            return (f"example {i} ({_tokens(lengths[i])}) went into pack {where[i]}, though pack {earlier[0]}, "
-                    f"before it, still had {pack_size - filled[earlier[0]]} free slots")
+            return _say("q2", "violation", example=i, tokens=_tokens(lengths[i]), pack=where[i], earlier=earlier[0],
+                        free=pack_size - filled[earlier[0]])
         filled[where[i]] += lengths[i]
     return ""
 
@@ -214,58 +172,50 @@ def _packs(fn: Callable) -> Callable:
     """``fn``'s packing as (the lengths it puts in each pack, its packs of indices): packings are compared by
     their lengths, so equally long examples may swap."""
     def packing(lengths: list[int], pack_size: int) -> tuple:
-        out = fn(lengths, pack_size)
-        return _pack_lengths_of(out, lengths), _bins_of(out)
+        bins = _bins_of(fn(lengths, pack_size))
+        try:
+            return (None if bins is None else [[lengths[i] for i in b] for b in bins]), bins
+        except IndexError:
+            return None, bins
     return packing
 
 
 def _q2_facts(case: tuple, got: tuple) -> dict[str, Any]:
     (lengths, pack_size), (packs, bins) = case, got
-    want = _fit_in_order(lengths, pack_size, _decreasing(lengths))
+    want = _ffd(lengths, pack_size).tolist()
     first = bins[0][0] if bins and bins[0] else 0
-    return {"call": f"first_fit_decreasing({short(lengths, 200)}, {pack_size}) returned {short(bins, 200)}: packs "
-                    f"of lengths {short(packs, 200)}, first-fit decreasing gives "
-                    f"{short(_pack_lengths_of(want, lengths), 200)}",
+    return {"call": _say("q2", "call", lengths=short(lengths, 200), pack_size=pack_size, got=short(bins, 200),
+                         packs=short(packs, 200), want=short([[lengths[i] for i in b] for b in want], 200)),
             "first": first, "first_tokens": _tokens(lengths[first]), "longest": want[0][0],
             "violation": _first_fit_violation(bins, lengths, pack_size)}
-
-
-def _q2_mistake(fn: Callable, bins: list[list[int]], lengths: list[int], pack_size: int) -> None:
-    right = _packs(lambda lengths, p: _fit_in_order(lengths, p, _decreasing(lengths)))
-    explain(_packs(fn), [rule.but(wrong=_packs(rule.wrong)) for rule in _Q2.values()], (lengths, pack_size),
-          (_pack_lengths_of(bins, lengths), bins), right, lambda a, b: a[0] == b[0],
-          lambda rule: itertools.chain(_Q2_FIRST.get(rule.name, []), _q2_small()), _q2_facts)
 
 
 @check(CHAPTER, "q2", hint=TEXTS["q2"].hint)
 def q2(first_fit_decreasing) -> str:
     rng = np.random.default_rng(check_seed())
-    cases = 0
     for _ in range(60):
         pack_size = int(rng.integers(8, 200))
         lengths = rng.integers(1, pack_size + 1, int(rng.integers(0, 80))).tolist()
         call = f"first_fit_decreasing({short(lengths, 50)}, {pack_size})"
         bins = _as_bins(first_fit_decreasing(list(lengths), pack_size), len(lengths), call)
-        over = [b for b in bins if sum(lengths[i] for i in b) > pack_size]
-        expect(not over, f"{call}: a pack holds {sum(lengths[i] for i in over[0]) if over else 0} > {pack_size} tokens")
-        want = _pack_lengths_of(_ffd(lengths, pack_size).tolist(), lengths)
         got = [[lengths[i] for i in b] for b in bins]
-        if got != want:
-            _q2_mistake(first_fit_decreasing, bins, lengths, pack_size)
+        over = [sum(pack) for pack in got if sum(pack) > pack_size]
+        expect(not over, _say("q2", "overfull", call=call, tokens=over[0] if over else 0, pack_size=pack_size))
+        want = [[lengths[i] for i in b] for b in _ffd(lengths, pack_size).tolist()]
+        if got != want:   # compared by their lengths: packs, each shown on the smallest problem that shows it
+            explain(_packs(first_fit_decreasing), [rule.but(wrong=_packs(rule.wrong)) for rule in _Q2.values()],
+                    (lengths, pack_size), (got, bins), _packs(_ffd), lambda a, b: a[0] == b[0],
+                    lambda rule: itertools.chain(_Q2_FIRST.get(rule.name, []), _q2_small()), _q2_facts)
             why = _first_fit_violation(bins, lengths, pack_size)
-            expect(len(got) == len(want), f"{call}: {len(got)} packs, first-fit decreasing gives {len(want)}"
-                   + (f"; {why}" if why else ""))
-            expect(False, f"{call}: pack lengths {short(got, 80)}, expected {short(want, 80)}"
-                   + (f"; {why}" if why else ""))
-        cases += 1
-    return f"{cases} random cases, same packs as NeMo's first_fit_decreasing"
+            why = f"; {why}" if why else ""
+            expect(len(got) == len(want), _say("q2", "pack_count", call=call, got=len(got), want=len(want), why=why))
+            expect(False, _say("q2", "pack_lengths", call=call, got=short(got, 80), want=short(want, 80), why=why))
+    return "60 random cases, same packs as NeMo's first_fit_decreasing"
 
 
 # --- q3: position ids and the block mask -----------------------------------------------------------
 def _as_array(value) -> np.ndarray:
-    if hasattr(value, "detach"):
-        value = value.detach().cpu().numpy()
-    return np.asarray(value)
+    return np.asarray(value.detach().cpu().numpy() if hasattr(value, "detach") else value)
 
 
 def _documents(tokens: np.ndarray, eod: int, eod_starts: bool) -> np.ndarray:
@@ -275,77 +225,65 @@ def _documents(tokens: np.ndarray, eod: int, eod_starts: bool) -> np.ndarray:
 
 
 def _positions(doc: np.ndarray) -> np.ndarray:
-    starts = np.array([np.flatnonzero(doc == doc[i])[0] for i in range(doc.size)], dtype=int)
-    return np.arange(doc.size) - starts
+    """Every token's position in its document (``doc`` never decreases: its first token is the first match)."""
+    return np.arange(doc.size) - np.searchsorted(doc, doc)
 
 
 def _block_mask(doc: np.ndarray) -> np.ndarray:
     """True = masked: the future, and every key of another document."""
-    s = doc.size
-    return np.triu(np.ones((s, s), dtype=bool), 1) | (doc[:, None] != doc[None, :])
+    return np.triu(np.ones((doc.size, doc.size), dtype=bool), 1) | (doc[:, None] != doc[None, :])
 
 
-def _right_positions(tokens, eod):
-    return _positions(_documents(tokens, eod, eod_starts=False))
+def _megatron(tokens, eod) -> tuple[np.ndarray, np.ndarray]:
+    """Megatron's (position_ids, attention_mask) of one sample, as numpy: positions and mask reset per document."""
+    mask, _, pos = get_ltor_masks_and_position_ids(tokens, eod, True, True, False)
+    return pos.numpy(), mask.numpy()[0]
 
 
-def _right_mask(tokens, eod):
-    return _block_mask(_documents(tokens, eod, eod_starts=False))
-
-
-_POSITIONS_FORMULA = ("position_ids[i] = i − (index of the first token of i's document); a document starts right "
-                      "after an EOD")
-_MASK_FORMULA = ("masked[i, j] = (j > i) or (doc[j] != doc[i]), doc[t] = the number of EODs before token t (an EOD "
-                 "belongs to the document it ends); True = masked")
+_POSITIONS, _MASK = (TEXTS["q3"].messages[f"{part}_formula"] for part in ("positions", "mask"))
 _Q3 = Rules(
-    Rule("restart_at_eod",
-         wrong=lambda t, e: _positions(_documents(t, e, eod_starts=True)),
-         formula=_POSITIONS_FORMULA),
-    Rule("no_restart", wrong=lambda t, e: np.arange(len(t)), formula=_POSITIONS_FORMULA),
-    Rule("inverted", wrong=lambda t, e: ~_right_mask(t, e), formula=_MASK_FORMULA),
-    Rule("causal_only", wrong=lambda t, e: np.triu(np.ones((len(t), len(t)), dtype=bool), 1), formula=_MASK_FORMULA),
-    Rule("eod_cut_off", wrong=lambda t, e: _block_mask(_documents(t, e, eod_starts=True)), formula=_MASK_FORMULA),
-    texts=TEXTS["q3"]
-)
+    Rule("restart_at_eod", wrong=lambda t, e: _positions(_documents(t, e, eod_starts=True)), formula=_POSITIONS),
+    Rule("no_restart", wrong=lambda t, e: np.arange(len(t)), formula=_POSITIONS),
+    Rule("inverted", wrong=lambda t, e: ~_megatron(t, e)[1], formula=_MASK),
+    Rule("causal_only", wrong=lambda t, e: np.triu(np.ones((len(t), len(t)), dtype=bool), 1), formula=_MASK),
+    Rule("eod_cut_off", wrong=lambda t, e: _block_mask(_documents(t, e, eod_starts=True)), formula=_MASK),
+    texts=TEXTS["q3"])
 #: the smallest (tokens, eod) that shows each rule
 _Q3_SMALL = {"restart_at_eod": ([1, 0, 1], 0), "no_restart": ([1, 0, 1], 0), "inverted": ([1, 1], 0),
              "causal_only": ([0, 1], 0), "eod_cut_off": ([1, 0], 0)}
 
 
-def _span(doc: np.ndarray, d: int) -> str:
-    where = np.flatnonzero(doc == d)
-    return f"token {where[0]}" if where.size == 1 else f"tokens {where[0]}…{where[-1]}"
-
-
 def _pair_words(tokens: np.ndarray, eod: int, i: int, j: int, masked: bool) -> str:
     """In words: what the learner's mask does with query i and key j, and where those tokens are."""
+    def _span(doc: np.ndarray, d: int) -> str:
+        where = np.flatnonzero(doc == d)
+        return f"token {where[0]}" if where.size == 1 else f"tokens {where[0]}…{where[-1]}"
+
     doc = _documents(tokens, eod, eod_starts=False)
-    does = f"your mask {'hides key' if masked else 'lets query'} {j if masked else i} " + \
-           (f"from query {i}" if masked else f"see key {j}")
+    does = _say("q3", "hides" if masked else "lets", i=i, j=j)
     if j > i:
-        return f"{does}, which is in its future"
+        return _say("q3", "future", does=does)
     if doc[i] == doc[j]:
         last = np.flatnonzero(doc == doc[i])[-1]
-        ended = ", the EOD that ends it included" if tokens[last] == eod else ""
-        return f"{does}, though both are in the same document ({_span(doc, doc[i])}{ended})"
-    ends = np.flatnonzero(doc == doc[j])[-1]
-    return (f"{does}, but key {j} is in an earlier document ({_span(doc, doc[j])}, ended by the EOD at {ends}) "
-            f"and query {i} in another ({_span(doc, doc[i])})")
+        ended = _say("q3", "eod_included") if tokens[last] == eod else ""
+        return _say("q3", "same_document", does=does, span=_span(doc, doc[i]), ended=ended)
+    return _say("q3", "other_document", does=does, i=i, j=j, key_span=_span(doc, doc[j]),
+                ends=np.flatnonzero(doc == doc[j])[-1], query_span=_span(doc, doc[i]))
 
 
 def _q3_positions_facts(case: tuple, pos: np.ndarray) -> dict[str, Any]:
     tokens, eod = case
-    want = _right_positions(tokens, eod)
+    want = _megatron(tokens, eod)[0]
     first = int(np.flatnonzero(pos != want)[0])
     eods = np.flatnonzero(np.asarray(tokens) == eod).tolist()
     return {"call": f"positions_and_mask({short(np.asarray(tokens).tolist(), 200)}, eod_token={eod}) gave "
-                    f"position_ids {short(pos.tolist(), 200)} (the EOD at {_words_list(eods)})",
+                    f"position_ids {short(pos.tolist(), 200)} (the EOD at {in_words(eods, 'nowhere')})",
             "want": short(want.tolist(), 200), "first": first, "first_position": int(pos[first])}
 
 
 def _q3_mask_facts(case: tuple, mask: np.ndarray) -> dict[str, Any]:
     tokens, eod = case
-    i, j = (int(v) for v in np.argwhere(mask != _right_mask(tokens, eod))[0])
+    i, j = (int(v) for v in np.argwhere(mask != _megatron(tokens, eod)[1])[0])
     return {"call": f"positions_and_mask({short(np.asarray(tokens).tolist(), 200)}, eod_token={eod}): "
                     + _pair_words(np.asarray(tokens), eod, i, j, bool(mask[i, j])), "i": i}
 
@@ -357,9 +295,9 @@ def _q3_mistake(fn: Callable, part: int, got: np.ndarray, tokens: np.ndarray, eo
     def learner(t: np.ndarray, e: int) -> np.ndarray:
         out = _as_array(fn(t, e)[part])
         return out if part == 0 else out.reshape(len(t), len(t)).astype(bool)
-    explain(learner, [_Q3[n] for n in names], (tokens, eod), got, _right_mask if part else _right_positions,
-          np.array_equal, lambda rule: [(np.array(_Q3_SMALL[rule.name][0]), _Q3_SMALL[rule.name][1])],
-          _q3_mask_facts if part else _q3_positions_facts)
+    explain(learner, [_Q3[n] for n in names], (tokens, eod), got, lambda t, e: _megatron(t, e)[part],
+            np.array_equal, lambda rule: [(np.array(_Q3_SMALL[rule.name][0]), _Q3_SMALL[rule.name][1])],
+            _q3_mask_facts if part else _q3_positions_facts)
 
 
 @check(CHAPTER, "q3", hint=TEXTS["q3"].hint)
@@ -372,31 +310,27 @@ def q3(positions_and_mask) -> str:
         tokens = rng.integers(0, 5, s)
         call = f"positions_and_mask({short(tokens.tolist(), 200)}, eod_token={eod})"
         out = positions_and_mask(tokens.copy(), eod)
-        expect(isinstance(out, tuple) and len(out) == 2, f"{call} must return (position_ids, attention_mask)")
+        expect(isinstance(out, tuple) and len(out) == 2, _say("q3", "not_a_pair", call=call))
         pos = _as_array(out[0])
-        want_mask, _, want_pos = get_ltor_masks_and_position_ids(tokens, eod, True, True, False)
-        want_mask, want_pos = want_mask.numpy()[0], want_pos.numpy()
-        expect(pos.shape == (s,), f"{call}: position_ids has shape {short(pos.shape)}, expected ({s},)")
+        want_pos, want_mask = _megatron(tokens, eod)
+        expect(pos.shape == (s,), _say("q3", "positions_shape", call=call, shape=short(pos.shape), s=s))
         if not np.array_equal(pos, want_pos):
             _q3_mistake(positions_and_mask, 0, pos, tokens, eod)
-            first = int(np.flatnonzero(pos != want_pos)[0])
-            expect(False, f"{call}: position_ids {short(pos.tolist(), 200)}, expected {short(want_pos.tolist(), 200)} "
-                   f"(first difference at token {first})")
+            expect(False, _say("q3", "positions", call=call, got=short(pos.tolist(), 200),
+                               want=short(want_pos.tolist(), 200), first=int(np.flatnonzero(pos != want_pos)[0])))
         if out[1] is None:                     # step 1 of 2: position ids first, the mask still to write
             mask_pending = True
             continue
         mask = _as_array(out[1])
-        expect(mask.shape in ((s, s), (1, s, s)), f"{call}: attention_mask has shape {short(mask.shape)}, "
-               f"expected ({s}, {s})")
+        expect(mask.shape in ((s, s), (1, s, s)), _say("q3", "mask_shape", call=call, shape=short(mask.shape), s=s))
         mask = mask.reshape(s, s)
-        expect(mask.dtype == bool, f"{call}: attention_mask must be boolean (True = masked), got {mask.dtype}")
+        expect(mask.dtype == bool, _say("q3", "mask_dtype", call=call, dtype=mask.dtype))
         if not np.array_equal(mask, want_mask):
             _q3_mistake(positions_and_mask, 1, mask, tokens, eod)
             i, j = (int(v) for v in np.argwhere(mask != want_mask)[0])
-            expect(False, f"{call}: {_pair_words(tokens, eod, i, j, bool(mask[i, j]))} (row = query {i}, "
-                   f"column = key {j})")
-    expect(not mask_pending, "step 1 done: position_ids are right on all 50 random sequences. Now return the "
-           "attention mask instead of None as the second value")
+            words = _pair_words(tokens, eod, i, j, bool(mask[i, j]))
+            expect(False, _say("q3", "mask", call=call, words=words, i=i, j=j))
+    expect(not mask_pending, _say("q3", "mask_pending"))
     return "50 random token sequences"
 
 
@@ -405,29 +339,18 @@ def q3(positions_and_mask) -> str:
 _EXAMPLE, _ROW = 300, 4096
 _PER_PACK = _ROW // _EXAMPLE                       # 13 whole examples: 3900 real tokens in a packed row
 _GAIN = _PER_PACK * _EXAMPLE / _EXAMPLE            # real tokens per row, packed / padded = 13
-_Q4_FORMULA = ("examples per pack = ⌊4096 / 300⌋ = 13; gain = real tokens per packed row / per padded row = "
-               "13 × 300 / 300 = 13")
-
-
-_SHARE_FORMULA = "padding share = 1 − 300 / 4096 (a fraction of the slots)"
-_Q4 = Rules(   # named by what the numbers are (see _Q4_SHOWS), so no wrong implementations
-    _Q1["real_share"].but(   # q1's mistakes again, on exercise 3's numbers: the same question to ask
-        wrong=None, symptom="(a) a_padding_share = {share}: that is 300 / 4096, the share of a row the example's own "
-                            "tokens fill{also}",
-        fix="Padding is the rest of the row: 1 − 300 / 4096.", formula=_SHARE_FORMULA),
-    _Q1["percentage"].but(name="share_percentage", wrong=None,
-                          symptom="(a) a_padding_share = {share_n}, a share above 1{also}",
-                          fix="Give a fraction between 0 and 1, not a percentage.", formula=_SHARE_FORMULA),
-    Rule("examples_over_row"),
-    Rule("gain_over_row"),
-    Rule("gain_counts_slots"),
-    Rule("gain_upside_down"),
-    formula=_Q4_FORMULA,
+_SHARE = 1 - _EXAMPLE / _ROW                       # the padding share of a padded row
+#: Shown once q4 passes, to compare the free-text reasons with.
+MODEL_ANSWER_Q4 = TEXTS["q4"].messages["model_answer"]
+_Q4 = Rules(   # named by what the numbers are (see _Q4_SHOWS), so no wrong implementations; (a): q1's again
+    Rule("real_share", ask=_Q1["real_share"].ask, formula=TEXTS["q4"].messages["share_formula"]),
+    Rule("share_percentage", ask=_Q1["percentage"].ask, formula=TEXTS["q4"].messages["share_formula"]),
+    Rule("examples_over_row"), Rule("gain_over_row"), Rule("gain_counts_slots"), Rule("gain_upside_down"),
     texts=TEXTS["q4"])
 #: (rule, the answer's field it is about, does (share s, examples per pack p, gain g) show it?), in this order
 _Q4_SHOWS = (
     ("real_share", "a_padding_share", lambda s, p, g: abs(s - _EXAMPLE / _ROW) <= 1e-3),
-    ("share_percentage", "a_padding_share", lambda s, p, g: abs(s - 100 * (1 - _EXAMPLE / _ROW)) <= 0.1),
+    ("share_percentage", "a_padding_share", lambda s, p, g: abs(s - 100 * _SHARE) <= 0.1),
     ("examples_over_row", "b_examples_per_pack", lambda s, p, g: p != _PER_PACK and p * _EXAMPLE > _ROW),
     ("gain_over_row", "b_speedup", lambda s, p, g: g != _GAIN and g * _EXAMPLE > _ROW * (1 + 1e-12)),
     ("gain_counts_slots", "b_speedup", lambda s, p, g: abs(g - _ROW / _EXAMPLE) <= 1e-3),
@@ -448,10 +371,10 @@ def _q4_mistake(share: float, per_pack: float, gain: float, problems: list[tuple
 @check(CHAPTER, "q4", hint=TEXTS["q4"].hint)
 def q4(exercise_3) -> tuple[str, dict[str, str]]:
     answer = exercise_3()
-    expect(isinstance(answer, dict), f"exercise_3() must return a dict, got {type(answer).__name__}")
+    expect(isinstance(answer, dict), _say("q4", "not_a_dict", type=type(answer).__name__))
     for key in ("a_padding_share", "a_wasted", "b_examples_per_pack", "b_speedup", "c_must_do",
                 "c_reset_positions_for", "why"):
-        expect(key in answer, f"missing key {key!r}")
+        expect(key in answer, _say("q4", "missing", key=key))
     why = answer.get("why", "")
     share = _number(answer["a_padding_share"], "a_padding_share")
     per_pack = _number(answer["b_examples_per_pack"], "b_examples_per_pack")
@@ -463,43 +386,25 @@ def q4(exercise_3) -> tuple[str, dict[str, str]]:
             problems.append((field, message))
         return bool(condition)
 
-    part(abs(share - (1 - _EXAMPLE / _ROW)) <= 0.01, f"(a) padding share {_num(share)}: for 300 real tokens in a "
-         "row of 4096, what fraction of the row is padding?", "a_padding_share")
-    wasted = set(answer["a_wasted"])
-    if part(wasted <= set(WASTE_OPTIONS),
-            f"(a) unknown keys {sorted(wasted - set(WASTE_OPTIONS))}; use {sorted(WASTE_OPTIONS)}"):
-        part(same_set(wasted, _WASTE), "(a) some chosen items are not wasted, or something wasted is missing "
-             "(is a padded example lost, or is its gradient wrong?)")
-    part(per_pack == _PER_PACK, f"(b) {_num(per_pack)} examples per pack: how many *whole* 300-token examples fit "
-         "4096 tokens? (an example is never cut to fill a pack)", "b_examples_per_pack")
-    part(abs(speedup - _GAIN) <= 1e-9, f"(b) speed-up {_num(speedup)}: how many real tokens does a packed row of "
-         "whole 300-token examples hold, against the 300 of a padded row?", "b_speedup")
-    must = set(answer["c_must_do"])
-    if part(must <= set(MUST_DO_OPTIONS), f"(c) unknown keys {sorted(must - set(MUST_DO_OPTIONS))}"):
-        part(same_set(must, _MUST_DO), "(c) not the right set: what keeps each example's attention and loss exactly "
-             "as if it were alone, with any position embedding?")
-    reset_for = set(answer["c_reset_positions_for"])
-    if part(reset_for <= set(POSITION_OPTIONS), f"(c) c_reset_positions_for: unknown keys "
-            f"{sorted(reset_for - set(POSITION_OPTIONS))}; use {sorted(POSITION_OPTIONS)}"):
-        part(same_set(reset_for, _RESET_FOR), "(c) c_reset_positions_for: with which position embedding does a "
-             "document in the middle of a pack compute something else unless its positions restart? (the "
-             "chapter's four TinyCausalLM runs and its rotary head)")
-    part(isinstance(why, str) and len(why.split()) >= 5, "add a 'why' field: a few sentences for (a), (b) and (c)")
+    def choice(key: str, options: dict[str, str], right: Sealed) -> None:   # known keys first, then the set
+        chosen = set(answer[key])
+        unknown = _say("q4", f"{key}_unknown", unknown=sorted(chosen - set(options)), options=sorted(options))
+        if part(chosen <= set(options), unknown):
+            part(same_set(chosen, right), _say("q4", key))
+
+    part(abs(share - _SHARE) <= 0.01, _say("q4", "a_padding_share", share=_num(share)), "a_padding_share")
+    choice("a_wasted", WASTE_OPTIONS, _WASTE)
+    part(per_pack == _PER_PACK, _say("q4", "b_examples_per_pack", per_pack=_num(per_pack)), "b_examples_per_pack")
+    part(abs(speedup - _GAIN) <= 1e-9, _say("q4", "b_speedup", speedup=_num(speedup)), "b_speedup")
+    choice("c_must_do", MUST_DO_OPTIONS, _MUST_DO)
+    choice("c_reset_positions_for", POSITION_OPTIONS, _RESET_FOR)
+    part(isinstance(why, str) and len(why.split()) >= 5, _say("q4", "why"))
     _q4_mistake(share, per_pack, speedup, problems)
     with parts() as check_part:
         for _, text in problems:
             check_part(False, text)
     return "(a), (b), (c) correct. Compare your reasons with this model answer: " + MODEL_ANSWER_Q4, {"why": why}
 
-
-#: Shown once q4 passes, to compare the free-text reasons with.
-MODEL_ANSWER_Q4 = (
-    "(a) A 300-token example in a 4096 row is ~93% padding: that compute, memory and throughput are spent on tokens "
-    "with no loss. (b) 13 whole examples fit one pack (a 14th would need 4200 slots), so a packed row holds "
-    "13 × 300 = 3900 real tokens against 300 padded: 13× the real tokens per step (4096/300 = 13.65 would need "
-    "examples cut to fill the row). (c) Every example must see only itself: a block-diagonal attention mask (from "
-    "cu_seqlens / the EOD boundaries) and no loss across the boundary; positions must restart per example when the "
-    "model uses learned absolute positions (with rotary embeddings the mask alone gives the same result).")
 
 
 # --- q5: the document pieces of a GPT sample ------------------------------------------------------
@@ -511,8 +416,6 @@ def _window(sizes: list[int], doc_idx: list[int], first: int, last: int) -> list
         if a < b:
             pieces.append((int(d), int(a), int(b)))
         pos += sizes[d]
-        if pos >= last:
-            break
     return pieces
 
 
@@ -523,8 +426,6 @@ def _sample_right(sizes, doc_idx, seq, k):
 #: Small streams (sizes, doc_idx, S, k), smallest first, on which the recognised mistakes show.
 _Q5_SMALL = [([8], [0], 2, 1), ([2, 3], [0, 1], 2, 0), ([2, 3], [1, 0], 2, 0), ([3, 3], [1, 0], 2, 1),
              ([5, 2, 7], [0, 1, 2], 4, 1), ([5, 2, 7], [2, 0, 1], 4, 1)]
-_Q5_FORMULA = ("sample k reads stream tokens [k·S, k·S + S + 1); walk doc_idx, subtracting each document's length, "
-               "and cut that range at the document boundaries into (document, start, stop), stop exclusive")
 
 
 def _pieces(got: Any) -> list[tuple[int, ...]] | None:
@@ -541,21 +442,16 @@ def _stream_words(sizes: list[int], doc_idx: list[int], seq: int, k: int) -> str
     near, pos = [], 0
     for d in doc_idx:
         if pos <= last and pos + sizes[d] - 1 >= first:
-            near.append(f"document {d} at {pos}…{pos + sizes[d] - 1}")
+            near.append(_say("q5", "document", d=d, first=pos, last=pos + sizes[d] - 1))
         pos += sizes[d]
-    return (f"sample {k} reads the {seq + 1} stream tokens {first}…{last}, where the stream (documents in doc_idx "
-            f"order) holds " + ", ".join(near))
+    return _say("q5", "stream", k=k, n=seq + 1, first=first, last=last, near=", ".join(near))
 
 
-_Q5 = Rules(
-    Rule("stride_s_plus_1",
-         wrong=lambda sizes, doc_idx, seq, k: _window(sizes, doc_idx, k * (seq + 1), k * (seq + 1) + seq + 1)),
-    Rule("s_tokens", wrong=lambda sizes, doc_idx, seq, k: _window(sizes, doc_idx, k * seq, k * seq + seq)),
-    Rule("stop_inclusive",
-         wrong=lambda sizes, doc_idx, seq, k: [(d, a, b - 1) for d, a, b in _sample_right(sizes, doc_idx, seq, k)]),
-    Rule("ignores_doc_idx",
-         wrong=lambda sizes, doc_idx, seq, k: _window(sizes, list(range(len(sizes))), k * seq, k * seq + seq + 1)),
-    formula=_Q5_FORMULA,
+_Q5 = Rules(   # wrong windows of the stream: (sizes, doc_idx, S, k) → pieces
+    Rule("stride_s_plus_1", wrong=lambda sizes, docs, s, k: _window(sizes, docs, k * (s + 1), k * (s + 1) + s + 1)),
+    Rule("s_tokens", wrong=lambda sizes, docs, s, k: _window(sizes, docs, k * s, k * s + s)),
+    Rule("stop_inclusive", wrong=lambda *case: [(d, a, b - 1) for d, a, b in _sample_right(*case)]),
+    Rule("ignores_doc_idx", wrong=lambda sizes, docs, s, k: _window(sizes, range(len(sizes)), k * s, k * s + s + 1)),
     texts=TEXTS["q5"])
 
 
@@ -568,10 +464,6 @@ def _q5_facts(case: tuple, got: Any) -> dict[str, Any]:
                     f"{short(_sample_right(*case), 200)})",
             "n_tokens": n_tokens, "seq": seq, "k": k, "window": seq + 1, "start": k * (seq + 1), "before": k - 1,
             "before_ends": (k - 1) * seq + seq}
-
-
-#: Every named mistake of this chapter's checks, by question (see labsupport.check.rules).
-RULES: dict[str, Rules] = {"q1": _Q1, "q2": _Q2, "q3": _Q3, "q4": _Q4, "q5": _Q5}
 
 
 @check(CHAPTER, "q5", hint=TEXTS["q5"].hint)
@@ -591,14 +483,16 @@ def q5(sample_documents) -> str:
         got = sample_documents(sizes.tolist(), doc_idx.tolist(), seq, k)
         want = sample_segments(sizes, doc_idx, si, k)
         expect(isinstance(got, (list, tuple)) and _pieces(got) is not None,
-               f"{call} must return a list of (document, start, stop), got {short(got)}")
+               _say("q5", "not_pieces", call=call, got=short(got)))
         got = _pieces(got)
         if got != want:
             explain(sample_documents, _Q5.values(), (sizes.tolist(), doc_idx.tolist(), seq, k), got, _sample_right,
-                  lambda a, b: _pieces(a) == b, lambda rule: _Q5_SMALL, _q5_facts)
-            n_tokens = sum(b - a for _, a, b in got)
-            expect(False, f"{call} returned {short(got, 200)} ({n_tokens} tokens), expected {short(want, 200)}: "
-                   + _stream_words(sizes.tolist(), doc_idx.tolist(), seq, k))
+                    lambda a, b: _pieces(a) == b, lambda rule: _Q5_SMALL, _q5_facts)
+            expect(False, _say("q5", "wrong", call=call, got=short(got, 200), n_tokens=sum(b - a for _, a, b in got),
+                               want=short(want, 200), stream=_stream_words(sizes.tolist(), doc_idx.tolist(), seq, k)))
         cases += 1
     return f"{cases} random streams with repeated documents (epochs)"
 
+
+#: Every named mistake of this chapter's checks, by question (see labsupport.check.rules).
+RULES: dict[str, Rules] = {"q1": _Q1, "q2": _Q2, "q3": _Q3, "q4": _Q4, "q5": _Q5}
