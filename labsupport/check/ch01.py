@@ -34,32 +34,7 @@ TEXTS = load_texts(CHAPTER)
 RULES: dict[str, Rules] = {}
 
 #: Book exercise 4: the options the learner chooses from (shown in the solutions notebook).
-EXERCISE_4_CAUSES = {
-    "a": "the learning rate was too high, so fine-tuning diverged",
-    "b": "the serving stack loads a different tokenizer than the one that preprocessed the training data "
-         "(another .model file, or the same vocabulary with different special-token ids)",
-    "c": "the deployment GPU rounds bf16 differently from the training GPU",
-    "d": "the data blend over-sampled a small dataset",
-}
-EXERCISE_4_CHECKS = {
-    "fingerprint": "compare the serving tokenizer's fingerprint (sha256 of the .model) with the one recorded "
-                   "beside the preprocessed data / checkpoint",
-    "special_ids": "compare bos / eos / eod / pad ids between preprocessing, training and serving",
-    "vocab_size": "compare the serving tokenizer's vocabulary size with the model's embedding rows",
-    "roundtrip": "decode a sample of training token ids (.bin) with the serving tokenizer and read it; "
-                 "encode one text with both tokenizers and compare the ids",
-    "loss_curve": "re-inspect the training loss curve",
-    "gpu_util": "check GPU utilisation while serving",
-    "batch_size": "lower the serving batch size",
-}
-EXERCISE_4_FIXES = {
-    "ship_model": "ship the exact tokenizer .model with the checkpoint and load it from there",
-    "guard": "record the tokenizer fingerprint at preprocessing and assert it when training and serving start",
-    "reprocess": "if the tokenizer must change, re-preprocess the data and fine-tune again with the new tokenizer",
-    "more_epochs": "fine-tune for more epochs",
-    "temperature": "lower the sampling temperature",
-    "bigger_vocab": "switch serving to a tokenizer with a bigger vocabulary",
-}
+EXERCISE_4_CAUSES, EXERCISE_4_CHECKS, EXERCISE_4_FIXES = (TEXTS["q4"].options[k] for k in ("causes", "checks", "fixes"))
 #: q4's answer keys, sealed (see _core.Sealed).
 _CAUSE = Sealed("labsupport:ch01:q4:cause", [
     "7c2b5328d42fceaa6f77a5e7f9055bfbbd7dc0070ea91849b4fc70421de986c1",
@@ -414,16 +389,11 @@ def q4(exercise_4) -> tuple[str, dict[str, str]]:
             part(len(fixes) == len(_FIXES), f"fixes: {len(_FIXES) - len(fixes)} fix(es) missing")
         part(isinstance(text, str) and len(text.split()) >= 15,
              "explanation: a few sentences (15+ words) in your own words")
-    return ("cause, checks and fixes correct. Compare your explanation with this model answer: " + MODEL_ANSWER_Q4,
-            {"explanation": text})
+    return TEXTS["q4"].say("passed", model_answer=MODEL_ANSWER_Q4), {"explanation": text}
 
 
 #: Shown once q4 passes, to compare the free-text explanation with.
-MODEL_ANSWER_Q4 = (
-    "The serving stack decodes with a different tokenizer (another .model, vocabulary or special ids) than the one "
-    "that wrote the training data, so every id means another piece. Compare the fingerprint stored beside the data "
-    "with the serving tokenizer's, and their vocabulary sizes and special ids; encode probe texts with both. Fix: "
-    "ship the exact .model with the checkpoint and refuse to serve when the fingerprints differ.")
+MODEL_ANSWER_Q4 = TEXTS["q4"].messages["model_answer"]
 
 
 # ---------------------------------------------------------------------------------------------
