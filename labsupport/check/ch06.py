@@ -14,7 +14,6 @@ calm log with one field sick).
 from __future__ import annotations
 
 import functools
-from types import SimpleNamespace
 from typing import Any, Callable
 
 import numpy as np
@@ -24,10 +23,12 @@ from labsupport.check import layout_mistakes as layout
 from labsupport.check._core import chapter_summary, check, check_seed, expect, Sealed, short, try_call
 from labsupport.check.texts import load_texts
 from labsupport.check.rules import first_showing, Rule, Rules
-from labsupport.config import ConfigError, parallel_layout
-from labsupport.datasets.blending import build_blending_indices, normalize_weights
-from labsupport.training.data_plan import DataPlanError, check_plan, consumed_digest, plan_of
-from labsupport.training.sampler import MegatronPretrainingSampler, num_microbatches
+from labsupport.datasets.blending import normalize_weights
+from labsupport.training import restart
+from labsupport.training.restart import blend_order
+from labsupport.training.sampler import batch_arithmetic, rank_slice
+from labsupport.training.symptoms import ATTENTION_PATHS as ATTENTION_PATHS  # noqa: F401 - check.ATTENTION_PATHS
+from labsupport.training.symptoms import HEALTHY, HEALTHY_RANGES, sick_log, SICK_VALUES, symptom_log
 
 CHAPTER = "ch06"
 TEXTS = load_texts(CHAPTER)
@@ -38,9 +39,13 @@ _BLEND_REFS = [f"{_BLENDING}:build_blending_indices", f"{_BLENDING}:reference_bl
                f"{_BLENDING}:greedy_step"]
 #: The labsupport functions each question's check compares with: the grader flags an answer that
 #: uses them, and hides them from the student's process while it grades (labsupport.workbook.grading).
-REFERENCES = {"q1": _SAMPLER_REFS, "q2": [f"{_SAMPLER}:num_microbatches"], "q4": _SAMPLER_REFS + _BLEND_REFS,
+_RESTART = "labsupport.training.restart"
+#: (q3 compares with its sealed pairs: the log generators it draws from, labsupport.training.symptoms, are no answer)
+REFERENCES = {"q1": _SAMPLER_REFS, "q2": [f"{_SAMPLER}:num_microbatches", f"{_SAMPLER}:batch_arithmetic"], "q3": [],
+              "q4": _SAMPLER_REFS + _BLEND_REFS + [f"{_RESTART}:locate_sample", f"{_RESTART}:blend_order"],
               "q5": _SAMPLER_REFS + _BLEND_REFS + ["labsupport.training.data_plan:check_plan",
-                                                   "labsupport.training.data_plan:consumed_digest"]}
+                                                   "labsupport.training.data_plan:consumed_digest",
+                                                   f"{_RESTART}:restart_with_new_blend", f"{_RESTART}:blend_order"]}
 #: every named mistake of each question, by question: see labsupport.check.rules
 RULES: dict[str, Rules] = {}
 summary = chapter_summary(CHAPTER)
@@ -51,19 +56,30 @@ def _call(name: str, params: str, *values: Any) -> str:
     return f"{name}({', '.join(f'{p}={v}' for p, v in zip(params.split(), values, strict=True))})"
 
 
-# ------------------------------------------------------------------------------------- q1
-def _ints(value: Any) -> list[int] | None:
+def _fill(room: dict[str, int], draw: Callable[[], tuple[Any, Any, str]], key: Callable) -> list[tuple]:
+    """``(case, want)`` drawn by ``draw`` (which also names the case's kind) until each kind holds its ``room``
+    (a draw of a full kind is dropped), sorted by ``key``: smallest first, so that a failure shows the smallest
+    input that shows it."""
+    cases = []
+    while any(room.values()):
+        case, want, kind = draw()
+        if room[kind]:
+            room[kind] -= 1
+            cases.append((case, want))
+    return sorted(cases, key=key)
+
+
+def _ints(value: Any, pairs: bool = False) -> list | None:
+    """``value`` as a list of ints (``pairs``: of ``[int, int]`` pairs, from any iterable), None when it is not one."""
     try:
+        if pairs:
+            return [[int(d), int(s)] for d, s in value]
         return [int(x) for x in value] if isinstance(value, (list, tuple, range, np.ndarray)) else None
     except (TypeError, ValueError):
         return None
 
 
-def _slice(consumed: int, micro: int, rank: int, dp: int) -> list[int]:
-    """The reference: the first micro-batch the sampler hands ``rank``."""
-    return next(iter(MegatronPretrainingSampler(consumed + 10 * micro * dp, consumed, micro, rank, dp)))
-
-
+# ------------------------------------------------------------------------------------- q1
 _q1_call = functools.partial(_call, "dp_slice", "consumed_samples micro_batch_size rank data_parallel_size")
 #: each rule's wrong slice of (consumed, micro, rank, DP), tried in this order; wrong_length is any other length
 RULES["q1"] = Rules(
@@ -80,7 +96,7 @@ _Q1_SMALL = sorted(((g * m * dp, m, r, dp) for dp in (1, 2, 3, 4) for m in (1, 2
 
 def _q1_kind(case: tuple[int, ...], got: list[int] | None) -> str | None:
     """The first rule whose wrong slice (where it differs from the right one) ``got`` is, else None."""
-    want = _slice(*case)
+    want = rank_slice(*case)
     if got is None or got == want:
         return None
     named = [r.name for r in RULES["q1"].values() if r.wrong and got == r.wrong(*case) != want]
@@ -109,7 +125,7 @@ def q1(dp_slice: Callable) -> str:
         micro, dp = int(rng.integers(1, 9)), int(rng.choice([1, 2, 3, 4, 8, 16]))
         rank = int(rng.integers(0, dp))
         case = (int(rng.integers(0, 50)) * micro * dp * int(rng.integers(1, 4)), micro, rank, dp)
-        got, want = dp_slice(*case), _slice(*case)
+        got, want = dp_slice(*case), rank_slice(*case)
         expect(_ints(got) is not None, TEXTS["q1"].say("not_ints", call=_q1_call(*case), got=short(got)))
         if _ints(got) != want:
             if _q1_kind(case, _ints(got)):
@@ -129,12 +145,9 @@ def _arith(case: tuple[int, ...], readonly: bool = False) -> tuple[Any, dict[str
                                       "encoder_seq_length": seq}})
     OmegaConf.set_readonly(cfg, readonly)
     try:
-        dp = parallel_layout(cfg).data_parallel
-        acc = num_microbatches(global_bs, micro, dp)
-    except (ConfigError, ValueError):
+        return cfg, batch_arithmetic(cfg, steps)
+    except ValueError:                                   # a ConfigError too
         return cfg, None
-    return cfg, {"data_parallel_size": dp, "accumulation_steps": acc, "tokens_per_step": global_bs * seq,
-                 "consumed_samples": steps * global_bs}
 
 
 #: a (read-only) config of a small case and its reference, built once: failures are shrunk often
@@ -162,11 +175,9 @@ RULES["q2"] = Rules(
     layout.REFUSES_TP_ACROSS_NODES.but(fix=""),
     layout.RAISES_LEGAL_LAYOUT.but(ask="", fix=""),
     texts=TEXTS["q2"])
-_Q2_FIELD = {"dp_ignores_pp": "data_parallel_size", "dp_one_node": "data_parallel_size",
-             "accumulation_without_dp": "accumulation_steps", **dict.fromkeys(
-                 ("tokens_one_microbatch", "tokens_one_rank", "tokens_without_accumulation"), "tokens_per_step"),
-             **dict.fromkeys(("consumed_is_steps", "consumed_steps_times_micro", "consumed_without_accumulation"),
-                             "consumed_samples")}
+_Q2_FIELD = {name: {"dp": "data_parallel_size", "accumulation": "accumulation_steps", "tokens": "tokens_per_step",
+                    "consumed": "consumed_samples"}[name.split("_")[0]]
+             for name, rule in RULES["q2"].items() if rule.wrong}
 #: the small configs a q2 failure is shrunk to: up to 4 GPUs, fewest first (sequence length 16, 2 steps)
 _Q2_SMALL = sorted(((d, n, t, p, m, m * k, 16, 2) for d in (1, 2, 4) for n in (1, 2) for t in (1, 2, 4)
                     for p in (1, 2, 3) for m in (1, 2) for k in (1, 2, 3, 4, 6, 8)
@@ -271,11 +282,6 @@ _FIELD = {"tokenize_every_step": "data_share", "padding": "real_token_share",
 SUSPECTS = tuple(_FIELD)
 FIXES = tuple(sorted(("binary_index", "packing", "reset_attention_mask", "cu_seqlens", "same_tokenizer", "cap_epochs",
                       "mmap")))
-#: where the boundary mask must act (chapter 4, "When reset_attention_mask takes effect"): an unfused
-#: attention path applies the dataloader's dense mask; a fused/flash path (Transformer Engine's
-#: attn_mask_type=causal) ignores it and needs THD cu_seqlens (PackedSeqParams, or megatron-core 0.19's
-#: inter-document masking).
-ATTENTION_PATHS = ("unfused", "fused")
 #: q3's [suspect, fix] pairs — for no_boundary_mask [suspect, attention_path, fix] — sealed (see _core.Sealed).
 _FIX = Sealed("labsupport:ch06:q3:fix", [
     "02b4b74461918efc5c2d049038547f787d1a00fcaf8981c0211c831f0d43ae66",
@@ -286,44 +292,10 @@ _FIX = Sealed("labsupport:ch06:q3:fix", [
     "8c68839f601e65e69918b0ad8b42bc43ba383805b08fcf0992a51cb16a1f6af6",
     "956ceccaecab38ef961c9a893bb69be8d4a4d4ad398a7992316f607eaa4c706c",
 ])
-#: the healthy ranges of the measured fields (as the question's table states them; a healthy log draws from
-#: them), the ranges a sick field draws from, a calm log (in the logs' field order) and a sick value for each
-_BOUNDS = {"data_share": (0.01, 0.15), "real_token_share": (0.93, 1.0), "small_domain_gap": (0.0, 0.8),
-           "rss_over_corpus": (0.001, 0.2)}
-_HEALTHY = {**{f: f"{lo} – {hi}" for f, (lo, hi) in _BOUNDS.items()}, "cross_document_attention": "0.0",
-            "decode_roundtrip_ok": "True"}
-_SICK_DRAW = {"data_share": (0.5, 0.95), "real_token_share": (0.1, 0.6), "cross_document_attention": (0.01, 0.3),
-              "small_domain_gap": (2.0, 6.0), "rss_over_corpus": (1.0, 1.5)}
-_CALM = {"data_share": 0.08, "real_token_share": 0.97, "cross_document_attention": 0.0, "decode_roundtrip_ok": True,
-         "small_domain_gap": 0.4, "rss_over_corpus": 0.05, "attention_path": "unfused", "reset_attention_mask": True}
-_SICK = {"data_share": 0.7, "real_token_share": 0.35, "cross_document_attention": 0.12, "decode_roundtrip_ok": False,
-         "small_domain_gap": 4.0, "rss_over_corpus": 1.2}
-
-
-def _healthy_log(rng: np.random.Generator) -> dict[str, Any]:
-    path = str(rng.choice(ATTENTION_PATHS))
-    drawn = {f: float(rng.uniform(lo, hi)) for f, (lo, hi) in _BOUNDS.items()}
-    return {**_CALM, **drawn, "attention_path": path,
-            "reset_attention_mask": True if path == "unfused" else bool(rng.integers(2))}
-
-
 def make_symptom_log(suspect: str, rng: np.random.Generator | None = None) -> dict[str, Any]:
-    """A measured log summary with one thing wrong (``suspect``); fields as in the notebook's table:
-    ``data_share`` (data-loader time / step time), ``real_token_share`` (tokens with loss / tokens
-    computed), ``cross_document_attention`` (share of allowed attention pairs crossing documents),
-    ``decode_roundtrip_ok`` (serving decode of training ids gives the text back),
-    ``small_domain_gap`` (held-out loss minus the loss on its own training samples, in nats, for the
-    most up-weighted domain: memorisation opens the gap), ``rss_over_corpus`` (resident memory / corpus bytes),
-    ``attention_path`` ("unfused": applies the dataloader's mask; "fused": takes no mask) and the config's
-    ``reset_attention_mask``.  Mixed documents on the unfused path come with the flag off; on the fused
-    path the flag does not matter."""
-    rng = np.random.default_rng() if rng is None else rng
-    log = _healthy_log(rng)
-    sick = {f: float(rng.uniform(lo, hi)) for f, (lo, hi) in _SICK_DRAW.items()}
-    log[_FIELD[suspect]] = sick.get(_FIELD[suspect], False)        # decode_roundtrip_ok: False
-    if suspect == "no_boundary_mask":
-        log["reset_attention_mask"] = False if log["attention_path"] == "unfused" else bool(rng.integers(2))
-    return log
+    """A measured log summary with one thing wrong (``suspect``): its field sick, the rest healthy
+    (:func:`labsupport.training.symptoms.symptom_log`, which describes the fields)."""
+    return symptom_log(_FIELD[suspect], rng)
 
 
 #: missed_*, wrong_fix_* and false_alarm_*: one rule per suspect or field, with the texts its family shares
@@ -336,25 +308,14 @@ RULES["q3"] = Rules(
     Rule("cu_seqlens_on_unfused"),
     Rule("flag_read_as_symptom"),
     *(Rule(f"false_alarm_{f}", *(_M3[f"false_alarm_{t}"] for t in ("symptom", "ask", "fix", "formula")))
-      for f in _BOUNDS),
+      for f in HEALTHY_RANGES),
     texts=TEXTS["q3"])
-
-
-def _q3_calm(suspect: str, like: dict[str, Any]) -> dict[str, Any]:
-    """The hand-picked log for ``suspect``: calm values, its one field sick; for no_boundary_mask the
-    attention path and flag of ``like`` (the fix depends on them)."""
-    log = {**_CALM, _FIELD[suspect]: _SICK[_FIELD[suspect]]}
-    if suspect == "no_boundary_mask":
-        log["attention_path"] = like["attention_path"]
-        log["reset_attention_mask"] = False if like["attention_path"] == "unfused" else like["reset_attention_mask"]
-    return log
 
 
 #: the hand-picked logs a q3 failure is first shown on: each suspect's calm log, in SUSPECTS order
 #: (no_boundary_mask on the unfused path, and on the fused path with the flag on and off)
-_Q3_CALM_LOGS = [(s, _q3_calm(s, like)) for s in SUSPECTS for like in (
-    [{"attention_path": "unfused"}, {"attention_path": "fused", "reset_attention_mask": True},
-     {"attention_path": "fused", "reset_attention_mask": False}] if s == "no_boundary_mask" else [_CALM])]
+_Q3_CALM_LOGS = [(s, sick_log(_FIELD[s], *like)) for s in SUSPECTS for like in (
+    [("unfused",), ("fused", True), ("fused", False)] if s == "no_boundary_mask" else [()])]
 
 
 def _q3_named(fn: Callable, log: dict[str, Any]) -> Any:
@@ -377,31 +338,32 @@ def _q3_fail(fn: Callable, log: dict[str, Any], suspect: str, got: dict) -> None
         if again["suspect"] != truth and again["suspect"] in SUSPECTS:
             RULES["q3"].fail(f"missed_{truth}", **_q3_facts(calm, again["suspect"], _FIELD[again["suspect"]]),
                              own=_FIELD[truth], own_value=short(calm[_FIELD[truth]]),
-                             own_healthy=_HEALTHY[_FIELD[truth]], suspect=truth)
+                             own_healthy=HEALTHY[_FIELD[truth]], suspect=truth)
         if again["suspect"] == truth and _fix_key(truth, calm, again["fix"]) not in _FIX and again["fix"] in FIXES:
             _q3_wrong_fix(calm, truth, again["fix"])
     if got["suspect"] == suspect:
         _q3_wrong_fix(log, suspect, got["fix"])
-    named, calm = got["suspect"], _q3_calm(suspect, log)     # a false alarm: blamed on a value no calm log has
+    # a false alarm: blamed on a value no calm log has
+    named, calm = got["suspect"], sick_log(_FIELD[suspect], log["attention_path"], log["reset_attention_mask"])
     field = _FIELD[named]
     if named == "no_boundary_mask":                          # the flag read as the measurement
         shown = dict(calm, attention_path=log["attention_path"], reset_attention_mask=log["reset_attention_mask"])
         log = shown if _q3_named(fn, shown) == named else log
         RULES["q3"].fail("flag_read_as_symptom", **_q3_facts(log, named, field), path=log["attention_path"],
                          flag=log["reset_attention_mask"])
-    expect(field in _BOUNDS, TEXTS["q3"].say("healthy", log=short(log, 400), named=named, field=field,
-                                             value=short(log[field])))
+    expect(field in HEALTHY_RANGES, TEXTS["q3"].say("healthy", log=short(log, 400), named=named, field=field,
+                                                    value=short(log[field])))
     for value in (round(log[field], 2), round(log[field], 3), log[field]):   # the same healthy value, in the
         shown = dict(calm, **{field: value})                                  # calm log, as short as it goes
-        if _BOUNDS[field][0] <= value <= _BOUNDS[field][1] and _q3_named(fn, shown) == named:
+        if HEALTHY_RANGES[field][0] <= value <= HEALTHY_RANGES[field][1] and _q3_named(fn, shown) == named:
             log = shown
             break
-    RULES["q3"].fail(f"false_alarm_{field}", **_q3_facts(log, named, field), sick=short(_SICK[field]))
+    RULES["q3"].fail(f"false_alarm_{field}", **_q3_facts(log, named, field), sick=short(SICK_VALUES[field]))
 
 
 def _q3_facts(log: dict[str, Any], named: str, field: str) -> dict[str, Any]:
     return {"log": short(log, 400), "named": named, "field": field, "value": short(log[field]),
-            "healthy": _HEALTHY[field]}
+            "healthy": HEALTHY[field]}
 
 
 def _q3_wrong_fix(log: dict[str, Any], suspect: str, fix: str) -> None:
@@ -445,30 +407,6 @@ def _dyadic_weights(rng: np.random.Generator, n: int, scale: int = 1) -> list[in
             return [r * scale for r in raw]
 
 
-def _blend(weights: list[float], size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Chapter 3's blend of ``size`` samples: (dataset_index, dataset_sample_index)."""
-    return build_blending_indices(normalize_weights(weights), size)
-
-
-def _locate_reference(weights: list[float], domain: int, k: int, consumed: int, micro: int, dp: int,
-                      global_bs: int) -> dict[str, int] | None:
-    """Where the sampler of a run resumed at ``consumed`` reads ``domain``'s sample ``k``: each
-    rank's MegatronPretrainingSampler is walked from ``consumed`` until it hands out that index."""
-    di, si = _blend(weights, size := max(consumed, 1) * 2 + 64)
-    while not ((di == domain) & (si == k)).any():          # a blend long enough to hold that sample
-        di, si = _blend(weights, size := size * 2)
-    index = int(np.flatnonzero((di == domain) & (si == k))[0])
-    if index < consumed:
-        return None
-    group, acc = micro * dp, num_microbatches(global_bs, micro, dp)
-    for rank in range(dp):
-        for j, batch in enumerate(MegatronPretrainingSampler((index // group + 1) * group, consumed, micro, rank, dp)):
-            if index in batch:
-                return {"blend_index": index, "step": consumed // global_bs + j // acc + 1, "rank": rank,
-                        "microbatch": j % acc}
-    raise AssertionError(f"blend index {index} was handed to no rank")  # the sampler covers every index
-
-
 #: for each rule of q4 (tried in RULES order): the field it gets wrong, and its wrong values from the case's facts
 _Q4_WRONG = {"k_off_by_one": ("blend_index", lambda f: (f["next"], f["previous"])),
              "step_from_zero": ("step", lambda f: (f["want_step"] - 1,)),
@@ -483,7 +421,7 @@ RULES["q4"] = Rules(*map(Rule, _Q4_WRONG), texts=TEXTS["q4"])
 def _q4_mistake(got: dict, want: dict, case: dict) -> None:
     """Name a wrong field the check recognises (raises a Mistake), or return to fail plainly."""
     i, g, k = want["blend_index"], case["global_bs"], case["k"]
-    occ = np.flatnonzero(_blend(case["weights"], i + 4 * max(case["weights"]) * len(case["weights"]) + 64)[0]
+    occ = np.flatnonzero(blend_order(case["weights"], i + 4 * max(case["weights"]) * len(case["weights"]) + 64)[0]
                          == case["domain"])
     f = {**case, "i": i, "want_step": want["step"], "within": i - (want["step"] - 1) * g, "last": g - 1,
          "next": int(occ[k + 1]) if k + 1 < occ.size else -1, "previous": int(occ[k - 1]) if k else -1,
@@ -500,9 +438,8 @@ def q4(locate_sample: Callable) -> str:
     """``locate_sample(weights, domain, k, consumed_samples, micro_batch_size, data_parallel_size,
     global_batch_size)`` → ``{"blend_index", "step", "rank", "microbatch"}`` or None."""
     rng, say = np.random.default_rng(check_seed()), TEXTS["q4"].say
-    cases: list[tuple] = []
-    before = after = 0
-    while before < 5 or after < 25:
+
+    def draw() -> tuple[dict, Any, str]:
         n = int(rng.integers(2, 5))
         weights = _dyadic_weights(rng, n, int(rng.choice([1, 1, 3, 5])))
         micro, dp = int(rng.integers(1, 6)), int(rng.choice([1, 2, 3, 4, 5, 6]))
@@ -511,14 +448,11 @@ def q4(locate_sample: Callable) -> str:
         # not 1 step: 'counted from 1' and 'counted from the resume' would give the same wrong step
         case = dict(weights=weights, domain=domain, k=k, consumed=global_bs * int(rng.choice([0, 2, 3, 5, 7, 11])),
                     micro=micro, dp=dp, global_bs=global_bs)
-        want = _locate_reference(*case.values())             # the arguments, in the signature's order
-        if (want is None and before >= 5) or (want is not None and after >= 25):
-            continue
-        before, after = before + (want is None), after + (want is not None)
-        cases.append((case, want))
-    cases.sort(key=lambda c: (c[0]["k"] + c[0]["consumed"] + c[0]["global_bs"], sum(c[0]["weights"]),
-                              len(c[0]["weights"])))
-    for case, want in cases:        # smallest first, so that a failure shows the smallest input that shows it
+        want = restart.locate_sample(*case.values())             # the arguments, in the signature's order
+        return case, want, "before" if want is None else "after"
+    room = {"before": 5, "after": 25}
+    for case, want in _fill(dict(room), draw, lambda c: (c[0]["k"] + c[0]["consumed"] + c[0]["global_bs"],
+                                                         sum(c[0]["weights"]), len(c[0]["weights"]))):
         call = case["call"] = _call("locate_sample", "weights domain k consumed_samples micro_batch_size "
                                     "data_parallel_size global_batch_size", *case.values())
         got = locate_sample(list(case["weights"]), case["domain"], case["k"], case["consumed"], case["micro"],
@@ -534,54 +468,10 @@ def q4(locate_sample: Callable) -> str:
             _q4_mistake(got, want, case)
             expect(False, f"{call}: " + ", ".join(say("wrong", key=key, got=short(got[key]), want=want[key])
                                                   for key in want if got[key] != want[key]))
-    return f"{after} samples read after a resume and {before} read before it, random blends and layouts"
+    return f"{room['after']} samples read after a resume and {room['before']} read before it, random blends and layouts"
 
 
 # ------------------------------------------------------------------------------------- q5
-class _Blend:
-    """Chapter 3's blend of one-epoch, unshuffled domains (sample s is document s, so a sample's identity is
-    (domain, s)), as the data-plan guard (:func:`check_plan`) sees it."""
-
-    def __init__(self, weights: list[float], size: int) -> None:
-        self.dataset_index, self.dataset_sample_index = _blend(weights, size)
-        self.weights, self.names, self.size = normalize_weights(weights), [f"d{d}" for d in range(len(weights))], size
-        n = size + 1
-        self.datasets = [SimpleNamespace(num_samples=n, num_epochs=1, shuffle_index=np.arange(n),
-                                         sample_index=np.stack([np.arange(n + 1), np.zeros(n + 1, dtype=np.int64)], 1),
-                                         document_index=np.arange(n + 2)) for _ in weights]
-
-    def __len__(self) -> int:
-        return self.size
-
-
-def _restart_reference(old: list[float], new: list[float], consumed: int, micro: int, rank: int,
-                       dp: int) -> dict[str, Any]:
-    """The real guard (:func:`check_plan`) on the checkpoint's plan, and the micro-batch
-    MegatronPretrainingSampler hands ``rank`` first from the new blend at ``consumed``."""
-    size = consumed + micro * dp
-    before, after = _Blend(old, size), _Blend(new, size)
-    model = SimpleNamespace(seed=1234, encoder_seq_length=128, global_batch_size=micro * dp,
-                            data=SimpleNamespace(flags={}, blend=lambda: (before.names, before.weights)))
-    settings = SimpleNamespace(names=before.names, config=SimpleNamespace(model=model,
-                                                                          trainer=SimpleNamespace(max_steps=1)))
-    saved = plan_of(settings, before, consumed, consumed_digest(before, consumed).hexdigest())
-    try:
-        refused = check_plan(saved, settings, after, consumed, "checkpoint", allow=False) is None
-    except DataPlanError:
-        refused = True
-    batch = next(iter(MegatronPretrainingSampler(size, consumed, micro, rank, dp)))
-    first = [[int(after.dataset_index[i]), int(after.dataset_sample_index[i])] for i in batch]
-    trained = set(zip(before.dataset_index[:consumed].tolist(), before.dataset_sample_index[:consumed].tolist()))
-    return {"refused": refused, "first_microbatch": first, "already_trained": sum((d, s) in trained for d, s in first)}
-
-
-def _pairs(value: Any) -> list[list[int]] | None:
-    try:
-        return [[int(d), int(s)] for d, s in value]
-    except (TypeError, ValueError):
-        return None
-
-
 RULES["q5"] = Rules(*map(Rule, ("refusal_missed", "refused_weights_not_samples", "old_blend", "from_zero")),
                     texts=TEXTS["q5"])
 
@@ -589,11 +479,11 @@ RULES["q5"] = Rules(*map(Rule, ("refusal_missed", "refused_weights_not_samples",
 def _q5_mistake(got: dict, want: dict, case: dict) -> None:
     """Name a wrong field the check recognises (raises a Mistake), or return to fail plainly."""
     old, new, consumed, micro, rank, dp = (case[k] for k in ("old", "new", "consumed", "micro", "rank", "dp"))
-    (di0, si0), (di1, si1) = _blend(old, consumed + micro * dp), _blend(new, consumed + micro * dp)
+    (di0, si0), (di1, si1) = blend_order(old, consumed + micro * dp), blend_order(new, consumed + micro * dp)
     changed = np.flatnonzero((di0[:consumed] != di1[:consumed]) | (si0[:consumed] != si1[:consumed]))
     p = int(changed[0]) if changed.size else 0
     positions = list(range(consumed + rank * micro, consumed + (rank + 1) * micro))
-    first = _pairs(got["first_microbatch"])
+    first = _ints(got["first_microbatch"], pairs=True)
     said = TEXTS["q5"].messages
     same = (said["nothing_trained"] if not consumed else said["same_prefix"]
             + (said["same_shares"] if normalize_weights(old) == normalize_weights(new) else ""))
@@ -616,9 +506,7 @@ def q5(restart_with_new_blend: Callable) -> str:
     rng, say = np.random.default_rng(check_seed()), TEXTS["q5"].say
     # 6 of each kind: refused and re-reading trained samples, refused without, accepted with the
     # same shares under other numbers, accepted otherwise (nothing trained yet, or the same prefix)
-    room = {"refused, re-read": 6, "refused": 6, "rescaled": 4, "accepted": 4}
-    cases: list[tuple] = []
-    while any(room.values()):
+    def draw() -> tuple[tuple, dict, str]:
         n = int(rng.integers(2, 5))
         old = _dyadic_weights(rng, n)
         if rng.random() < 0.25:
@@ -628,21 +516,19 @@ def q5(restart_with_new_blend: Callable) -> str:
         micro, dp = int(rng.integers(1, 5)), int(rng.choice([1, 2, 3, 4, 5]))
         consumed = micro * dp * int(rng.integers(0, 9))
         case = (old, new, consumed, micro, int(rng.integers(0, dp)), dp)
-        want = _restart_reference(*case)
-        kind = (("refused, re-read" if want["already_trained"] else "refused") if want["refused"] else
-                "rescaled" if normalize_weights(old) == normalize_weights(new) else "accepted")
-        if room[kind]:
-            room[kind] -= 1
-            cases.append((case, want))
-    cases.sort(key=lambda c: (c[0][2] + c[0][3] * c[0][5], sum(c[0][0]) + sum(c[0][1]), len(c[0][0])))
-    for (old, new, consumed, micro, rank, dp), want in cases:   # smallest first: a failure shows the smallest input
+        want = restart.restart_with_new_blend(*case)
+        return case, want, (("refused, re-read" if want["already_trained"] else "refused") if want["refused"] else
+                            "rescaled" if normalize_weights(old) == normalize_weights(new) else "accepted")
+    cases = _fill({"refused, re-read": 6, "refused": 6, "rescaled": 4, "accepted": 4}, draw,
+                  lambda c: (c[0][2] + c[0][3] * c[0][5], sum(c[0][0]) + sum(c[0][1]), len(c[0][0])))
+    for (old, new, consumed, micro, rank, dp), want in cases:
         call = _call("restart_with_new_blend", "old_weights new_weights consumed_samples micro_batch_size rank "
                      "data_parallel_size", old, new, consumed, micro, rank, dp)
         got = restart_with_new_blend(list(old), list(new), consumed, micro, rank, dp)
         expect(isinstance(got, dict) and {"refused", "first_microbatch", "already_trained"} <= set(got),
                say("not_dict", call=call, got=short(got)))
         expect(isinstance(got["refused"], (bool, np.bool_)), say("not_bool", call=call, got=short(got["refused"])))
-        first = _pairs(got["first_microbatch"])
+        first = _ints(got["first_microbatch"], pairs=True)
         expect(first is not None, say("not_pairs", call=call, got=short(got["first_microbatch"])))
         if bool(got["refused"]) != want["refused"] or first != want["first_microbatch"]:
             _q5_mistake({**got, "refused": bool(got["refused"])}, want, dict(

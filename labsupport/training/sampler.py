@@ -16,9 +16,11 @@ Example (12 samples, 4 already consumed, micro-batch 2, rank 1 of 2)::
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Iterator
 
-__all__ = ["MegatronPretrainingSampler", "rank_slice", "num_microbatches"]
+from labsupport.config import parallel_layout
+
+__all__ = ["MegatronPretrainingSampler", "rank_slice", "num_microbatches", "batch_arithmetic"]
 
 
 def _positive(name: str, value: int) -> int:
@@ -46,6 +48,21 @@ def num_microbatches(global_batch_size: int, micro_batch_size: int, data_paralle
         raise ValueError(f"global_batch_size {global_batch_size} is not divisible by micro_batch_size "
                          f"{micro_batch_size} × data_parallel_size {data_parallel_size} = {per_step}")
     return global_batch_size // per_step
+
+
+def batch_arithmetic(cfg: Any, steps: int) -> dict[str, int]:
+    """The global-batch arithmetic of a config (``trainer.devices``/``num_nodes``, the model's TP, PP,
+    ``micro_batch_size``, ``global_batch_size``, ``encoder_seq_length``) after ``steps`` optimizer steps:
+    ``data_parallel_size`` (GPUs / (TP × PP)), ``accumulation_steps`` (:func:`num_microbatches`),
+    ``tokens_per_step`` (global batch × sequence length) and ``consumed_samples`` (steps × global batch,
+    the sampler's resume point).  Raises ValueError (a :class:`~labsupport.config.ConfigError` for the
+    layout) when the GPUs or the batch do not divide.  Chapter 6's exercise q2 asks for it."""
+    m = cfg.model
+    dp = parallel_layout(cfg).data_parallel
+    acc = num_microbatches(m.global_batch_size, m.micro_batch_size, dp)
+    return {"data_parallel_size": dp, "accumulation_steps": acc,
+            "tokens_per_step": m.global_batch_size * m.encoder_seq_length,
+            "consumed_samples": steps * m.global_batch_size}
 
 
 class MegatronPretrainingSampler:

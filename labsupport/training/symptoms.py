@@ -14,6 +14,12 @@ broken output                          decode with another tokenizer            
 good at one domain only / overfitting  tiny domain, high weight                 cap its epochs (ch3)
 OOM on terabytes                       load every ``.bin`` into RAM             mmap (ch2)
 =====================================  =======================================  ==============================
+
+The same rows as a measured log summary (chapter 6's exercise q3, the diagnosis cell after §6.2.7:
+``labsupport.check.ch06`` draws its logs with :func:`symptom_log`): each row disturbs one field
+(``data_share``, ``real_token_share``, ``cross_document_attention``, ``decode_roundtrip_ok``,
+``small_domain_gap``, ``rss_over_corpus``), whose healthy range :data:`HEALTHY_RANGES` / :data:`HEALTHY`
+state.
 """
 from __future__ import annotations
 
@@ -38,7 +44,9 @@ from labsupport.training.settings import Settings, load_settings
 from labsupport.training.trainer import token_losses, train
 
 __all__ = ["loader_and_padding", "cross_document_pairs", "tokenizer_mismatch", "small_domain_split",
-           "overfit_small_domain", "memory_footprint", "memory_as_corpus_grows", "PAGE_BYTES"]
+           "overfit_small_domain", "memory_footprint", "memory_as_corpus_grows", "PAGE_BYTES",
+           "ATTENTION_PATHS", "HEALTHY_RANGES", "HEALTHY", "SICK_RANGES", "CALM_LOG", "SICK_VALUES", "healthy_log",
+           "symptom_log", "sick_log"]
 
 PAGE_BYTES = 4096
 
@@ -245,3 +253,64 @@ def memory_as_corpus_grows(settings: Settings, copies: Sequence[int], folder: st
         grown = dataclasses.replace(settings, prefixes=prefixes)
         rows.append({"copies": int(k), **memory_footprint(grown, build_blend(grown), indices)})
     return rows
+
+
+# ------------------------------------------------------------------ the table's rows as a log summary
+#: where the boundary mask must act (chapter 4, "When reset_attention_mask takes effect"): an unfused
+#: attention path applies the dataloader's dense mask; a fused/flash path (Transformer Engine's
+#: attn_mask_type=causal) ignores it and needs THD cu_seqlens (PackedSeqParams, or megatron-core 0.19's
+#: inter-document masking).
+ATTENTION_PATHS = ("unfused", "fused")
+#: the healthy ranges of the measured fields (as chapter 6's q3 table states them; a healthy log draws from
+#: them), the ranges a sick field draws from, a calm log (in the logs' field order) and a sick value for each
+HEALTHY_RANGES = {"data_share": (0.01, 0.15), "real_token_share": (0.93, 1.0), "small_domain_gap": (0.0, 0.8),
+                  "rss_over_corpus": (0.001, 0.2)}
+HEALTHY = {**{f: f"{lo} – {hi}" for f, (lo, hi) in HEALTHY_RANGES.items()}, "cross_document_attention": "0.0",
+           "decode_roundtrip_ok": "True"}
+SICK_RANGES = {"data_share": (0.5, 0.95), "real_token_share": (0.1, 0.6), "cross_document_attention": (0.01, 0.3),
+               "small_domain_gap": (2.0, 6.0), "rss_over_corpus": (1.0, 1.5)}
+CALM_LOG = {"data_share": 0.08, "real_token_share": 0.97, "cross_document_attention": 0.0,
+            "decode_roundtrip_ok": True, "small_domain_gap": 0.4, "rss_over_corpus": 0.05, "attention_path": "unfused",
+            "reset_attention_mask": True}
+SICK_VALUES = {"data_share": 0.7, "real_token_share": 0.35, "cross_document_attention": 0.12,
+               "decode_roundtrip_ok": False, "small_domain_gap": 4.0, "rss_over_corpus": 1.2}
+
+
+def healthy_log(rng: np.random.Generator) -> dict[str, Any]:
+    """A log summary with every field in its healthy range (drawn from :data:`HEALTHY_RANGES`), a random
+    attention path, and ``reset_attention_mask`` on (on the fused path: either, it does not matter).
+    Chapter 6's exercise notebook prints one in the cell before q3 (what a log looks like)."""
+    path = str(rng.choice(ATTENTION_PATHS))
+    drawn = {f: float(rng.uniform(lo, hi)) for f, (lo, hi) in HEALTHY_RANGES.items()}
+    return {**CALM_LOG, **drawn, "attention_path": path,
+            "reset_attention_mask": True if path == "unfused" else bool(rng.integers(2))}
+
+
+def symptom_log(field: str, rng: np.random.Generator | None = None) -> dict[str, Any]:
+    """A measured log summary with one field sick (``field``, drawn from :data:`SICK_RANGES`); fields:
+    ``data_share`` (data-loader time / step time), ``real_token_share`` (tokens with loss / tokens
+    computed), ``cross_document_attention`` (share of allowed attention pairs crossing documents),
+    ``decode_roundtrip_ok`` (serving decode of training ids gives the text back),
+    ``small_domain_gap`` (held-out loss minus the loss on its own training samples, in nats, for the
+    most up-weighted domain: memorisation opens the gap), ``rss_over_corpus`` (resident memory / corpus bytes),
+    ``attention_path`` ("unfused": applies the dataloader's mask; "fused": takes no mask) and the config's
+    ``reset_attention_mask``.  Mixed documents on the unfused path come with the flag off; on the fused
+    path the flag does not matter."""
+    rng = np.random.default_rng() if rng is None else rng
+    log = healthy_log(rng)
+    sick = {f: float(rng.uniform(lo, hi)) for f, (lo, hi) in SICK_RANGES.items()}
+    log[field] = sick.get(field, False)                       # decode_roundtrip_ok: False
+    if field == "cross_document_attention":
+        log["reset_attention_mask"] = False if log["attention_path"] == "unfused" else bool(rng.integers(2))
+    return log
+
+
+def sick_log(field: str, attention_path: str = "unfused", reset_attention_mask: bool = True) -> dict[str, Any]:
+    """The hand-picked log of one row: :data:`CALM_LOG` with ``field`` at its :data:`SICK_VALUES` value; for
+    ``cross_document_attention`` on ``attention_path`` with ``reset_attention_mask`` (off on the unfused
+    path: the fix depends on both), other fields keep the calm path and flag."""
+    log = {**CALM_LOG, field: SICK_VALUES[field]}
+    if field == "cross_document_attention":
+        log["attention_path"] = attention_path
+        log["reset_attention_mask"] = False if attention_path == "unfused" else reset_attention_mask
+    return log

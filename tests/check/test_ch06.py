@@ -6,6 +6,7 @@ import numpy as np
 
 from labsupport.check import ch06 as check
 from labsupport.check._core import FAIL, NOT_ATTEMPTED, PASS
+from labsupport.training import restart
 
 
 def stub(*args):
@@ -181,13 +182,13 @@ def test_q5(capsys):
 
 def test_q4_q5_compare_with_the_real_sampler_and_guard():
     """The references agree with the worked examples the notebook gives."""
-    assert check._locate_reference([3, 1], 1, 0, 0, 1, 2, 2) == {"blend_index": 1, "step": 1, "rank": 1,
+    assert restart.locate_sample([3, 1], 1, 0, 0, 1, 2, 2) == {"blend_index": 1, "step": 1, "rank": 1,
                                                                  "microbatch": 0}
-    assert check._locate_reference([3, 1], 1, 0, 2, 1, 2, 2) is None
-    assert check._restart_reference([3, 1], [1, 1], 8, 2, 1, 2) == {
+    assert restart.locate_sample([3, 1], 1, 0, 2, 1, 2, 2) is None
+    assert restart.restart_with_new_blend([3, 1], [1, 1], 8, 2, 1, 2) == {
         "refused": True, "first_microbatch": [[0, 5], [1, 5]], "already_trained": 1}
-    assert check._restart_reference([3, 1], [6, 2], 8, 2, 1, 2)["refused"] is False   # same shares: same samples
-    assert check._restart_reference([3, 1], [1, 1], 0, 2, 0, 2)["refused"] is False   # nothing trained yet
+    assert restart.restart_with_new_blend([3, 1], [6, 2], 8, 2, 1, 2)["refused"] is False   # same shares: same samples
+    assert restart.restart_with_new_blend([3, 1], [1, 1], 0, 2, 0, 2)["refused"] is False   # nothing trained yet
 
 
 def test_the_layout_mistakes_are_defined_once_for_chapters_0_and_6():

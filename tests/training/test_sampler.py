@@ -77,3 +77,23 @@ def test_num_microbatches():
 def test_bad_arguments_name_the_field(args, match):
     with pytest.raises(ValueError, match=match):
         MegatronPretrainingSampler(*args)
+
+
+def test_batch_arithmetic_of_a_config():
+    from omegaconf import OmegaConf
+
+    from labsupport.config import ConfigError
+    from labsupport.training.sampler import batch_arithmetic
+
+    def cfg(devices, nodes, tp, pp, micro, global_bs, seq=512):
+        return OmegaConf.create({"trainer": {"devices": devices, "num_nodes": nodes},
+                                 "model": {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp,
+                                           "micro_batch_size": micro, "global_batch_size": global_bs,
+                                           "encoder_seq_length": seq}})
+
+    assert batch_arithmetic(cfg(8, 2, 2, 2, 2, 64), 10) == {"data_parallel_size": 4, "accumulation_steps": 8,
+                                                            "tokens_per_step": 64 * 512, "consumed_samples": 640}
+    with pytest.raises(ConfigError):
+        batch_arithmetic(cfg(8, 1, 3, 1, 1, 8), 1)                 # TP × PP does not divide 8 GPUs
+    with pytest.raises(ValueError, match="not divisible"):
+        batch_arithmetic(cfg(8, 1, 2, 1, 2, 12), 1)                # 12 samples over micro 2 × DP 4

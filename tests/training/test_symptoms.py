@@ -79,3 +79,23 @@ def test_loader_and_padding_reports_the_spread_per_step():
         assert len(r["step_tokens_per_s"]) == len(r["step_useful_tokens_per_s"]) == 3     # steps 2…4
         assert all(u <= t + 1e-9 for t, u in zip(r["step_tokens_per_s"], r["step_useful_tokens_per_s"]))
         assert min(r["step_tokens_per_s"]) <= r["tokens_per_s"] <= max(r["step_tokens_per_s"]) * (1 + 1e-9)
+
+
+def test_symptom_logs_have_one_field_sick():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        log = S.healthy_log(rng)
+        assert all(lo <= log[f] <= hi for f, (lo, hi) in S.HEALTHY_RANGES.items())
+        assert log["attention_path"] in S.ATTENTION_PATHS and log["decode_roundtrip_ok"] is True
+    for field in S.SICK_VALUES:
+        log = S.symptom_log(field, np.random.default_rng(1))
+        assert log[field] is False if field == "decode_roundtrip_ok" else \
+            S.SICK_RANGES[field][0] <= log[field] <= S.SICK_RANGES[field][1]
+        assert S.sick_log(field)[field] == S.SICK_VALUES[field]
+    mixed = S.symptom_log("cross_document_attention", np.random.default_rng(2))
+    assert mixed["attention_path"] == "fused" or mixed["reset_attention_mask"] is False
+    assert S.sick_log("cross_document_attention")["reset_attention_mask"] is False           # unfused: flag off
+    assert S.sick_log("cross_document_attention", "fused", True)["reset_attention_mask"] is True
+    assert S.sick_log("data_share", "fused", False)["attention_path"] == "unfused"             # calm path kept
