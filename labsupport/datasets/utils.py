@@ -24,7 +24,7 @@ class DataError(ValueError):
     blend that cannot be read as what it claims.  The message names the file (or entry) and the
     cure; the base of the reader's errors (``indexed.IndexedDatasetError``), ``blending.BlendError``
     and ``index_cache.IndexCacheError``, so that a command maps one class to its "bad input"
-    status (``python -m labsupport.train`` exits 2) instead of listing each.
+    status (``python -m labsupport train`` exits 2) instead of listing each.
     """
 
 

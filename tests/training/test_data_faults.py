@@ -4,7 +4,7 @@ sidecar files, and a learning rate that overflows every weight.  Each ends as th
 line (``error: …``) with its documented status, or — a stale cache — one line saying it was
 rebuilt; nothing half-written, nothing that existed destroyed.
 
-The runs call the command's ``main`` in this process (as ``python -m labsupport.train`` does),
+The runs call the command's ``main`` in this process (as ``python -m labsupport train`` does),
 a few steps of the tiny GPT on CPU, over a 12-document corpus copied per test.
 """
 from __future__ import annotations
@@ -17,19 +17,10 @@ from pathlib import Path
 import pytest
 
 from labsupport.training import checkpoint as ckpt
-from labsupport.training.cli import EXIT_ENV, EXIT_USAGE, main
+from labsupport.training.cli import EXIT_ENV, EXIT_USAGE
+from tests.training.test_faults import errors, run_main
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
-
-
-def run_main(capsys, *argv: str) -> tuple[int, list[str]]:
-    status = main(["--no-progress", *argv])
-    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    return status, err
-
-
-def errors(lines: list[str]) -> list[str]:
-    return [x for x in lines if x.startswith("error:")]
 
 
 def preprocess_docs(folder: Path, docs: int, seed: int = 0) -> str:
