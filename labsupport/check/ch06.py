@@ -32,20 +32,6 @@ from labsupport.training.symptoms import HEALTHY, HEALTHY_RANGES, sick_log, SICK
 
 CHAPTER = "ch06"
 TEXTS = load_texts(CHAPTER)
-_SAMPLER, _BLENDING = "labsupport.training.sampler", "labsupport.datasets.blending"
-_SAMPLER_REFS = [f"{_SAMPLER}:rank_slice", f"{_SAMPLER}:MegatronPretrainingSampler",
-                 f"{_SAMPLER}:MegatronPretrainingSampler.__iter__"]
-_BLEND_REFS = [f"{_BLENDING}:build_blending_indices", f"{_BLENDING}:reference_blending_indices",
-               f"{_BLENDING}:greedy_step"]
-#: The labsupport functions each question's check compares with: the grader flags an answer that
-#: uses them, and hides them from the student's process while it grades (labsupport.workbook.grading).
-_RESTART = "labsupport.training.restart"
-#: (q3 compares with its sealed pairs: the log generators it draws from, labsupport.training.symptoms, are no answer)
-REFERENCES = {"q1": _SAMPLER_REFS, "q2": [f"{_SAMPLER}:num_microbatches", f"{_SAMPLER}:batch_arithmetic"], "q3": [],
-              "q4": _SAMPLER_REFS + _BLEND_REFS + [f"{_RESTART}:locate_sample", f"{_RESTART}:blend_order"],
-              "q5": _SAMPLER_REFS + _BLEND_REFS + ["labsupport.training.data_plan:check_plan",
-                                                   "labsupport.training.data_plan:consumed_digest",
-                                                   f"{_RESTART}:restart_with_new_blend", f"{_RESTART}:blend_order"]}
 #: every named mistake of each question, by question: see labsupport.check.rules
 RULES: dict[str, Rules] = {}
 summary = chapter_summary(CHAPTER)

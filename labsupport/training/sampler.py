@@ -96,8 +96,9 @@ class MegatronPretrainingSampler:
         return self.total_samples
 
     def _slice(self) -> tuple[int, int]:
-        start = self.data_parallel_rank * self.micro_batch_size
-        return start, start + self.micro_batch_size
+        """Where this rank's part lies in a group: ``[start, end)`` (:func:`rank_slice` of the group at 0)."""
+        part = rank_slice(0, self.micro_batch_size, self.data_parallel_rank, self.data_parallel_size)
+        return part[0], part[-1] + 1
 
     def __iter__(self) -> Iterator[list[int]]:
         batch: list[int] = []

@@ -19,7 +19,8 @@ from labsupport.workbook.grading.exercise import Unreadable, discover, read_subm
 from labsupport.workbook.grading.flags import static_flags
 from labsupport.workbook.grading.similarity import normalise
 from labsupport.workbook.grading.source import parse
-from labsupport.workbook.grading.stubs import _module_calls, hidden_references
+from labsupport.workbook.grading import reach, sandbox, stubs
+from labsupport.workbook.grading.stubs import hidden_references
 from labsupport.workbook.grading.submissions import collect
 from labsupport.workbook.grading.terminal import printable
 
@@ -116,7 +117,7 @@ def test_a_kept_function_keeps_the_references_it_calls():
     assert "labsupport.distributed.collectives:bus_factor" in kept and not set(hidden) & set(kept)
     for chapter in discover().values():             # the closure holds in every chapter
         hidden, kept = hidden_references(chapter)
-        assert not {c for k in kept for c in _module_calls(k)} & set(hidden), chapter.key
+        assert not reach.reached(kept) & set(hidden), chapter.key
 
 
 def _run(tmp_path, subs, out, *extra):
@@ -156,25 +157,55 @@ def test_one_gradebook_per_folder(tmp_path, capsys):
     ("01", "q1", "labsupport.datasets.bpe:merge_step"),              # called by a check helper, not the body
     ("01", "q2", "labsupport.datasets.tokenizer:tokens_per_character"),
     ("03", "q1", "labsupport.datasets.blending:reference_blending_indices"),
+    ("03", "q1", "labsupport.datasets.blending_loop:sequential_steps"),   # the engine a reference runs
+    ("03", "q5", "labsupport.datasets.blending_loop:sequential_steps"),
+    ("03", "q1", "labsupport.datasets.blending:build_blending_indices"),  # a caller: another way to the answer
+    ("04", "q2", "labsupport.datasets.bin_packing:_decreasing_fit"),      # a private helper of the reference
     ("05", "q5", "labsupport.distributed.collectives:bus_factor"),   # reached through the rule engine's `right`
+    ("06", "q1", "labsupport.training.sampler:MegatronPretrainingSampler.__iter__"),   # slices with rank_slice
+    ("06", "q4", "labsupport.datasets.blending:build_blending_indices"),  # chapter 3's blend, through blend_order
+    ("06", "q5", "labsupport.training.data_plan:check_plan"),
 ])
 def test_a_reference_reached_through_helpers_is_a_reference(chapter, question, spec):
     q = next(q for q in discover()[chapter].questions if q.name == question)
     assert spec in q.references, q.references
 
 
-def test_references_are_the_closure_over_the_check_helpers():
-    """What a check body names directly is a subset of its references, and every labsupport.check helper the
-    body reaches contributes what it names (the closure is computed, not listed by hand)."""
+def test_references_are_the_closure_of_what_the_check_calls():
+    """Each question's references, enumerated: what the check body and its labsupport.check helpers name, every
+    labsupport function those call (never the plumbing), and their callers in the same module — computed, not
+    listed by hand, and each one a function written in labsupport that the student's copy can strip."""
     import inspect
 
     for chapter in discover().values():
+        assert not hasattr(chapter.module, "REFERENCES"), "references are found, not listed"
         for q in chapter.questions:
             body = inspect.unwrap(getattr(chapter.module, q.name))
-            direct = exercise._named_references(exercise._code_names(body.__code__), body.__globals__)
-            reached = set().union(*(exercise._named_references(n, g) for n, g in exercise._reachable(body)))
-            if getattr(chapter.module, "REFERENCES", {}).get(q.name) is None:
-                assert direct <= reached == set(q.references), (chapter.key, q.name)
+            direct = reach.named(reach.code_names(body.__code__), body.__globals__)
+            roots = exercise.check_roots(body)
+            refs = set(q.references)
+            assert direct <= roots <= refs, (chapter.key, q.name)
+            assert reach.reached(roots, skip=reach.PLUMBING) <= refs and reach.callers(roots) <= refs
+            assert refs == reach.reached(roots, skip=reach.PLUMBING) | reach.callers(roots)
+            assert not {r for r in refs if r.startswith(reach.PLUMBING)} - roots, (chapter.key, q.name)
+            for spec in refs:
+                fn = reach.resolve(spec)
+                assert fn is not None and spec.startswith("labsupport.") and inspect.getsourcefile(fn), spec
+
+
+def test_every_hidden_reference_raises_in_the_students_copy(tmp_path):
+    """What the closure finds is what the student's copy strips: each hidden function's body is gone."""
+    import ast
+
+    for number in ("03", "04", "06"):
+        chapter = discover()[number]
+        lib = sandbox.prepare_folder(tmp_path / number, chapter)
+        hidden, _ = hidden_references(chapter)
+        for spec in hidden:
+            module, _, qual = spec.partition(":")
+            tree = ast.parse(Path(lib, *module.split(".")).with_suffix(".py").read_text(encoding="utf-8"))
+            node = stubs._find(tree, qual)
+            assert node is not None and len(node.body) == 1 and isinstance(node.body[0], ast.Raise), spec
 
 
 def test_a_second_grader_in_the_same_folder_is_refused_whatever_its_out(tmp_path, capsys):

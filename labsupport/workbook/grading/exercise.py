@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from labsupport.paths import REPO_ROOT
+from labsupport.workbook.grading import reach
 from labsupport.workbook.grading.source import parse
 from labsupport.workbook.make_exercises import STUB
 import nbformat
@@ -98,14 +99,6 @@ def _check_calls(source: str) -> list[tuple[str, list[str]]]:
     return calls
 
 
-def _code_names(code: types.CodeType) -> set[str]:
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _code_names(const)
-    return names
-
-
 def _reachable(body: Any) -> list[tuple[set[str], dict[str, Any]]]:
     """``(names, globals)`` of the check body and of every ``labsupport.check`` function it reaches by
     name, transitively — helpers, the rule engine, a chapter's shared mistakes — each with the
@@ -117,7 +110,7 @@ def _reachable(body: Any) -> list[tuple[set[str], dict[str, Any]]]:
         if id(fn.__code__) in seen:
             continue
         seen.add(id(fn.__code__))
-        names, scope = _code_names(fn.__code__), fn.__globals__
+        names, scope = reach.code_names(fn.__code__), fn.__globals__
         out.append((names, scope))
         for name in names:
             obj = inspect.unwrap(scope[name]) if inspect.isfunction(scope.get(name)) else None
@@ -126,48 +119,16 @@ def _reachable(body: Any) -> list[tuple[set[str], dict[str, Any]]]:
     return out
 
 
-def _ours(obj: Any) -> bool:
-    mod = getattr(obj, "__module__", "") or getattr(obj, "__name__", "")
-    return mod.startswith("labsupport.") and not mod.startswith("labsupport.check")
+def check_roots(check_fn: Any) -> set[str]:
+    """The labsupport functions (outside ``labsupport.check``) a check's body and the ``labsupport.check``
+    helpers it reaches name."""
+    return set().union(*(reach.named(names, scope) for names, scope in _reachable(inspect.unwrap(check_fn))))
 
 
-def _named_references(names: set[str], scope: dict[str, Any]) -> set[str]:
-    """The labsupport functions outside ``labsupport.check`` that ``names`` reach in ``scope``:
-    functions, methods of classes and functions of modules it names."""
-    out: set[str] = set()
-    for name in names:
-        obj = scope.get(name)
-        if obj is None:
-            continue
-        if inspect.isfunction(obj) and _ours(obj):
-            out.add(f"{obj.__module__}:{obj.__qualname__}")
-        elif inspect.isclass(obj) and _ours(obj):
-            for attr in names:
-                member = inspect.getattr_static(obj, attr, None)
-                if isinstance(member, (staticmethod, classmethod)):
-                    member = member.__func__
-                if inspect.isfunction(member):
-                    out.add(f"{obj.__module__}:{obj.__qualname__}.{attr}")
-        elif inspect.ismodule(obj) and _ours(obj):
-            for attr in names:
-                member = getattr(obj, attr, None)
-                if inspect.isfunction(member) and _ours(member):
-                    out.add(f"{member.__module__}:{member.__qualname__}")
-    return out
-
-
-def references(module: types.ModuleType, check_fn: Any) -> list[str]:
-    """The ``labsupport`` functions (outside ``labsupport.check``) a check compares with: those its
-    body names, and those named by every ``labsupport.check`` helper it reaches (the transitive
-    closure: a reference called through a helper or the rule engine is found too) —
-    ``"module:qualname"`` each.  A module may list them itself in ``REFERENCES = {"q1": [...]}``."""
-    explicit = getattr(module, "REFERENCES", {}).get(getattr(check_fn, "question", ""), None)
-    if explicit is not None:
-        return list(explicit)
-    out: set[str] = set()
-    for names, scope in _reachable(inspect.unwrap(check_fn)):
-        out |= _named_references(names, scope)
-    return sorted(out)
+def references(check_fn: Any) -> list[str]:
+    """The ``labsupport`` functions a check compares with, ``"module:qualname"`` each: what its body and
+    helpers name, closed over callers and callees (:func:`labsupport.workbook.grading.reach.references`)."""
+    return reach.references(check_roots(check_fn))
 
 
 def load_chapter(notebook: Path) -> Chapter:
@@ -200,7 +161,7 @@ def load_chapter(notebook: Path) -> Chapter:
             fn = getattr(module, qname)
             where = [c.id for c in cells if c.kind == "answer" and set(c.defines) & set(functions)]
             questions.append(Question(qname, functions, where, float(getattr(fn, "points", 1.0)),
-                                      references(module, fn)))
+                                      references(fn)))
     number = _NAME.match(Path(notebook).name).group(1)
     return Chapter(getattr(module, "CHAPTER", module_name), number, Path(notebook), module, cells, questions)
 

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from labsupport.paths import REPO_ROOT
+from labsupport.workbook.grading import reach
+from labsupport.workbook.grading.source import parse
 
 _PLAIN = (str, int, float, bool, type(None))
 
@@ -117,38 +119,31 @@ def strip_references(lib: Path, specs: list[str]) -> list[str]:
 INFRASTRUCTURE = frozenset({"labsupport.datasets.tokenizer:Tokenizer.from_bytes"})
 
 
-@functools.lru_cache(maxsize=None)
-def _module_calls(spec: str) -> frozenset[str]:
-    """The functions of ``spec``'s own module that its body names (``"module:qualname"`` each); read
-    once per grading process (every submission's folder asks again)."""
-    module, _, qual = spec.partition(":")
-    path = Path(REPO_ROOT, *module.split(".")).with_suffix(".py")
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError):
-        return frozenset()
-    node = _find(tree, qual)
-    if node is None:
-        return frozenset()
-    top = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    named = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-    return frozenset(f"{module}:{name}" for name in named & top if name != qual)
+def _setup_seeds(setup: str) -> set[str]:
+    """The labsupport functions the setup cells import by name (``from labsupport.x import f, Cls``; a class
+    gives all its methods)."""
+    tree = parse(setup)
+    seeds: set[str] = set()
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("labsupport"):
+            try:
+                module = importlib.import_module(node.module)
+            except ImportError:
+                continue
+            seeds |= reach.named({a.name for a in node.names}, vars(module), whole_classes=True)
+    return seeds
 
 
 def hidden_references(chapter: Any) -> tuple[list[str], list[str]]:
     """``(hidden, kept)``: the chapter's reference functions the student's copy goes without, and
-    those it keeps because the exercise's own setup cells call them, or the grading machinery
-    needs them (:data:`INFRASTRUCTURE`) — with every reference a kept function itself calls in
-    its module (chapter 5's kept ``bus_bandwidth`` calls ``bus_factor``: hiding that would break
-    the exercise's own setup cell).  Kept ones cannot be hidden, and the header names them."""
+    those it keeps because the exercise's own setup cells call them (by name or through what they call
+    or build), or the grading machinery needs them (:data:`INFRASTRUCTURE`) — with everything a kept
+    function itself calls (chapter 5's kept ``bus_bandwidth`` calls ``bus_factor``: hiding that would
+    break the exercise's own setup cell).  Kept ones cannot be hidden, and the header names them."""
 
     setup = "\n".join(c.source for c in chapter.cells if c.kind == "setup")
     specs = sorted({s for q in chapter.questions for s in q.references})
-    kept = {s for s in specs if s in INFRASTRUCTURE
-            or re.search(rf"\b{re.escape(s.rpartition(':')[2].split('.')[-1])}\b", setup)}
-    grown = True
-    while grown:   # what a kept function calls must keep working too
-        more = {c for k in kept for c in _module_calls(k) if c in specs} - kept
-        kept |= more
-        grown = bool(more)
+    seeds = {s for s in specs if s in INFRASTRUCTURE
+             or re.search(rf"\b{re.escape(s.rpartition(':')[2].split('.')[-1])}\b", setup)}
+    kept = reach.reached(seeds | _setup_seeds(setup)) & set(specs)
     return [s for s in specs if s not in kept], sorted(kept)
