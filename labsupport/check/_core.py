@@ -52,9 +52,11 @@ import traceback
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from labsupport.check import _cells
+from labsupport.check.texts import tomllib
 
 PASS, FAIL, NOT_ATTEMPTED = "passed", "failed", "not attempted"
 #: 🟡 (not attempted) stands out on a white page, unlike the pale ⬜ it replaces.
@@ -192,6 +194,14 @@ def expect(condition: bool, message: str) -> None:
         raise CheckFailed(message)
 
 
+def expect_keys(got: Any, keys: Iterable[str], say: Callable[..., str], **facts: Any) -> None:
+    """Fail unless ``got`` is a dict holding every one of ``keys``, with the question's ``not_dict`` text (facts:
+    ``got``, its ``type``) or its ``lacks`` text (the missing ``key``); ``facts`` fill both."""
+    expect(isinstance(got, dict), say("not_dict", got=short(got), type=type(got).__name__, **facts))
+    for key in keys:
+        expect(key in got, say("lacks", key=key, **facts))
+
+
 @contextmanager
 def parts() -> Iterator[Callable[[bool, str], bool]]:
     """Check every part of a structured answer and name *all* the failing ones at once::
@@ -282,13 +292,19 @@ def _digest(salt: str, value: Any) -> str:
     return hashlib.sha256(f"{salt}\x00{text}".encode()).hexdigest()
 
 
+@functools.lru_cache(maxsize=1)
+def _sealed_file() -> dict[str, list[str]]:
+    with open(Path(__file__).with_name("sealed.toml"), "rb") as handle:
+        return tomllib.load(handle)
+
+
 class Sealed:
     """A set of accepted answers kept as salted SHA-256 digests: ``value in sealed`` and
     ``len(sealed)`` work, the values themselves cannot be read back from the module.
 
-    Build the digests once with :meth:`seal` (authors only) and paste them into the check module.
-    Values are compared through their JSON form: strings, numbers, and lists such as
-    ``[key, option]`` pairs.
+    Build the digests once with :meth:`seal` (authors only) and paste them into ``sealed.toml`` under their
+    salt; :meth:`load` reads them.  Values are compared through their JSON form: strings, numbers, and lists
+    such as ``[key, option]`` pairs.
     """
 
     def __init__(self, salt: str, digests: Iterable[str]):
@@ -298,6 +314,11 @@ class Sealed:
     @classmethod
     def seal(cls, salt: str, values: Iterable[Any]) -> "Sealed":
         return cls(salt, (_digest(salt, v) for v in values))
+
+    @classmethod
+    def load(cls, salt: str) -> "Sealed":
+        """The digests kept under ``salt`` in ``labsupport/check/sealed.toml``."""
+        return cls(salt, _sealed_file()[salt])
 
     @property
     def digests(self) -> list[str]:

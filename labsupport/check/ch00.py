@@ -298,23 +298,11 @@ REASONS = {
 
 
 #: q4's accepted [scenario, framework] pairs, sealed (see _core.Sealed).
-_CHOICE = Sealed("labsupport:ch00:q4:choice", [
-    "2f45d3eb63fb1a83d9a8da0c345505db6878351f04b1d4ff109496f8192a65b8",
-    "3af8ead1d5595fc44c6bed82532761b7cce12cf3d8d9149246839a4a1a14f555",
-    "4728dd7c54131a60517ece8fbe21eb58d69a73111d134d934902ab6ee0a689a7",
-    "7ab907709d8514a6ba434fdb045632998239817af32d43aa1fa3acf0f4e533f7",
-])
+_CHOICE = Sealed.load("labsupport:ch00:q4:choice")
 #: q4: a scenario's answer must give at least one of its reasons here ...
-_NEEDED = Sealed("labsupport:ch00:q4:needed", [
-    "5017207004aef874ef3200a7298129d12f4dcea98498141e5568aa9d1084ba4f",
-    "ae55c3e3d4576ff3086b1b63c01e6cd1fa1336d733225a74381199ec8c1d3f80",
-    "b248ff79b4d55c345492dfb8a7dd19f8a3d72c210cec2ab91edb241708adfc9d",
-    "b97dc385d02572c269ed5835fa923a16437e8c0d5bffabb85348e62e7d2fd7e9",
-])
+_NEEDED = Sealed.load("labsupport:ch00:q4:needed")
 #: ... and none of these.
-_WRONG = Sealed("labsupport:ch00:q4:wrong", [
-    "d6a8d45524f0813ddf944af22a4315b1abac5e505bc42c3f3a484aa24707607a",
-])
+_WRONG = Sealed.load("labsupport:ch00:q4:wrong")
 
 
 @check(CHAPTER, "q4", hint=TEXTS["q4"].hint)

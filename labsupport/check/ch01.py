@@ -36,22 +36,11 @@ RULES: dict[str, Rules] = {}
 #: Book exercise 4: the options the learner chooses from (shown in the solutions notebook).
 EXERCISE_4_CAUSES, EXERCISE_4_CHECKS, EXERCISE_4_FIXES = (TEXTS["q4"].options[k] for k in ("causes", "checks", "fixes"))
 #: q4's answer keys, sealed (see _core.Sealed).
-_CAUSE = Sealed("labsupport:ch01:q4:cause", [
-    "7c2b5328d42fceaa6f77a5e7f9055bfbbd7dc0070ea91849b4fc70421de986c1",
-])
+_CAUSE = Sealed.load("labsupport:ch01:q4:cause")
 #: q4: the useful checks.
-_CHECKS = Sealed("labsupport:ch01:q4:checks", [
-    "4587707d7f2484851e70f040e69353e432879ce1acec7b56184efefc9e47a075",
-    "6785443cd69c16185cbff6f0e2274b19d30f6a4ac469d1321e1180bad344d947",
-    "ce352d11a2348c8742f77076dd13b046a6dca93e2b227ed37ef6c62bab85fbd4",
-    "ceeff5e5cde0dda090298e1ad82c7cda522eeef5dc0b3618580db635d47c9540",
-])
+_CHECKS = Sealed.load("labsupport:ch01:q4:checks")
 #: q4: the fixes that remove the cause.
-_FIXES = Sealed("labsupport:ch01:q4:fixes", [
-    "0754a340b4e0aaa46e9a083b19709f8bcd8f63f9692504ae2635bd5a8bb26937",
-    "0cbfaebdcd1c638d392274ff4b2a77fdc253ae1f1193f580a4220b11f42a4e8d",
-    "30d6910685edb322accf8839e7eced1510f5cfadbdedcfe38df1c3eab016f340",
-])
+_FIXES = Sealed.load("labsupport:ch01:q4:fixes")
 
 
 summary = chapter_summary(CHAPTER)

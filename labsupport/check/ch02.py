@@ -46,17 +46,9 @@ EXERCISE_1_SOLUTIONS = {
     "bigger_batch": "use a larger batch so each step tokenizes more text at once",
 }
 #: q3's answer keys, sealed (see _core.Sealed): the three problems ...
-_PROBLEMS = Sealed("labsupport:ch02:q3:problems", [
-    "8ed8c7ea236425f977c5249ca1a7f5973e09538bf4e458ce301c9e6ee36792ba",
-    "90f1efa02a1fa0287eeb497b24ceba4f278ada236cbfaf768bfbf50121d45775",
-    "f0a5ed1fa5265ec7ced62da0025fc71caf308e54500125ba8f0d9cd71f470a6b",
-])
+_PROBLEMS = Sealed.load("labsupport:ch02:q3:problems")
 #: ... and the [problem, solution] pairs.
-_ANSWER = Sealed("labsupport:ch02:q3:pairs", [
-    "7228bcea22e2d16ffa71a3ea59df09dfe06c4a8132e161c68cb937543fdb04c2",
-    "e101945308ef1ba5f770b8dd2a7d7ecb2b9ce5cdbe7850711fd5b8ec585da5cc",
-    "e93e9bef102e2682436cff3875749ea129088d7e05ce76071b0494238dcf6d6f",
-])
+_ANSWER = Sealed.load("labsupport:ch02:q3:pairs")
 
 #: the mistakes the checks name, by question (each table sits next to its check)
 RULES: dict[str, Rules] = {}

@@ -35,21 +35,7 @@ MODEL_ANSWER_Q4 = T4.messages["model_answer"]
 #: (b) the risks of over-sampling a small high-quality code set at weight 0.5, (c) how to set and validate the ratios.
 EXERCISE_2_EFFECTS, EXERCISE_2_RISKS, EXERCISE_2_STEPS = (dict(T4.options[p]) for p in ("effects", "risks", "steps"))
 #: q4's answer keys (a), (b), (c), sealed (see _core.Sealed).
-_EFFECTS, _RISKS, _STEPS = (Sealed(f"labsupport:ch03:q4:{part}", digests) for part, digests in zip("abc", ([
-    "5650d39ca730b49e123b94a6ba9b0c86f328e77cd0c95f873d216e344291c3be",
-    "78721d3a27439b47011e040c0062e950224436d1afab149b5049c7d9c9dcfd8c",
-    "ab4bcc558e588a3ce791f8080af87dbb2e809dd7ebd5beb82c34caf22e28a8c1",
-], [
-    "19facad9360507c5a3c9c567d4cf178ee4c166206f1058d919921dbe15687a41",
-    "cbb7fbb3efda04372b19ab3fb0d357d4ff55defbd52779c7b3434757efade5fa",
-    "d424c3204721d98c202acf94ece8f1c8d863d468ae0dacc70bfcf4148345258d",
-], [
-    "097a7df62ed27d8a768dc0e046f5af1f80e335a8082c565d43bfc41c0c3ee22d",
-    "165b1cc8519530c799398f4731b2a593e4c8af51a5fc9d24359c63dc106a54f7",
-    "526f6bdb7d0c897bbd914fd8ce2b10f0e2c506dfed7249c608da95c88a2267e4",
-    "bdf3f0879bf9bc4c82071de886f005ebf7833f6a4462aba5cb2d2fa354540a35",
-    "d4d771763b239684924799c2336defa633583705b32e36fab9b85071546fe550",
-])))
+_EFFECTS, _RISKS, _STEPS = (Sealed.load(f"labsupport:ch03:q4:{part}") for part in "abc")
 
 
 summary = chapter_summary(CHAPTER)

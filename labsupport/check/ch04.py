@@ -32,20 +32,11 @@ MUST_DO_OPTIONS: dict[str, str] = TEXTS["q4"].options["must_do"]
 #: Book exercise 3 (c): with which position embeddings must position ids also restart per example?
 POSITION_OPTIONS: dict[str, str] = TEXTS["q4"].options["position"]
 #: q4's answer keys, sealed (see _core.Sealed): (a) ...
-_WASTE = Sealed("labsupport:ch04:q4:a", [
-    "05b24c6ab945be78c3954b1d5aeef290dfff01cea153dbd7bc739d8435f8f5e7",
-    "b553044edcd10490248436a4355b2c059528e7328d0d497977f7c56c2cd2e65c",
-    "d597acc67aad89ce5177b7ec4bdbcaab01bbc2738b2cd4eaaf1b69b5870c6bf6",
-])
+_WASTE = Sealed.load("labsupport:ch04:q4:a")
 #: ... (c) ...
-_MUST_DO = Sealed("labsupport:ch04:q4:c", [
-    "553568954a4592b99a97e6dc3e238c557afe0aaa5a7c102c4bc5caec0a741e7f",
-    "981765e273f8d9efe3043d72e3475e6a664ce6c3aa7d0b49b286465501cba193",
-])
+_MUST_DO = Sealed.load("labsupport:ch04:q4:c")
 #: ... and (c)'s position question.
-_RESET_FOR = Sealed("labsupport:ch04:q4:c_reset", [
-    "af4faf21f5d590ba29203c1cd611ffed3bb2c781157628a38204cf08b1e133f8",
-])
+_RESET_FOR = Sealed.load("labsupport:ch04:q4:c_reset")
 
 
 def _say(question: str, name: str, /, **facts: Any) -> str:

@@ -1,15 +1,9 @@
 """Exercise checks of chapter 6 (end to end): ``from labsupport.check import ch06 as check``.
 
-q1 the data-parallel sampler's slice · q2 the global-batch arithmetic of a config · q3 diagnose a symptom from
-a measured log (which row of §6.2.7's table, which fix) · q4 which step, rank and micro-batch read a domain's
-k-th sample after a resume (chapter 3's blend + the sampler + ``consumed_samples``) · q5, a transfer exercise:
-a restart with a changed blend — does the data-plan guard refuse it, and what would the first micro-batch be
-if it were accepted.  (The book's exercise 5, NeMo or Hugging Face, is chapter 0's q4.)  Each check calls the
-learner's function on fresh random inputs and compares with ``labsupport.training`` / ``labsupport.config`` /
-``labsupport.datasets.blending``.  Per question: the input generators, the reference, and the named mistakes
-in ``RULES`` (:mod:`labsupport.check.rules`; q2's layout mistakes are chapter 0's, from
-:mod:`labsupport.check.layout_mistakes`), each shown on the smallest hand-picked input that shows it (q3: a
-calm log with one field sick).
+q1 the data-parallel sampler's slice · q2 a config's global-batch arithmetic · q3 a symptom in a measured log
+(which row of §6.2.7's table, which fix) · q4 where a domain's k-th sample is read after a resume · q5 (transfer)
+a restart with a changed blend.  Per question: input generators, the reference (``labsupport.training``), and the
+named mistakes in ``RULES`` (:mod:`labsupport.check.rules`), each shown on the smallest input that shows it.
 """
 from __future__ import annotations
 
@@ -20,12 +14,11 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from labsupport.check import layout_mistakes as layout
-from labsupport.check._core import chapter_summary, check, check_seed, expect, Sealed, short, try_call
+from labsupport.check._core import chapter_summary, check, check_seed, expect, expect_keys, Sealed, short, try_call
 from labsupport.check.texts import load_texts
-from labsupport.check.rules import first_showing, Rule, Rules
+from labsupport.check.rules import by_kind, call_text, first_showing, Rule, Rules
 from labsupport.datasets.blending import normalize_weights
 from labsupport.training import restart
-from labsupport.training.restart import blend_order
 from labsupport.training.sampler import batch_arithmetic, rank_slice
 from labsupport.training.symptoms import ATTENTION_PATHS as ATTENTION_PATHS  # noqa: F401 - check.ATTENTION_PATHS
 from labsupport.training.symptoms import HEALTHY, HEALTHY_RANGES, sick_log, SICK_VALUES, symptom_log
@@ -37,36 +30,17 @@ RULES: dict[str, Rules] = {}
 summary = chapter_summary(CHAPTER)
 
 
-def _call(name: str, params: str, *values: Any) -> str:
-    """The call ``name(param=value, …)`` as a message shows it (``params``: the names, space-separated)."""
-    return f"{name}({', '.join(f'{p}={v}' for p, v in zip(params.split(), values, strict=True))})"
-
-
-def _fill(room: dict[str, int], draw: Callable[[], tuple[Any, Any, str]], key: Callable) -> list[tuple]:
-    """``(case, want)`` drawn by ``draw`` (which also names the case's kind) until each kind holds its ``room``
-    (a draw of a full kind is dropped), sorted by ``key``: smallest first, so that a failure shows the smallest
-    input that shows it."""
-    cases = []
-    while any(room.values()):
-        case, want, kind = draw()
-        if room[kind]:
-            room[kind] -= 1
-            cases.append((case, want))
-    return sorted(cases, key=key)
-
-
 def _ints(value: Any, pairs: bool = False) -> list | None:
     """``value`` as a list of ints (``pairs``: of ``[int, int]`` pairs, from any iterable), None when it is not one."""
     try:
-        if pairs:
-            return [[int(d), int(s)] for d, s in value]
-        return [int(x) for x in value] if isinstance(value, (list, tuple, range, np.ndarray)) else None
+        return [[int(d), int(s)] for d, s in value] if pairs else [int(x) for x in value] if isinstance(
+            value, (list, tuple, range, np.ndarray)) else None
     except (TypeError, ValueError):
         return None
 
 
 # ------------------------------------------------------------------------------------- q1
-_q1_call = functools.partial(_call, "dp_slice", "consumed_samples micro_batch_size rank data_parallel_size")
+_q1_call = functools.partial(call_text, "dp_slice", "consumed_samples micro_batch_size rank data_parallel_size")
 #: each rule's wrong slice of (consumed, micro, rank, DP), tried in this order; wrong_length is any other length
 RULES["q1"] = Rules(
     Rule("strided", wrong=lambda c, m, r, d: [c + r + j * d for j in range(m)]),
@@ -250,9 +224,7 @@ def q2(batch_arithmetic: Callable) -> str:
         if _q2_kind(case, got):
             _q2_fail(batch_arithmetic, case, got)
         expect(want is not None, say("no_error", call=call, got=short(got)))
-        expect(isinstance(got, dict), say("not_dict", call=call, type=type(got).__name__))
-        for key, value in want.items():
-            expect(key in got, say("lacks", call=call, key=key))
+        expect_keys(got, want, say, call=call)
         for key, value in want.items():
             expect(got[key] == value, say("wrong", call=call, key=key, got=short(got[key]), want=value))
         good += 1
@@ -269,15 +241,7 @@ SUSPECTS = tuple(_FIELD)
 FIXES = tuple(sorted(("binary_index", "packing", "reset_attention_mask", "cu_seqlens", "same_tokenizer", "cap_epochs",
                       "mmap")))
 #: q3's [suspect, fix] pairs — for no_boundary_mask [suspect, attention_path, fix] — sealed (see _core.Sealed).
-_FIX = Sealed("labsupport:ch06:q3:fix", [
-    "02b4b74461918efc5c2d049038547f787d1a00fcaf8981c0211c831f0d43ae66",
-    "2aae9a97760722640572f04508d81a17f7521c87806b63e838b48d915ac4c6e1",
-    "59d92e3140863e3288c4ad2acc6d274f9c2ceec9f8eada51bd75ba483488b9a2",
-    "5c4f032669dd839c558dbb8b7e8fb7092e5864f79a54a68f557ee07c95b0fa07",
-    "86d2379fc3b9a6afd384c065a515364f401b97d8c623be929aa2918c962f243a",
-    "8c68839f601e65e69918b0ad8b42bc43ba383805b08fcf0992a51cb16a1f6af6",
-    "956ceccaecab38ef961c9a893bb69be8d4a4d4ad398a7992316f607eaa4c706c",
-])
+_FIX = Sealed.load("labsupport:ch06:q3:fix")
 def make_symptom_log(suspect: str, rng: np.random.Generator | None = None) -> dict[str, Any]:
     """A measured log summary with one thing wrong (``suspect``): its field sick, the rest healthy
     (:func:`labsupport.training.symptoms.symptom_log`, which describes the fields)."""
@@ -407,7 +371,8 @@ RULES["q4"] = Rules(*map(Rule, _Q4_WRONG), texts=TEXTS["q4"])
 def _q4_mistake(got: dict, want: dict, case: dict) -> None:
     """Name a wrong field the check recognises (raises a Mistake), or return to fail plainly."""
     i, g, k = want["blend_index"], case["global_bs"], case["k"]
-    occ = np.flatnonzero(blend_order(case["weights"], i + 4 * max(case["weights"]) * len(case["weights"]) + 64)[0]
+    w = case["weights"]
+    occ = np.flatnonzero(restart.blend_order(w, i + 4 * max(w) * len(w) + 64)[0]
                          == case["domain"])
     f = {**case, "i": i, "want_step": want["step"], "within": i - (want["step"] - 1) * g, "last": g - 1,
          "next": int(occ[k + 1]) if k + 1 < occ.size else -1, "previous": int(occ[k - 1]) if k else -1,
@@ -437,18 +402,16 @@ def q4(locate_sample: Callable) -> str:
         want = restart.locate_sample(*case.values())             # the arguments, in the signature's order
         return case, want, "before" if want is None else "after"
     room = {"before": 5, "after": 25}
-    for case, want in _fill(dict(room), draw, lambda c: (c[0]["k"] + c[0]["consumed"] + c[0]["global_bs"],
+    for case, want in by_kind(dict(room), draw, lambda c: (c[0]["k"] + c[0]["consumed"] + c[0]["global_bs"],
                                                          sum(c[0]["weights"]), len(c[0]["weights"]))):
-        call = case["call"] = _call("locate_sample", "weights domain k consumed_samples micro_batch_size "
+        call = case["call"] = call_text("locate_sample", "weights domain k consumed_samples micro_batch_size "
                                     "data_parallel_size global_batch_size", *case.values())
         got = locate_sample(list(case["weights"]), case["domain"], case["k"], case["consumed"], case["micro"],
                             case["dp"], case["global_bs"])
         if want is None:
             expect(got is None, say("before_resume", call=call, got=short(got), consumed=case["consumed"]))
             continue
-        expect(isinstance(got, dict), say("not_dict", call=call, got=short(got)))
-        for key in want:
-            expect(key in got, say("lacks", call=call, key=key))
+        expect_keys(got, want, say, call=call)
         got = {key: got[key] for key in want}
         if got != want:
             _q4_mistake(got, want, case)
@@ -465,7 +428,7 @@ RULES["q5"] = Rules(*map(Rule, ("refusal_missed", "refused_weights_not_samples",
 def _q5_mistake(got: dict, want: dict, case: dict) -> None:
     """Name a wrong field the check recognises (raises a Mistake), or return to fail plainly."""
     old, new, consumed, micro, rank, dp = (case[k] for k in ("old", "new", "consumed", "micro", "rank", "dp"))
-    (di0, si0), (di1, si1) = blend_order(old, consumed + micro * dp), blend_order(new, consumed + micro * dp)
+    (di0, si0), (di1, si1) = (restart.blend_order(w, consumed + micro * dp) for w in (old, new))
     changed = np.flatnonzero((di0[:consumed] != di1[:consumed]) | (si0[:consumed] != si1[:consumed]))
     p = int(changed[0]) if changed.size else 0
     positions = list(range(consumed + rank * micro, consumed + (rank + 1) * micro))
@@ -505,10 +468,10 @@ def q5(restart_with_new_blend: Callable) -> str:
         want = restart.restart_with_new_blend(*case)
         return case, want, (("refused, re-read" if want["already_trained"] else "refused") if want["refused"] else
                             "rescaled" if normalize_weights(old) == normalize_weights(new) else "accepted")
-    cases = _fill({"refused, re-read": 6, "refused": 6, "rescaled": 4, "accepted": 4}, draw,
+    cases = by_kind({"refused, re-read": 6, "refused": 6, "rescaled": 4, "accepted": 4}, draw,
                   lambda c: (c[0][2] + c[0][3] * c[0][5], sum(c[0][0]) + sum(c[0][1]), len(c[0][0])))
     for (old, new, consumed, micro, rank, dp), want in cases:
-        call = _call("restart_with_new_blend", "old_weights new_weights consumed_samples micro_batch_size rank "
+        call = call_text("restart_with_new_blend", "old_weights new_weights consumed_samples micro_batch_size rank "
                      "data_parallel_size", old, new, consumed, micro, rank, dp)
         got = restart_with_new_blend(list(old), list(new), consumed, micro, rank, dp)
         expect(isinstance(got, dict) and {"refused", "first_microbatch", "already_trained"} <= set(got),

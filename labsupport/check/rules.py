@@ -17,7 +17,8 @@ table of rules (:class:`Rules`).  Two helpers find the input a mistake is shown 
   recognised by what the result *is*, e.g. a float where an int belongs, rather than by a wrong
   implementation).
 
-:func:`in_words` writes a list of dataset or rank numbers into a fact ("0, 2 and 3").
+:func:`in_words` writes a list of dataset or rank numbers into a fact ("0, 2 and 3"), :func:`call_text` a call;
+:func:`by_kind` draws generated cases with a quota per kind of case, smallest first.
 
 :func:`diagnose` ties them together for a question whose rules all have wrong implementations: it
 raises the first rule's :class:`~labsupport.check._core.Mistake` that the learner's function
@@ -204,3 +205,21 @@ def in_words(items: Iterable[Any], empty: str = "") -> str:
     if not items:
         return empty
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def call_text(name: str, params: str, *values: Any) -> str:
+    """The call ``name(param=value, …)`` as a message shows it (``params``: the names, space-separated)."""
+    return f"{name}({', '.join(f'{p}={v}' for p, v in zip(params.split(), values, strict=True))})"
+
+
+def by_kind(room: dict[str, int], draw: Callable[[], tuple[Any, Any, str]], key: Callable) -> list[tuple]:
+    """Generated ``(case, want)`` pairs, a quota per kind: ``draw`` (which also names the case's kind) until each
+    kind holds its ``room`` (a draw of a full kind is dropped), sorted by ``key``: smallest first, so that a failure
+    shows the smallest input that shows it."""
+    cases = []
+    while any(room.values()):
+        case, want, kind = draw()
+        if room[kind]:
+            room[kind] -= 1
+            cases.append((case, want))
+    return sorted(cases, key=key)

@@ -373,7 +373,7 @@ def _header(args: argparse.Namespace, todo: list[Submission], skipped: int, chap
     for number in sorted({s.number for s in todo if s.number in chapters}):
         kept = hidden_references(chapters[number])[1]
         if kept:  # the student's copy keeps these: the exercise itself (or the grader's codec) calls them
-            shown = ", ".join(k.replace(":", ".") for k in kept[:4]) + (f" and {len(kept) - 4} more" if kept[4:] else "")
+            shown = ", ".join(k.replace(":", ".") for k in kept[:4]) + (f" and {len(kept) - 4} more" * bool(kept[4:]))
             print(f"{chapters[number].key}: kept importable for the exercise: {shown}")
     print(f"seed: {'given' if args.seed else 'fresh'} (saved in {out.with_name('grading-run.json').name}) · "
           f"{args.rounds} round(s) per check")

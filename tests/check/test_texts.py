@@ -91,3 +91,26 @@ def test_every_message_template_is_well_formed(chapter):
     for entry in T.load_texts(chapter).values():
         for text in entry.messages.values():
             list(string.Formatter().parse(text))
+
+
+def test_every_sealed_key_is_loaded_by_its_chapter_and_every_load_finds_one():
+    """The answer keys live in sealed.toml under their salt: each is a list of SHA-256 digests that some check
+    module loads, and the sandbox's copy holds no such file (tests/grading/test_grader_pieces.py)."""
+    import re
+    from pathlib import Path
+
+    from labsupport.check import _core
+
+    keys = _core._sealed_file()
+    folder = Path(_core.__file__).parent
+    used = set()
+    for path in sorted(folder.glob("ch*.py")):
+        source = path.read_text(encoding="utf-8")
+        used |= set(re.findall(r'Sealed\.load\("([^"]+)"\)', source))
+        used |= {f"labsupport:ch03:q4:{p}" for p in "abc"} if 'f"labsupport:ch03:q4:{part}"' in source else set()
+        assert "Sealed(" not in source.replace("Sealed.load(", ""), f"{path.name}: a key pasted in the module"
+    assert used == set(keys), sorted(used ^ set(keys))
+    for salt, digests in keys.items():
+        assert salt.startswith("labsupport:ch") and digests and all(re.fullmatch(r"[0-9a-f]{64}", d) for d in digests)
+    fix = _core.Sealed.load("labsupport:ch06:q3:fix")
+    assert "a" not in fix and len(fix) == 7

@@ -184,6 +184,7 @@ def test_the_students_copy_holds_no_check_code_and_no_reference(tmp_path):
     stub = (lib / "labsupport" / "check" / "ch03.py").read_text(encoding="utf-8")
     assert not (lib / "labsupport" / "check" / "_core.py").exists()
     assert not (lib / "labsupport" / "check" / "texts").exists(), "no feedback text (model answers) for the student"
+    assert not (lib / "labsupport" / "check" / "sealed.toml").exists(), "no answer key for the student"
     assert "EXERCISE_2_EFFECTS" in stub and "MODEL_ANSWER" not in stub and "Sealed" not in stub
     hidden, kept = hidden_references(chapter)
     assert "labsupport.datasets.blending:greedy_step" in hidden and not kept

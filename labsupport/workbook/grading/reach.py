@@ -24,8 +24,8 @@ import types
 from typing import Any, Iterable
 
 #: modules whose functions are never a reference: they move files and print, they compute no answer
-PLUMBING = ("labsupport.paths", "labsupport.fileio", "labsupport.datasets.utils", "labsupport.progress", "labsupport.env", "labsupport.cli",
-            "labsupport.workbook", "labsupport.pages", "labsupport.check")
+PLUMBING = ("labsupport.paths", "labsupport.fileio", "labsupport.datasets.utils", "labsupport.progress",
+            "labsupport.env", "labsupport.cli", "labsupport.workbook", "labsupport.pages", "labsupport.check")
 
 
 def code_names(code: types.CodeType) -> set[str]:
