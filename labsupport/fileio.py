@@ -8,7 +8,8 @@ half of a new one, and no temporary file behind.  With ``durable=True`` (the def
 fsynced before the rename and its folder after it, so a host crash cannot leave an empty or
 partial file under the final name either (the POSIX recipe; ``torch.distributed.checkpoint``'s
 file writer does the same).  A process killed mid-write leaves ``.<name>.<pid>-<random>.tmp``;
-:func:`remove_stale_temporaries` deletes those whose process is gone.
+:func:`remove_stale_temporaries` deletes those whose writer is gone (its pid dead, or reused by a
+process that started after the file was written).
 
 >>> from pathlib import Path; import tempfile
 >>> p = Path(tempfile.mkdtemp()) / "out.txt"
@@ -28,7 +29,8 @@ from typing import IO, Iterator, Union
 #: What every public function of the workbook accepts as a path.
 PathLike = Union[str, os.PathLike]
 
-__all__ = ["PathLike", "atomic_open", "atomic_write", "fsync_folder", "remove_stale_temporaries", "process_alive"]
+__all__ = ["PathLike", "atomic_open", "atomic_write", "fsync_folder", "remove_stale_temporaries", "process_alive",
+           "process_started_after", "writer_gone"]
 
 
 @contextmanager
@@ -99,10 +101,42 @@ def process_alive(pid: int) -> bool:
 _TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)-[^.]+\.tmp$")
 
 
-def remove_stale_temporaries(folder: PathLike, name: re.Pattern | None = None) -> list[Path]:
+def process_started_after(pid: int, when: float) -> bool:
+    """True when process ``pid`` started after the time ``when`` (seconds since the epoch), so it
+    cannot have written a file last modified then: its pid was reused.  False when unknown (no
+    ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        with open("/proc/stat", "rb") as fh:
+            boot = next(int(x.split()[1]) for x in fh if x.startswith(b"btime "))
+        started = boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return False
+    return started > when + 1.0     # btime has whole seconds
+
+
+def writer_gone(pid: int, path: PathLike) -> bool:
+    """The process ``pid`` that named the temporary ``path`` is gone: no such process, or one that
+    started after ``path`` was last written (an unrelated process that got the pid again)."""
+    if pid == os.getpid():
+        return False
+    if not process_alive(pid):
+        return True
+    try:
+        return process_started_after(pid, os.stat(path).st_mtime)
+    except OSError:
+        return False
+
+
+def remove_stale_temporaries(folder: PathLike, name: re.Pattern | None = None, *,
+                             locked: bool = False) -> list[Path]:
     """Delete ``folder/.<name>.<pid>-<random>.tmp`` files (left by :func:`atomic_open` in a process
-    killed mid-write) whose process is gone; ``name`` (a regex) limits it to some targets.
-    Files of a live process (another writer) are kept.  Returns the removed paths."""
+    killed mid-write) whose writer is gone (:func:`writer_gone`: the pid is dead, or belongs to a
+    process started after the file was written); ``name`` (a regex) limits it to some targets.
+    Files of a live writer are kept, unless ``locked``: the caller holds the lock of what is
+    written there (:mod:`labsupport.fileio_lock`), so every temporary but its own is a killed
+    run's.  Returns the removed paths."""
     folder = Path(folder)
     removed: list[Path] = []
     if not folder.is_dir():
@@ -112,7 +146,7 @@ def remove_stale_temporaries(folder: PathLike, name: re.Pattern | None = None) -
         if m is None or (name is not None and not name.fullmatch(m["name"])):
             continue
         pid = int(m["pid"])
-        if pid != os.getpid() and not process_alive(pid):
+        if (locked and pid != os.getpid()) or writer_gone(pid, p):
             p.unlink(missing_ok=True)
             removed.append(p)
     return removed

@@ -133,20 +133,47 @@ def staging_folders(output_prefix: PathLike) -> list[Path]:
                   if (m := _STAGING.match(p.name)) and m["name"] == prefix.name and p.is_dir())
 
 
-def recover(output_prefix: PathLike) -> list[str]:
+def _committed_moves(folder: Path, output_prefix: PathLike) -> tuple[list[tuple[str, str]], bool]:
+    """The moves ``COMMIT`` lists, and whether it was readable.  A damaged ``COMMIT`` (a flipped
+    bit, garbage) is damage, not a crash: the moves are rebuilt from the files left in the
+    folder (each goes to its own name beside the prefix), since ``COMMIT`` is written only once
+    every file there is complete."""
+    marker = folder / "COMMIT"
+    try:
+        moves = [(str(a), str(b)) for a, b in json.loads(marker.read_text(encoding="utf-8"))["moves"]]
+        if moves and all(Path(a).parent == folder for a, _ in moves):
+            return moves, True
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        pass
+    prefix = Path(output_prefix)
+    names = re.compile(re.escape(prefix.name) + r"_.+_document(" + "|".join(map(re.escape, EXTENSIONS)) + ")$")
+    stems = sorted({p.name[: -len(p.suffix)] for p in folder.iterdir() if names.fullmatch(p.name)})
+    moves = [(src, dst) for src, dst in _moves(folder, [os.fspath(prefix.parent / s) for s in stems])
+             if os.path.exists(src)]
+    return moves, False
+
+
+def recover(output_prefix: PathLike, locked: bool = False) -> list[str]:
     """Finish or delete what killed runs left for ``output_prefix``; returns one note per folder.
 
-    A folder whose process still runs is left alone (another run writing the same prefix)."""
+    A folder whose process still runs is left alone (another run writing the same prefix) —
+    unless ``locked``: the caller holds the prefix's lock, so none is another run's, whatever
+    process has its pid now."""
     notes = []
     for folder in staging_folders(output_prefix):
         pid = int(_STAGING.match(folder.name)["pid"])
-        if pid != os.getpid() and process_alive(pid):
+        if pid != os.getpid() and not locked and process_alive(pid):
             continue
         marker = folder / "COMMIT"
         if marker.is_file():
-            moves = [tuple(m) for m in json.loads(marker.read_text(encoding="utf-8"))["moves"]]
-            _apply(folder, moves)
-            notes.append(f"completed the outputs of an interrupted run ({folder.name} was committed)")
+            moves, readable = _committed_moves(folder, output_prefix)
+            if moves:
+                _apply(folder, moves)
+            else:
+                shutil.rmtree(folder, ignore_errors=True)
+            notes.append(f"completed the outputs of an interrupted run ({folder.name} was committed"
+                         + ("" if readable else "; its COMMIT was damaged, so the moves were rebuilt from the "
+                            "files in it") + ")")
         else:
             shutil.rmtree(folder, ignore_errors=True)
             notes.append(f"removed the unfinished outputs of an interrupted run ({folder.name})")
