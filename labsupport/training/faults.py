@@ -89,8 +89,9 @@ def run_lock(rank: int, save_dir: Any, log_file: Any) -> contextlib.ExitStack:
             except LockHeld as exc:
                 raise TrainingError(f"{exc}: wait for that run to finish (or stop it), or choose another {flag}") \
                     from None
-            except OSError as exc:
-                raise OSError(exc.errno, exc.strerror, os.fspath(lock.parent)) from None
+            except OSError as exc:   # named as the preflight checks name them: the save dir, the log
+                where = lock.parent if flag == "--save-dir" else log_file
+                raise OSError(exc.errno, exc.strerror, os.fspath(where)) from None
     except BaseException:
         stack.close()
         raise

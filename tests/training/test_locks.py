@@ -23,7 +23,10 @@ from labsupport.fileio_lock import LockHeld, hold_lock, holder_of
 from labsupport.paths import REPO_ROOT
 from labsupport.training import checkpoint as ckpt
 from labsupport.training.cli import EXIT_ENV
-from tests.training.test_faults import errors, run_main, tiny, tiny_prefix  # noqa: F401 - a fixture
+from tests.training import test_faults
+from tests.training.test_faults import errors, run_main, tiny
+
+tiny_prefix = test_faults.tiny_prefix   # the module's 12-document corpus (a fixture)
 
 HOLD = ("import sys, time; from labsupport.fileio_lock import hold_lock; "
         "hold_lock(sys.argv[1], 'test'); print('held', flush=True); time.sleep(600)")

@@ -14,7 +14,10 @@ from labsupport.training import checkpoint as ckpt
 from labsupport.training.cli import EXIT_USAGE
 from labsupport.training.schema import MAX_MODEL_PARAMETERS
 from labsupport.training.settings import load_settings
-from tests.training.test_faults import errors, run_main, tiny, tiny_prefix  # noqa: F401 - a fixture
+from tests.training import test_faults
+from tests.training.test_faults import errors, run_main, tiny
+
+tiny_prefix = test_faults.tiny_prefix   # the module's 12-document corpus (a fixture)
 
 
 def test_a_flipped_bit_in_the_format_string_is_damage_and_falls_back(tmp_path, capsys, tiny_prefix):

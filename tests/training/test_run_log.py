@@ -7,11 +7,12 @@ garbage.  :func:`labsupport.training.run_log.reconcile_log` directly, then throu
 from __future__ import annotations
 
 import json
-from pathlib import Path
-
 from labsupport.training import checkpoint as ckpt
 from labsupport.training.run_log import aside_name, reconcile_log
-from tests.training.test_faults import errors, losses, run_main, tiny, tiny_prefix  # noqa: F401 - a fixture
+from tests.training import test_faults
+from tests.training.test_faults import errors, losses, run_main, tiny
+
+tiny_prefix = test_faults.tiny_prefix   # the module's 12-document corpus (a fixture)
 
 
 def _records(*steps: int) -> bytes:
