@@ -39,7 +39,10 @@ left behind). The outputs are all-or-nothing (:mod:`labsupport.datasets.staging`
 together once all are complete; an existing dataset at the prefix stays readable until then.
 What a *killed* run (``kill -9``, a crash) leaves — a staging folder, or temporary files named
 ``<output>.tmp-<pid>-<hex>`` — the next run with the same prefix removes (or, for a staging
-folder that was already committed, finishes moving), and says so on stderr.
+folder that was already committed, finishes moving), and says so on stderr.  A run holds
+``<output prefix>.lock`` (:func:`lock_prefix`) throughout, so a second run on the same prefix is
+refused in one line naming the first's pid (status 1) instead of interleaving its moves with the
+first's; a 0-byte input is refused too.
 
 Chapter 3 and later chapters use :func:`workbook_prefixes`: the four shipped domains
 preprocessed with the workbook tokenizer, cached in ``work_dir("indexed")``.

@@ -9,7 +9,8 @@ old ``.idx`` beside a new ``.bin``), then per key ``.bin``, ``.json`` and, last,
 * a fault before ``COMMIT`` leaves the existing dataset untouched, and the next run (or
   :func:`recover`) deletes the staging folder;
 * a fault after it (a kill between two renames) is finished by the next run: ``COMMIT`` says the
-  new files are complete, so the moves are completed ("rolled forward").
+  new files are complete, so the moves are completed ("rolled forward").  A damaged ``COMMIT``
+  still says so: the moves are rebuilt from the files in the folder.
 
 Ctrl-C is held during the moves, so an interrupt lands before or after them; one that arrived
 during the moves raises :class:`InterruptedAfterCommit` once they are done, so the command says
