@@ -9,10 +9,11 @@ the grader holds ``gradebook.lock`` in its folder.  A second run is refused with
 The lock is ``fcntl.flock`` on that file, which holds the holder's pid, host and command as one
 JSON line (for the message only: the kernel decides who holds the lock, not the file).  The kernel
 drops a flock when its process dies, however it dies (``kill -9`` included), so the lock file of a
-killed run is simply taken over by the next one: no stale lock to delete by hand.  A released lock
-removes its file (``remove=True``); a run that opened the old file just before that finds, once it
-holds the flock, that the path now names another file (or none) and tries again, so two runs never
-both hold "the" lock.  Two takes in one process conflict like two processes (each its own open
+killed run is simply taken over by the next one: no stale lock to delete by hand.  A forked child
+closes its copy of the lock (the parent keeps it), so a pool worker that outlives a killed parent
+never holds the parent's lock.  A released lock removes its file (``remove=True``); a run that
+opened the old file just before that finds, once it holds the flock, that the path now names
+another file (or none) and tries again, so two runs never both hold "the" lock.  Two takes in one process conflict like two processes (each its own open
 file), unless both pass ``reentrant=True``: then the second joins the first (a count), so a
 function that locks a prefix may call another that locks it too.
 
@@ -32,6 +33,7 @@ import os
 import socket
 import sys
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,25 @@ __all__ = ["LockHeld", "HeldLock", "hold_lock", "holder_of"]
 
 #: the ``reentrant=True`` locks this process holds: absolute path → HeldLock
 _HELD: dict[str, "HeldLock"] = {}
+#: every lock this process holds (a forked child drops its copies: see :func:`_forget_in_child`)
+_ALL: "weakref.WeakSet[HeldLock]" = weakref.WeakSet()
+
+
+def _forget_in_child() -> None:
+    """After ``fork``: close the child's copies of the parent's lock files.  A flock belongs to the
+    open file, which a forked child shares: a worker that outlived a killed parent (a pool
+    worker) would otherwise keep the parent's lock held.  The parent still holds it."""
+    for lock in list(_ALL):
+        if lock.fd >= 0:
+            try:
+                os.close(lock.fd)
+            except OSError:
+                pass
+            lock.fd = -1
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 class LockHeld(RuntimeError):
@@ -139,6 +160,7 @@ def hold_lock(path: PathLike, what: str, *, wait: bool = False, remove: bool = T
     os.ftruncate(fd, 0)
     os.write(fd, _describe().encode())
     lock = HeldLock(path, fd, remove)
+    _ALL.add(lock)
     if reentrant:
         _HELD[key] = lock
     return lock

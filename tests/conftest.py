@@ -73,6 +73,7 @@ SLOW_TESTS = {
     "training/test_schema.py::test_the_command_exits_2_with_one_line_naming_the_field",
     "training/test_locks.py::test_the_lock_of_a_killed_holder_is_taken_over",
     "training/test_locks.py::test_a_save_dir_locked_by_a_killed_trainer_is_taken_over",
+    "training/test_locks.py::test_a_forked_child_does_not_keep_its_parents_lock",
 }
 
 

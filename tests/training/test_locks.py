@@ -167,3 +167,26 @@ def test_temporaries_of_killed_runs_in_the_save_dir_are_removed_whatever_their_p
     note = [x for x in err if "temporary file(s)" in x]
     assert len(note) == 1 and probe.name in note[0] and reused.name in note[0], err
     assert [p.name for p in save.iterdir()] == [ckpt.checkpoint_name(1, 8)]
+
+
+def test_a_forked_child_does_not_keep_its_parents_lock(tmp_path):
+    """A pool worker that outlives a killed parent must not hold the parent's lock."""
+    lock = tmp_path / "x.lock"
+    held = hold_lock(lock, "x", remove=False)           # the file stays: the child locks the same one
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                        # the child: wait until the parent let go, then try
+        os.close(write)
+        os.read(read, 1)
+        try:
+            hold_lock(lock, "x").close()
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    os.close(read)
+    assert held.fd >= 0                                 # the parent still holds it after the fork
+    with pytest.raises(LockHeld):
+        hold_lock(lock, "x")
+    held.close()
+    os.write(write, b"x")
+    assert os.waitpid(pid, 0)[1] == 0                   # the child's copy did not keep it held
