@@ -13,9 +13,10 @@ killed run is simply taken over by the next one: no stale lock to delete by hand
 closes its copy of the lock (the parent keeps it), so a pool worker that outlives a killed parent
 never holds the parent's lock.  A released lock removes its file (``remove=True``); a run that
 opened the old file just before that finds, once it holds the flock, that the path now names
-another file (or none) and tries again, so two runs never both hold "the" lock.  Two takes in one process conflict like two processes (each its own open
-file), unless both pass ``reentrant=True``: then the second joins the first (a count), so a
-function that locks a prefix may call another that locks it too.
+another file (or none) and tries again, so two runs never both hold "the" lock.  Two takes in one
+process conflict like two processes (each its own open file), unless both pass ``reentrant=True``:
+then the second joins the first (a count), so a function that locks a prefix may call another
+that locks it too.
 
 >>> import tempfile, os
 >>> path = os.path.join(tempfile.mkdtemp(), "x.lock")

@@ -142,7 +142,7 @@ def _committed_moves(folder: Path, output_prefix: PathLike) -> tuple[list[tuple[
     marker = folder / "COMMIT"
     try:
         moves = [(str(a), str(b)) for a, b in json.loads(marker.read_text(encoding="utf-8"))["moves"]]
-        if moves and all(Path(a).parent == folder for a, _ in moves):
+        if moves and all(Path(a).resolve().parent == folder.resolve() for a, _ in moves):
             return moves, True
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
         pass
@@ -173,8 +173,8 @@ def recover(output_prefix: PathLike, locked: bool = False) -> list[str]:
             else:
                 shutil.rmtree(folder, ignore_errors=True)
             notes.append(f"completed the outputs of an interrupted run ({folder.name} was committed"
-                         + ("" if readable else "; its COMMIT was damaged, so the moves were rebuilt from the "
-                            "files in it") + ")")
+                         + ("" if readable else "; its COMMIT was damaged (or named other paths), so the moves were "
+                            "rebuilt from the files in it") + ")")
         else:
             shutil.rmtree(folder, ignore_errors=True)
             notes.append(f"removed the unfinished outputs of an interrupted run ({folder.name})")

@@ -374,8 +374,8 @@ def train(config: Settings | str | os.PathLike | Any = None, overrides: Sequence
 
     Raises ConfigError (bad config or data, naming the field), ResumeError (unusable checkpoint,
     or a changed data plan: :mod:`~labsupport.training.data_plan`), ``faults.TrainingError``
-    (a non-finite loss, a rank that stopped responding, a save dir or log another run holds) and OSError (save dir or log unwritable,
-    checked before the first step).  Inside an initialised ``torch.distributed`` group, each
+    (a non-finite loss, a rank that stopped responding, a save dir or log another run holds) and
+    OSError (save dir or log unwritable, checked before the first step).  Inside an initialised ``torch.distributed`` group, each
     rank trains on its slice.
     """
     run = _build(config, overrides)
@@ -393,7 +393,9 @@ def _train_locked(run: _Run, *, save_dir: Any, save_every: int, resume: Any, log
     if resume_if_exists:
         resume = faults.resume_source(resume, save_dir, run.rank)
     faults.preflight(run, save_dir, log_file)
-    if resume is not None and _resume(run, resume, resume_if_exists):
+    if resume is not None and _resume(run, resume, resume_if_exists):   # already complete: nothing to train
+        if log_file and run.rank == 0:
+            reconcile_log(log_file, run.step, warn=sys.stderr)
         return TrainResult([], run.settings, run.model, run.consumed, run.step)
     _data(run, dataset)
     if log_file and run.rank == 0:  # every refusal is behind us: the log now matches the start step
