@@ -375,8 +375,8 @@ def train(config: Settings | str | os.PathLike | Any = None, overrides: Sequence
     Raises ConfigError (bad config or data, naming the field), ResumeError (unusable checkpoint,
     or a changed data plan: :mod:`~labsupport.training.data_plan`), ``faults.TrainingError``
     (a non-finite loss, a rank that stopped responding, a save dir or log another run holds) and
-    OSError (save dir or log unwritable, checked before the first step).  Inside an initialised ``torch.distributed`` group, each
-    rank trains on its slice.
+    OSError (save dir or log unwritable, checked before the first step).  Inside an initialised
+    ``torch.distributed`` group, each rank trains on its slice.
     """
     run = _build(config, overrides)
     with faults.run_lock(run.rank, save_dir, log_file):
