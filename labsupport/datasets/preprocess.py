@@ -80,7 +80,7 @@ from labsupport.datasets import staging
 from labsupport.datasets.word_cache import BPE_ENGINES, WordCache, bpe_engine_problem, word_cache_problem
 from labsupport.cli import fail, run_command
 from labsupport.fileio import PathLike, writer_gone
-from labsupport.fileio_lock import LockHeld, hold_lock
+from labsupport.fileio import LockHeld, hold_lock
 from labsupport.paths import DOMAINS, data_file, shown_path, work_dir
 from labsupport.datasets.tokenizer import Tokenizer, workbook_tokenizer
 from labsupport.progress import progress
@@ -410,7 +410,7 @@ def choose_bpe_engine(engine: str, tok, input_bytes: int, cache_problem: str | N
 
 
 def lock_prefix(output_prefix: PathLike, wait: bool = False):
-    """Hold ``<output_prefix>.lock`` (:mod:`labsupport.fileio_lock`) while a run writes the prefix:
+    """Hold ``<output_prefix>.lock`` (:func:`labsupport.fileio.hold_lock`) while a run writes the prefix:
     a second run is refused (PreprocessError naming the holder's pid), or with ``wait`` waits
     for it.  Re-entrant in one process (:func:`workbook_prefixes` holds it around :func:`preprocess`)."""
     shown = shown_path(output_prefix)

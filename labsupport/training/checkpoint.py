@@ -124,7 +124,7 @@ _PROBE = re.compile(r"^\.write-probe\.\d+\.tmp$")
 def remove_stale_temporaries(directory: str | os.PathLike, locked: bool = False) -> list[Path]:
     """Delete the temporary files of checkpoint saves whose process was killed; return them.
 
-    ``locked``: the caller holds the save dir's lock (:mod:`labsupport.fileio_lock`), so no other
+    ``locked``: the caller holds the save dir's lock (:func:`labsupport.fileio.hold_lock`), so no other
     run writes there and every temporary is a killed run's, whatever process now has its pid —
     the write probes of :func:`check_writable` included."""
     removed = _remove_stale(directory, re.compile(_NAME.pattern.strip("^$")), locked=locked)

@@ -39,7 +39,7 @@ from labsupport.config import ConfigError, load_config
 from labsupport.datasets.blending import BlendError
 from labsupport.datasets.indexed import IndexedDataset
 from labsupport.datasets.tokenizer import Tokenizer
-from labsupport.fileio_lock import LockHeld, hold_lock
+from labsupport.fileio import LockHeld, hold_lock
 from labsupport.training import checkpoint as ckpt
 from labsupport.training.data import build_blend
 from labsupport.training.schema import read_run_config
@@ -73,7 +73,7 @@ def rank_timeout(source: Any = None, overrides: Sequence[str] = ()) -> float:
 
 # --------------------------------------------------------------------------- before training
 def run_lock(rank: int, save_dir: Any, log_file: Any) -> contextlib.ExitStack:
-    """Rank 0: hold ``<save dir>/.lock`` and ``<log>.lock`` for the run (:mod:`labsupport.fileio_lock`),
+    """Rank 0: hold ``<save dir>/.lock`` and ``<log>.lock`` for the run (:func:`labsupport.fileio.hold_lock`),
     so a second run on the same save dir or log is refused (TrainingError, exit 1) naming the
     holder, instead of both writing checkpoints and log lines.  Close the returned stack to release."""
     stack = contextlib.ExitStack()

@@ -41,7 +41,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from labsupport.fileio import atomic_write
-from labsupport.fileio_lock import LockHeld, hold_lock
+from labsupport.fileio import LockHeld, hold_lock
 from labsupport.paths import REPO_ROOT
 from labsupport.progress import progress
 from labsupport.workbook.grading.exercise import Chapter, Unreadable, discover, read_submission

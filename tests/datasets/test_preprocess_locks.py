@@ -17,7 +17,7 @@ from labsupport.datasets import staging
 from labsupport.datasets import preprocess as pp
 from labsupport.datasets.indexed import IndexedDataset
 from labsupport.datasets.tokenizer import workbook_tokenizer
-from labsupport.fileio_lock import hold_lock
+from labsupport.fileio import hold_lock
 from tests.datasets.test_preprocess_faults import EXTS, KEYS, corpus, snapshot
 from tests.training.test_locks import _holder
 

@@ -1,5 +1,5 @@
 """One run at a time on a save dir, a log, a prefix (issue #32 items 4, 5 and 12): the lock helper
-:mod:`labsupport.fileio_lock` and the trainer's use of it.
+:func:`labsupport.fileio.hold_lock` and the trainer's use of it.
 
 Faults injected: a second trainer on the save dir (or the log) of a live one, a holder killed
 with SIGKILL (its lock is taken over), a release racing a waiter, and the temporaries of killed
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from labsupport.fileio import atomic_write, remove_stale_temporaries, writer_gone
-from labsupport.fileio_lock import LockHeld, hold_lock, holder_of
+from labsupport.fileio import LockHeld, hold_lock, holder_of
 from labsupport.paths import REPO_ROOT
 from labsupport.training import checkpoint as ckpt
 from labsupport.training.cli import EXIT_ENV
@@ -28,7 +28,7 @@ from tests.training.test_faults import errors, run_main, tiny
 
 tiny_prefix = test_faults.tiny_prefix   # the module's 12-document corpus (a fixture)
 
-HOLD = ("import sys, time; from labsupport.fileio_lock import hold_lock; "
+HOLD = ("import sys, time; from labsupport.fileio import hold_lock; "
         "hold_lock(sys.argv[1], 'test'); print('held', flush=True); time.sleep(600)")
 
 
