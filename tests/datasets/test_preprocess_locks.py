@@ -19,7 +19,7 @@ from labsupport.datasets.indexed import IndexedDataset
 from labsupport.datasets.tokenizer import workbook_tokenizer
 from labsupport.fileio import hold_lock
 from tests.datasets.test_preprocess_faults import EXTS, KEYS, corpus, snapshot
-from tests.training.test_locks import _holder
+from tests.training.test_locks import holder_process
 
 
 def run(capsys, *argv: str) -> tuple[int, list[str]]:
@@ -50,7 +50,7 @@ def test_a_second_run_on_a_locked_prefix_is_refused_and_changes_nothing(tmp_path
 
 
 def test_the_lock_of_a_killed_run_is_taken_over(tmp_path, capsys, built):
-    proc = _holder(Path(f"{built}.lock"))
+    proc = holder_process(Path(f"{built}.lock"))
     status, err = run(capsys, "--input", str(corpus(tmp_path / "b.jsonl", 9, "b")), "--output-prefix", str(built))
     assert status == 1 and f"pid {proc.pid}" in err[0], err
     proc.send_signal(signal.SIGKILL)

@@ -32,7 +32,7 @@ HOLD = ("import sys, time; from labsupport.fileio import hold_lock; "
         "hold_lock(sys.argv[1], 'test'); print('held', flush=True); time.sleep(600)")
 
 
-def _holder(lock: Path) -> subprocess.Popen:
+def holder_process(lock: Path) -> subprocess.Popen:
     """A process that takes ``lock`` and sleeps (killed by the test)."""
     proc = subprocess.Popen([sys.executable, "-c", HOLD, str(lock)], stdout=subprocess.PIPE, text=True,
                             env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)))
@@ -86,7 +86,7 @@ def test_a_waiter_that_wakes_on_a_removed_lock_file_takes_the_new_one(tmp_path):
 
 def test_the_lock_of_a_killed_holder_is_taken_over(tmp_path):
     lock = tmp_path / "x.lock"
-    proc = _holder(lock)
+    proc = holder_process(lock)
     try:
         with pytest.raises(LockHeld) as exc:
             hold_lock(lock, "x")
@@ -144,7 +144,7 @@ def test_a_second_trainer_on_one_log_is_refused(tmp_path, capsys, tiny_prefix):
 
 def test_a_save_dir_locked_by_a_killed_trainer_is_taken_over(tmp_path, capsys, tiny_prefix):
     save = tmp_path / "s"
-    proc = _holder(save / ".lock")
+    proc = holder_process(save / ".lock")
     status, err = run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=1", "--save-dir", str(save))
     assert status == EXIT_ENV and f"pid {proc.pid}" in errors(err)[0], err
     proc.send_signal(signal.SIGKILL)
