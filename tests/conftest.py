@@ -51,6 +51,7 @@ SLOW_TESTS = {
     "datasets/test_preprocess.py::test_word_cache_output_is_byte_identical_on_the_shipped_corpora",
     "datasets/test_preprocess.py::test_word_cache_with_several_json_keys",
     "datasets/test_preprocess.py::test_workbook_prefixes_two_processes_race",
+    "datasets/test_preprocess_locks.py::test_the_lock_of_a_killed_run_is_taken_over",
     "datasets/test_spm_bpe_numba.py::test_preprocess_writes_the_same_bytes_with_either_engine",
     "datasets/test_spm_bpe_numba.py::test_spawned_workers_start_the_compiled_loop_themselves",
     "datasets/test_tokenizer.py::test_workbook_tokenizer_is_safe_when_processes_race",
@@ -70,6 +71,9 @@ SLOW_TESTS = {
     "project/test_hygiene.py::test_ruff_check_passes_outside_the_pending_paths",   # runs ruff
     "notebooks/test_workbook_helpers.py::test_mmap_loaders_share_one_page_cache_and_loaders_that_load_each_hold_a_copy",
     "training/test_schema.py::test_the_command_exits_2_with_one_line_naming_the_field",
+    "training/test_locks.py::test_the_lock_of_a_killed_holder_is_taken_over",
+    "training/test_locks.py::test_a_save_dir_locked_by_a_killed_trainer_is_taken_over",
+    "training/test_locks.py::test_a_forked_child_does_not_keep_its_parents_lock",
 }
 
 

@@ -39,7 +39,10 @@ left behind). The outputs are all-or-nothing (:mod:`labsupport.datasets.staging`
 together once all are complete; an existing dataset at the prefix stays readable until then.
 What a *killed* run (``kill -9``, a crash) leaves — a staging folder, or temporary files named
 ``<output>.tmp-<pid>-<hex>`` — the next run with the same prefix removes (or, for a staging
-folder that was already committed, finishes moving), and says so on stderr.
+folder that was already committed, finishes moving), and says so on stderr.  A run holds
+``<output prefix>.lock`` (:func:`lock_prefix`) throughout, so a second run on the same prefix is
+refused in one line naming the first's pid (status 1) instead of interleaving its moves with the
+first's; a 0-byte input is refused too.
 
 Chapter 3 and later chapters use :func:`workbook_prefixes`: the four shipped domains
 preprocessed with the workbook tokenizer, cached in ``work_dir("indexed")``.
@@ -76,7 +79,8 @@ from labsupport.datasets.indexed import (
 from labsupport.datasets import staging
 from labsupport.datasets.word_cache import BPE_ENGINES, WordCache, bpe_engine_problem, word_cache_problem
 from labsupport.cli import fail, run_command
-from labsupport.fileio import PathLike, process_alive
+from labsupport.fileio import PathLike, writer_gone
+from labsupport.fileio import LockHeld, hold_lock
 from labsupport.paths import DOMAINS, data_file, shown_path, work_dir
 from labsupport.datasets.tokenizer import Tokenizer, workbook_tokenizer
 from labsupport.progress import progress
@@ -293,10 +297,10 @@ def _open_builders(prefixes: dict[str, str], dtype: np.dtype, vocab_size: int, o
     """Phase 2: finish or remove what an interrupted run left under these prefixes, then a staging
     folder beside them (:mod:`~labsupport.datasets.staging`) and one builder per key writing into
     it; PreprocessError naming the folder when it cannot be written."""
-    for note in staging.recover(output_prefix):
+    for note in staging.recover(output_prefix, locked=True):   # the prefix is locked: all are a killed run's
         print(f"preprocess: {note}", file=log)
     for p in prefixes.values():
-        removed = remove_stale_temporaries(p)
+        removed = remove_stale_temporaries(p, locked=True)
         if removed:
             print(f"preprocess: removed {len(removed)} temporary file(s) left by an interrupted run: "
                   f"{', '.join(shown_path(r) for r in removed)}", file=log)
@@ -405,6 +409,22 @@ def choose_bpe_engine(engine: str, tok, input_bytes: int, cache_problem: str | N
     return ("sentencepiece", problem) if problem else ("numba", None)
 
 
+def lock_prefix(output_prefix: PathLike, wait: bool = False):
+    """Hold ``<output_prefix>.lock`` (:func:`labsupport.fileio.hold_lock`) while a run writes the prefix:
+    a second run is refused (PreprocessError naming the holder's pid), or with ``wait`` waits
+    for it.  Re-entrant in one process (:func:`workbook_prefixes` holds it around :func:`preprocess`)."""
+    shown = shown_path(output_prefix)
+    try:
+        return hold_lock(f"{os.fspath(output_prefix)}.lock", f"--output-prefix {shown}", wait=wait, reentrant=True)
+    except LockHeld as exc:
+        raise PreprocessError(f"{exc}: wait for that run to finish, or choose another --output-prefix") from None
+    except OSError as exc:
+        folder = Path(os.path.abspath(os.fspath(output_prefix))).parent
+        why = "does not exist" if not folder.is_dir() else f"cannot be written ({exc.strerror})"
+        raise PreprocessError(f"--output-prefix {shown}: folder {shown_path(folder)} {why}; "
+                              "choose a folder you can write to") from None
+
+
 def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *,
                json_keys: Sequence[str] = ("text",), append_eod: bool = False, workers: int = 1,
                strict: bool = False, show_progress: bool = True, log=None,
@@ -425,15 +445,30 @@ def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *
     with ``strict``; nothing is left on disk when an error stops the run.  The progress bar
     (documents, tokens, MB/s) goes to stderr.  Prints nothing to stdout.
 
-    Phases: check the arguments → open one builder per key → encode blocks (in a pool) and
-    append them in input order → write each ``.idx`` and sidecar.
+    Phases: check the arguments → lock the prefix (:func:`lock_prefix`; a second run on it is
+    refused) → open one builder per key → encode blocks (in a pool) and append them in input
+    order → write each ``.idx`` and sidecar → move them into place together.
     """
-    log = sys.stderr if log is None else log
     files, keys, workers, tok = _checked_arguments(inputs, json_keys, workers, tokenizer, append_eod)
+    with lock_prefix(output_prefix):
+        return _preprocess_locked(files, output_prefix, tok, keys=keys, append_eod=append_eod, workers=workers,
+                                  strict=strict, show_progress=show_progress, log=sys.stderr if log is None else log,
+                                  chunk_bytes=chunk_bytes, word_cache=word_cache, fine_cut=fine_cut,
+                                  bpe_engine=bpe_engine)
+
+
+def _preprocess_locked(files: list[Path], output_prefix: PathLike, tok: Tokenizer, *, keys: tuple[str, ...],
+                       append_eod: bool, workers: int, strict: bool, show_progress: bool, log: Any,
+                       chunk_bytes: int, word_cache: bool, fine_cut: bool, bpe_engine: str) -> PreprocessResult:
+    """:func:`preprocess` once the arguments are checked and the prefix is locked."""
     dtype = np.dtype(optimal_dtype(tok.vocab_size))
     shown = [shown_path(f) for f in files]
     prefixes = {k: f"{os.fspath(output_prefix)}_{k}_document" for k in keys}
     total_bytes = sum(f.stat().st_size for f in files)
+    if total_bytes == 0:
+        raise PreprocessError(f"--input {' '.join(shown[:3])}{' …' if len(shown) > 3 else ''}: empty "
+                              f"({'every file is ' if len(shown) > 1 else ''}0 bytes), a dataset of 0 documents; "
+                              "give jsonl files with one document per line")
     start = time.perf_counter()
     builders, stage = _open_builders(prefixes, dtype, tok.vocab_size, output_prefix, log)
     hashers = [hashlib.sha256() for _ in files]
@@ -534,12 +569,15 @@ def _keys_found(files: Sequence[Path], max_lines: int = 1000) -> list[str]:
 _TEMP_TAG = re.compile(r"\.tmp-(?P<pid>\d+)-[0-9a-f]{8}$")
 
 
-def remove_stale_temporaries(prefix: PathLike) -> list[Path]:
+def remove_stale_temporaries(prefix: PathLike, locked: bool = False) -> list[Path]:
     """Delete ``<prefix>.{bin,idx,json}.tmp-<pid>-<hex>`` files whose writing process is gone.
 
     :class:`~labsupport.datasets.indexed.IndexedDatasetBuilder` writes to such names and renames
     them when done; a run killed before it could clean up leaves them behind. Files of a process
-    that is still running (another run writing the same prefix) are kept. Returns the removed paths.
+    that is still running (another run writing the same prefix) are kept — unless ``locked``: the
+    caller holds the prefix's lock, so none is another run's (the pid may be reused).  A pid that
+    now belongs to a process started after the file was written counts as gone
+    (:func:`labsupport.fileio.writer_gone`).  Returns the removed paths.
     """
     prefix = Path(prefix)
     removed = []
@@ -549,7 +587,8 @@ def remove_stale_temporaries(prefix: PathLike) -> list[Path]:
         m = _TEMP_TAG.search(path.name)
         if m is None or path.name[: m.start()] not in {prefix.name + e for e in (".bin", ".idx", ".json")}:
             continue
-        if int(m["pid"]) != os.getpid() and not process_alive(int(m["pid"])):
+        pid = int(m["pid"])
+        if (locked and pid != os.getpid()) or writer_gone(pid, path):
             path.unlink(missing_ok=True)
             removed.append(path)
     return removed
@@ -590,8 +629,14 @@ def _sidecar_extra(key: str, tok, append_eod: bool, files: list[Path], shown: li
 
 
 # ----------------------------------------------------------------------------------- CLI
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints the whole usage too)
+        fail(f"preprocess: error: {message}: see python -m labsupport preprocess --help", 2)
+        raise SystemExit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m labsupport preprocess",
         description="Tokenize jsonl files into Megatron .bin/.idx pairs (workbook chapter 2).",
         epilog="exit status: 0 done, 1 error (one line on stderr), 2 usage error, 130 interrupted (Ctrl-C); "
@@ -717,9 +762,13 @@ def workbook_prefixes(domains: Sequence[str] | None = None) -> dict[str, str]:
         src = data_file(d)
         base = work_dir("indexed") / d
         prefix = f"{base}_text_document"
-        if not _is_current(prefix, tok.fingerprint, src):
-            preprocess([src], base, tok, append_eod=True, workers=1, strict=True,
-                       show_progress=False)
+        if _is_current(prefix, tok.fingerprint, src):
+            out[d] = prefix
+            continue
+        with lock_prefix(base, wait=True):   # another process building it: wait, then look again
+            if not _is_current(prefix, tok.fingerprint, src):
+                preprocess([src], base, tok, append_eod=True, workers=1, strict=True,
+                           show_progress=False)
         out[d] = prefix
     return out
 

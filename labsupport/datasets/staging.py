@@ -9,7 +9,8 @@ old ``.idx`` beside a new ``.bin``), then per key ``.bin``, ``.json`` and, last,
 * a fault before ``COMMIT`` leaves the existing dataset untouched, and the next run (or
   :func:`recover`) deletes the staging folder;
 * a fault after it (a kill between two renames) is finished by the next run: ``COMMIT`` says the
-  new files are complete, so the moves are completed ("rolled forward").
+  new files are complete, so the moves are completed ("rolled forward").  A damaged ``COMMIT``
+  still says so: the moves are rebuilt from the files in the folder.
 
 Ctrl-C is held during the moves, so an interrupt lands before or after them; one that arrived
 during the moves raises :class:`InterruptedAfterCommit` once they are done, so the command says
@@ -133,20 +134,47 @@ def staging_folders(output_prefix: PathLike) -> list[Path]:
                   if (m := _STAGING.match(p.name)) and m["name"] == prefix.name and p.is_dir())
 
 
-def recover(output_prefix: PathLike) -> list[str]:
+def _committed_moves(folder: Path, output_prefix: PathLike) -> tuple[list[tuple[str, str]], bool]:
+    """The moves ``COMMIT`` lists, and whether it was readable.  A damaged ``COMMIT`` (a flipped
+    bit, garbage) is damage, not a crash: the moves are rebuilt from the files left in the
+    folder (each goes to its own name beside the prefix), since ``COMMIT`` is written only once
+    every file there is complete."""
+    marker = folder / "COMMIT"
+    try:
+        moves = [(str(a), str(b)) for a, b in json.loads(marker.read_text(encoding="utf-8"))["moves"]]
+        if moves and all(Path(a).resolve().parent == folder.resolve() for a, _ in moves):
+            return moves, True
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        pass
+    prefix = Path(output_prefix)
+    names = re.compile(re.escape(prefix.name) + r"_.+_document(" + "|".join(map(re.escape, EXTENSIONS)) + ")$")
+    stems = sorted({p.name[: -len(p.suffix)] for p in folder.iterdir() if names.fullmatch(p.name)})
+    moves = [(src, dst) for src, dst in _moves(folder, [os.fspath(prefix.parent / s) for s in stems])
+             if os.path.exists(src)]
+    return moves, False
+
+
+def recover(output_prefix: PathLike, locked: bool = False) -> list[str]:
     """Finish or delete what killed runs left for ``output_prefix``; returns one note per folder.
 
-    A folder whose process still runs is left alone (another run writing the same prefix)."""
+    A folder whose process still runs is left alone (another run writing the same prefix) —
+    unless ``locked``: the caller holds the prefix's lock, so none is another run's, whatever
+    process has its pid now."""
     notes = []
     for folder in staging_folders(output_prefix):
         pid = int(_STAGING.match(folder.name)["pid"])
-        if pid != os.getpid() and process_alive(pid):
+        if pid != os.getpid() and not locked and process_alive(pid):
             continue
         marker = folder / "COMMIT"
         if marker.is_file():
-            moves = [tuple(m) for m in json.loads(marker.read_text(encoding="utf-8"))["moves"]]
-            _apply(folder, moves)
-            notes.append(f"completed the outputs of an interrupted run ({folder.name} was committed)")
+            moves, readable = _committed_moves(folder, output_prefix)
+            if moves:
+                _apply(folder, moves)
+            else:
+                shutil.rmtree(folder, ignore_errors=True)
+            notes.append(f"completed the outputs of an interrupted run ({folder.name} was committed"
+                         + ("" if readable else "; its COMMIT was damaged (or named other paths), so the moves were "
+                            "rebuilt from the files in it") + ")")
         else:
             shutil.rmtree(folder, ignore_errors=True)
             notes.append(f"removed the unfinished outputs of an interrupted run ({folder.name})")

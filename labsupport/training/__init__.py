@@ -17,6 +17,8 @@ tokenizer → indexed files → blend → GPT samples → a data-parallel sample
   samples (atomic writes; a checkpoint of another config or tokenizer is refused);
 * :mod:`~labsupport.training.trainer` — ``train(cfg, ...)``: the loop, on one process or as one
   rank of a ``torch.distributed`` group (gradients all-reduced);
+* :mod:`~labsupport.training.run_log` — the ``--log`` file reconciled with the step a run starts
+  from (every step once);
 * :mod:`~labsupport.training.trace` — follow one document from jsonl to its share of the loss.
 
 ``python -m labsupport train`` is the command-line entry (:mod:`~labsupport.training.cli`).

@@ -118,9 +118,23 @@ def content_digest(value: Any) -> str:
     return h.hexdigest()
 
 
-def remove_stale_temporaries(directory: str | os.PathLike) -> list[Path]:
-    """Delete the temporary files of checkpoint saves whose process was killed; return them."""
-    return _remove_stale(directory, re.compile(_NAME.pattern.strip("^$")))
+_PROBE = re.compile(r"^\.write-probe\.\d+\.tmp$")
+
+
+def remove_stale_temporaries(directory: str | os.PathLike, locked: bool = False) -> list[Path]:
+    """Delete the temporary files of checkpoint saves whose process was killed; return them.
+
+    ``locked``: the caller holds the save dir's lock (:func:`labsupport.fileio.hold_lock`), so no other
+    run writes there and every temporary is a killed run's, whatever process now has its pid —
+    the write probes of :func:`check_writable` included."""
+    removed = _remove_stale(directory, re.compile(_NAME.pattern.strip("^$")), locked=locked)
+    folder = Path(directory)
+    if locked and folder.is_dir():
+        for p in sorted(folder.iterdir()):
+            if _PROBE.match(p.name):
+                p.unlink(missing_ok=True)
+                removed.append(p)
+    return removed
 
 
 def check_writable(directory: str | os.PathLike, need_bytes: int = 0) -> None:
@@ -221,6 +235,11 @@ def _read_verified(file: Path) -> dict[str, Any]:
         first = (str(exc).strip().splitlines() or [""])[0][:160]
         raise DamagedCheckpoint(f"{file.name}: not a readable checkpoint, damaged "
                                 f"({type(exc).__name__}: {first})") from None
+    if (isinstance(state, dict) and state.get("format") not in (FORMAT, *_OLD_FORMATS)
+            and "content_sha256" in state and content_digest(state) != state["content_sha256"]):
+        # the digest covers the format string: a flipped bit there is damage like any other
+        raise DamagedCheckpoint(f"{file.name}: damaged — format {str(state.get('format'))[:60]!r} and its content "
+                                "do not match the checksum it was saved with")
     if not isinstance(state, dict) or state.get("format") not in (FORMAT, *_OLD_FORMATS):
         raise ResumeError(f"{file.name}: not a labsupport training checkpoint (format "
                           f"{state.get('format') if isinstance(state, dict) else None!r})")

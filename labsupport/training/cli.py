@@ -16,7 +16,8 @@ process joins the group with gloo on CPU or NCCL on GPU; multi-node runs use tor
 Exit status: 0 success · 2 bad input: the command line, a config key or value, the data (an
 empty dataset, a zero blend weight, a token id outside the vocabulary), a checkpoint that cannot
 be resumed or a changed data plan · 1 the environment or a failed run: a save dir or log that
-cannot be written, no space left, a NaN/inf loss, a rank that stopped responding · 130 Ctrl-C.
+cannot be written, no space left, a save dir or log in use by another run (locked: see
+docs/training.md), a NaN/inf loss, a rank that stopped responding · 130 Ctrl-C.
 Each is one line on stderr: ``error: <what and where>: <what to do>``.
 """
 from __future__ import annotations

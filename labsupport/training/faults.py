@@ -1,7 +1,8 @@
 """What the training loop checks so that a fault stops it with one clear line — chapter 6.
 
-* :func:`preflight` — before the first step: the save dir and the log can be written, with room
-  for a checkpoint; the temporary files of a killed save are removed;
+* :func:`run_lock` — one run at a time on a save dir and a log (a second is refused, naming the
+  first's pid); :func:`preflight` — before the first step: the save dir and the log can be
+  written, with room for a checkpoint; the temporary files of a killed save are removed;
 * :func:`checked_blend` — the blend, with an empty dataset, a zero weight or a token id outside
   the vocabulary named as a config error (not an ``IndexError`` deep in the model);
 * :func:`check_finite` — a NaN/inf loss or gradient stops the run naming the step, before the
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import json
 import math
 import os
 import signal
@@ -39,13 +39,13 @@ from labsupport.config import ConfigError, load_config
 from labsupport.datasets.blending import BlendError
 from labsupport.datasets.indexed import IndexedDataset
 from labsupport.datasets.tokenizer import Tokenizer
-from labsupport.fileio import atomic_write
+from labsupport.fileio import LockHeld, hold_lock
 from labsupport.training import checkpoint as ckpt
 from labsupport.training.data import build_blend
 from labsupport.training.schema import read_run_config
 
 __all__ = ["TrainingError", "preflight", "checked_blend", "check_finite", "check_finite_weights", "RankHealth",
-           "resume_source", "drop_replayed_log_lines", "inject_rank_fault", "inject_nan", "restart_count",
+           "resume_source", "run_lock", "inject_rank_fault", "inject_nan", "restart_count",
            "rank_timeout"]
 
 
@@ -72,13 +72,40 @@ def rank_timeout(source: Any = None, overrides: Sequence[str] = ()) -> float:
 
 
 # --------------------------------------------------------------------------- before training
+def run_lock(rank: int, save_dir: Any, log_file: Any) -> contextlib.ExitStack:
+    """Rank 0: hold ``<save dir>/.lock`` and ``<log>.lock`` for the run (:func:`labsupport.fileio.hold_lock`),
+    so a second run on the same save dir or log is refused (TrainingError, exit 1) naming the
+    holder, instead of both writing checkpoints and log lines.  Close the returned stack to release."""
+    stack = contextlib.ExitStack()
+    if rank != 0:
+        return stack
+    try:
+        for flag, lock in (("--save-dir", None if save_dir is None else Path(save_dir) / ".lock"),
+                           ("--log-file", None if log_file is None else Path(f"{os.fspath(log_file)}.lock"))):
+            if lock is None:
+                continue
+            try:
+                stack.enter_context(hold_lock(lock, f"{flag} {lock.parent if flag == '--save-dir' else log_file}"))
+            except LockHeld as exc:
+                raise TrainingError(f"{exc}: wait for that run to finish (or stop it), or choose another {flag}") \
+                    from None
+            except OSError as exc:   # named as the preflight checks name them: the save dir, the log
+                where = lock.parent if flag == "--save-dir" else log_file
+                raise OSError(exc.errno, exc.strerror, os.fspath(where)) from None
+    except BaseException:
+        stack.close()
+        raise
+    return stack
+
+
 def preflight(run: Any, save_dir: Any, log_file: Any) -> None:
-    """Rank 0: save dir and log writable (OSError naming them), stale save temporaries removed."""
+    """Rank 0: save dir and log writable (OSError naming them), stale save temporaries removed
+    (all of them: :func:`run_lock` holds the save dir, so no other run writes there)."""
     if run.rank != 0:
         return
 
     if save_dir is not None:
-        removed = ckpt.remove_stale_temporaries(save_dir)
+        removed = ckpt.remove_stale_temporaries(save_dir, locked=True)
         if removed:
             print(f"train: removed {len(removed)} temporary file(s) left by a killed save: "
                   f"{', '.join(p.name for p in removed)}", file=sys.stderr)
@@ -88,27 +115,6 @@ def preflight(run: Any, save_dir: Any, log_file: Any) -> None:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
         with open(log_file, "a", encoding="utf-8"):
             pass
-
-
-def drop_replayed_log_lines(log_file: Any, step: int) -> int:
-    """Remove the lines of steps after ``step`` (the checkpoint resumed from): those steps run
-    again now, and would otherwise appear twice.  Returns how many lines were dropped."""
-    path = Path(log_file)
-    if not path.is_file():
-        return 0
-    kept, dropped = [], 0
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            later = int(json.loads(line).get("step", 0)) > step
-        except (ValueError, AttributeError, TypeError):
-            later = False
-        if later:
-            dropped += 1
-        else:
-            kept.append(line)
-    if dropped:
-        atomic_write(path, "".join(x + "\n" for x in kept))
-    return dropped
 
 
 def resume_source(resume: Any, save_dir: Any, rank: int) -> Any:

@@ -31,9 +31,14 @@ from labsupport.config import ConfigError, ParallelLayout, parallel_layout
 from labsupport.datasets.splits import parse_and_normalize_split
 
 __all__ = ["TrainerConfig", "ExpManagerConfig", "TokenizerConfig", "DataConfig", "SchedConfig",
-           "OptimConfig", "ModelConfig", "RunConfig", "read_run_config", "schema_keys", "LAYOUT_HINT"]
+           "OptimConfig", "ModelConfig", "RunConfig", "read_run_config", "schema_keys", "LAYOUT_HINT",
+           "MAX_MODEL_PARAMETERS"]
 
 LAYOUT_HINT = "see configs/megatron_gpt_tiny.yaml for the layout"
+#: The largest model the trainer builds (parameters without the vocabulary's embedding and head):
+#: 2×10⁸ parameters are 0.8 GB of fp32 weights and 2.4 GB with AdamW's two moments — far beyond
+#: chapter 6's tiny GPT (about 0.1 M), still within one machine's memory.
+MAX_MODEL_PARAMETERS = 200_000_000
 
 
 # ------------------------------------------------------------------ the rules, in the learner's words
@@ -250,6 +255,35 @@ class ModelConfig:
         if self.hidden_size % self.num_attention_heads:
             raise ConfigError(f"model.hidden_size={self.hidden_size} is not divisible by "
                               f"model.num_attention_heads={self.num_attention_heads}")
+        self.validate_size()
+
+    def parameters_without_vocab(self) -> int:
+        """The GPT's parameter count, less the token embedding and output head (the vocabulary
+        comes from the tokenizer): per layer QKV + output projection (4h² + 4h), the MLP
+        (2hf + f + h) and two LayerNorms (4h); the position embedding P·h; the final LayerNorm."""
+        h = self.hidden_size
+        return self.num_layers * self._per_layer() + self.max_position_embeddings * h + 2 * h
+
+    def _per_layer(self) -> int:
+        h, f = self.hidden_size, self.ffn_hidden_size
+        return 4 * h * h + 2 * h * f + 9 * h + f
+
+    def validate_size(self) -> None:
+        """Refuse a model larger than :data:`MAX_MODEL_PARAMETERS`, naming the field that makes it so
+        (before anything is built: ``model.num_layers=1000000`` would allocate until killed)."""
+        total = self.parameters_without_vocab()
+        if total <= MAX_MODEL_PARAMETERS:
+            return
+        h, f = self.hidden_size, self.ffn_hidden_size
+        if self.max_position_embeddings * h > total // 2:
+            name = "max_position_embeddings"
+        elif self._per_layer() * 2 <= MAX_MODEL_PARAMETERS:
+            name = "num_layers"
+        else:
+            name = "hidden_size" if 4 * h * h >= 2 * h * f else "ffn_hidden_size"
+        raise ConfigError(f"model.{name}={getattr(self, name)}: the model would have {total:.3g} parameters "
+                          f"(not counting the vocabulary), more than the {MAX_MODEL_PARAMETERS:.0e} this workbook "
+                          f"trains (MAX_MODEL_PARAMETERS, docs/training.md); lower model.{name}")
 
 
 @dataclass

@@ -45,6 +45,7 @@ from labsupport.progress import progress
 from labsupport.training import checkpoint as ckpt, faults
 from labsupport.training.data import Batch, collate
 from labsupport.training.data_plan import check_plan, consumed_digest, plan_of
+from labsupport.training.run_log import reconcile_log
 from labsupport.training.sampler import MegatronPretrainingSampler
 from labsupport.training.settings import ConfigError, Settings, load_settings, settings_from_config
 
@@ -180,8 +181,11 @@ def _build(config: Any, overrides: Sequence[str]) -> _Run:
     return _Run(settings, model, optimizer, device, world, rank)
 
 
-def _resume(run: _Run, resume: str | os.PathLike, log_file: str | os.PathLike | None) -> None:
-    """Load the newest intact checkpoint: weights, optimizer, RNG, step, consumed samples."""
+def _resume(run: _Run, resume: str | os.PathLike, if_exists: bool) -> bool:
+    """Load the newest intact checkpoint: weights, optimizer, RNG, step, consumed samples.
+
+    A checkpoint that already reaches ``trainer.max_steps`` is refused, except with
+    ``if_exists`` (a restarted job whose last attempt finished): then it returns True, done."""
     quiet = open(os.devnull, "w") if run.rank else None
     try:
         loaded = ckpt.load_checkpoint(resume, run.settings, warn=quiet)
@@ -189,6 +193,12 @@ def _resume(run: _Run, resume: str | os.PathLike, log_file: str | os.PathLike | 
         if quiet:
             quiet.close()
     max_steps = run.settings.config.trainer.max_steps
+    if loaded.step >= max_steps and if_exists:
+        if run.rank == 0:
+            print(f"train: {loaded.path.name} is at step {loaded.step}, trainer.max_steps={max_steps}: the run is "
+                  "already complete, nothing to do", file=sys.stderr)
+        run.step, run.consumed = loaded.step, loaded.consumed_samples
+        return True
     if loaded.step >= max_steps:
         raise ResumeError(f"{loaded.path.name} is at step {loaded.step}, which already reaches trainer.max_steps="
                           f"{max_steps}; raise trainer.max_steps to train further")
@@ -197,8 +207,7 @@ def _resume(run: _Run, resume: str | os.PathLike, log_file: str | os.PathLike | 
     ckpt.set_rng_state(loaded.state["rng"])
     run.step, run.consumed = loaded.step, loaded.consumed_samples
     run.resumed_from = loaded  # type: ignore[attr-defined]
-    if log_file and run.rank == 0:
-        faults.drop_replayed_log_lines(log_file, loaded.step)
+    return False
 
 
 def _data(run: _Run, dataset: Any) -> None:
@@ -351,8 +360,11 @@ def train(config: Settings | str | os.PathLike | Any = None, overrides: Sequence
             checkpoint, else start at step 0 — what a restarted job needs (NeMo's
             ``exp_manager.resume_if_exists`` + ``resume_ignore_no_checkpoint``; the config's
             ``exp_manager.resume_if_exists: true`` does the same).
-        log_file: append one JSON line per step (rank 0 only); on resume, lines of steps after
-            the checkpoint (replayed now) are dropped first.
+        log_file: append one JSON line per step (rank 0 only); once every check passed, the log
+            is reconciled with the step the run starts from (:mod:`~labsupport.training.run_log`:
+            later steps' lines dropped, a run from step 0 starts an empty log, the old one kept
+            aside as ``<log>.old``).  The save dir and the log are locked for the run
+            (:func:`~labsupport.training.faults.run_lock`).
         dataset: use this instead of the config's blend (same ``[i]`` dicts), e.g.
             :class:`~labsupport.training.data.NaiveTextDataset`.
         stop_after: stop after this many steps of *this* call (a run interrupted on purpose).
@@ -362,17 +374,32 @@ def train(config: Settings | str | os.PathLike | Any = None, overrides: Sequence
 
     Raises ConfigError (bad config or data, naming the field), ResumeError (unusable checkpoint,
     or a changed data plan: :mod:`~labsupport.training.data_plan`), ``faults.TrainingError``
-    (a non-finite loss, a rank that stopped responding) and OSError (save dir or log unwritable,
-    checked before the first step).  Inside an initialised ``torch.distributed`` group, each
-    rank trains on its slice.
+    (a non-finite loss, a rank that stopped responding, a save dir or log another run holds) and
+    OSError (save dir or log unwritable, checked before the first step).  Inside an initialised
+    ``torch.distributed`` group, each rank trains on its slice.
     """
     run = _build(config, overrides)
-    if resume_if_exists or run.settings.config.exp_manager.resume_if_exists:
+    with faults.run_lock(run.rank, save_dir, log_file):
+        return _train_locked(run, save_dir=save_dir, save_every=save_every, resume=resume, log_file=log_file,
+                             dataset=dataset, stop_after=stop_after, show_progress=show_progress,
+                             keep_token_losses=keep_token_losses, tensorboard_dir=tensorboard_dir, on_step=on_step,
+                             resume_if_exists=resume_if_exists or run.settings.config.exp_manager.resume_if_exists)
+
+
+def _train_locked(run: _Run, *, save_dir: Any, save_every: int, resume: Any, log_file: Any, dataset: Any,
+                  stop_after: int | None, show_progress: bool, keep_token_losses: bool, tensorboard_dir: Any,
+                  on_step: Any, resume_if_exists: bool) -> TrainResult:
+    """:func:`train` once the save dir and log are locked."""
+    if resume_if_exists:
         resume = faults.resume_source(resume, save_dir, run.rank)
     faults.preflight(run, save_dir, log_file)
-    if resume is not None:
-        _resume(run, resume, log_file)
+    if resume is not None and _resume(run, resume, resume_if_exists):   # already complete: nothing to train
+        if log_file and run.rank == 0:
+            reconcile_log(log_file, run.step, warn=sys.stderr)
+        return TrainResult([], run.settings, run.model, run.consumed, run.step)
     _data(run, dataset)
+    if log_file and run.rank == 0:  # every refusal is behind us: the log now matches the start step
+        reconcile_log(log_file, run.step, warn=sys.stderr)
     run.health = faults.RankHealth.create(run) if run.world > 1 else None
     result = TrainResult([], run.settings, run.model, run.consumed, run.step)
     writer = _tensorboard(tensorboard_dir) if run.rank == 0 else None

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import atexit
 import csv
-import fcntl
 import hashlib
 import io
 import json
@@ -42,6 +41,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from labsupport.fileio import atomic_write
+from labsupport.fileio import LockHeld, hold_lock
 from labsupport.paths import REPO_ROOT
 from labsupport.progress import progress
 from labsupport.workbook.grading.exercise import Chapter, Unreadable, discover, read_submission
@@ -105,20 +105,11 @@ def lock_gradebook(out: Path):
     process ends): the folder's summary.csv, similarity.csv, feedback/ and grading-run.json are shared
     by whatever ``--out`` is written there, so two graders in one folder are refused, whatever their
     ``--out``."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fh = open(out.with_name("gradebook.lock"), "a+")
     try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        fh.seek(0)
-        other = fh.read().strip() or "?"
-        fh.close()
-        raise GradebookLocked(f"{out.parent} is being written by another grader (pid {other})") from None
-    fh.seek(0)
-    fh.truncate()
-    fh.write(str(os.getpid()))
-    fh.flush()
-    return fh
+        return hold_lock(out.with_name("gradebook.lock"), os.fspath(out.parent), remove=False)
+    except LockHeld as exc:
+        raise GradebookLocked(f"{out.parent} is being written by another grader "
+                              f"(pid {exc.holder.get('pid', '?')})") from None
 
 
 class RepoGuard:
