@@ -101,15 +101,21 @@ class GradebookLocked(RuntimeError):
 
 
 def lock_gradebook(out: Path):
-    """Hold an exclusive lock on ``gradebook.lock`` in ``out``'s folder for this run (released when the
-    process ends): the folder's summary.csv, similarity.csv, feedback/ and grading-run.json are shared
-    by whatever ``--out`` is written there, so two graders in one folder are refused, whatever their
+    """Hold an exclusive lock on ``gradebook.lock`` in ``out``'s folder for this run (released when
+    :func:`main` returns, or the process ends): the folder's summary.csv, similarity.csv, feedback/ and
+    grading-run.json are shared by whatever ``--out`` is written there, so two graders in one folder are refused, whatever their
     ``--out``."""
     try:
-        return hold_lock(out.with_name("gradebook.lock"), os.fspath(out.parent), remove=False)
+        lock = hold_lock(out.with_name("gradebook.lock"), os.fspath(out.parent), remove=False)
     except LockHeld as exc:
         raise GradebookLocked(f"{out.parent} is being written by another grader "
                               f"(pid {exc.holder.get('pid', '?')})") from None
+    _HELD_GRADEBOOKS.append(lock)
+    return lock
+
+
+#: the gradebook locks :func:`main` holds (released when it returns)
+_HELD_GRADEBOOKS: list = []
 
 
 class RepoGuard:
@@ -257,11 +263,15 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    before = len(_HELD_GRADEBOOKS)
     try:
         return _main(argv)
     except KeyboardInterrupt:  # before or after the class loop (which reports its own progress)
         print("\ninterrupted", file=sys.stderr)
         return 130
+    finally:                   # the gradebook's lock is this run's: a next run in this process may take it
+        while len(_HELD_GRADEBOOKS) > before:
+            _HELD_GRADEBOOKS.pop().close()
 
 
 def _main(argv: list[str] | None = None) -> int:
@@ -285,7 +295,7 @@ def _main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 1
     try:
-        lock = lock_gradebook(out)  # noqa: F841 - held until this process ends
+        lock_gradebook(out)  # held until main returns
     except GradebookLocked as exc:
         print(f"error: {exc}: wait for it to finish, or grade into another folder", file=sys.stderr)
         return 1
