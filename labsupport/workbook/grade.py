@@ -103,8 +103,8 @@ class GradebookLocked(RuntimeError):
 def lock_gradebook(out: Path):
     """Hold an exclusive lock on ``gradebook.lock`` in ``out``'s folder for this run (released when
     :func:`main` returns, or the process ends): the folder's summary.csv, similarity.csv, feedback/ and
-    grading-run.json are shared by whatever ``--out`` is written there, so two graders in one folder are refused, whatever their
-    ``--out``."""
+    grading-run.json are shared by whatever ``--out`` is written there, so two graders in one folder are
+    refused, whatever their ``--out``."""
     try:
         lock = hold_lock(out.with_name("gradebook.lock"), os.fspath(out.parent), remove=False)
     except LockHeld as exc:
