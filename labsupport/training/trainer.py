@@ -403,6 +403,8 @@ def train(config: Settings | str | os.PathLike | Any = None, overrides: Sequence
             if save_dir is not None and ((save_every and run.step % save_every == 0) or run.step == end):
                 _save(run, save_dir, result)
     finally:
+        if run.health is not None:   # the heartbeat thread ends before the group does
+            run.health.stop()
         bar.close()
         if log_fh:
             log_fh.close()
