@@ -11,9 +11,10 @@ then, so that torchrun (which sends SIGTERM, and waits 30 s before SIGKILL for a
 cannot run its handler) ends or restarts the job at once: the job ends within
 ``rank_timeout_s + SETTLE_S`` plus torchrun's own monitoring (about a second).
 
-When the store itself goes away (the torchrun agent that hosts it was killed), the heartbeat's
-write fails: the thread prints one line, ``error: rank R: the torchrun agent ... is gone``, and
-the process leaves with status 1 (the training would otherwise go on without an agent to stop it).
+When the torchrun agent goes away (killed: it is this process's parent, and hosts the store), the
+heartbeat sees this process re-parented, or its store write fails: the thread prints one line,
+``error: rank R: the torchrun agent ... is gone``, and the process leaves with status 1 (the
+training would otherwise go on, with no agent to stop or restart it).
 
 Keys carry ``TORCHELASTIC_RESTART_COUNT``: torchrun keeps its store across restarts, and a
 restarted worker must never read a dead worker's beats.
@@ -63,6 +64,8 @@ class RankHealth:
         self.prefix = f"labsupport/restart{_restart_count()}/beat/"   # also under the group's own prefix
         self.step = 0
         self._stop = threading.Event()
+        self._leaving = threading.Lock()
+        self._parent = os.getppid()
         self._thread: threading.Thread | None = None
 
     @classmethod
@@ -91,17 +94,28 @@ class RankHealth:
 
     def _run(self) -> None:
         while not self._stop.wait(self.beat_s):
+            # the agent is the parent: when it dies this process is re-parented, which is seen
+            # before the store write fails (torch logs that failure with ~20 lines of C++ frames)
+            if self.agent_gone():
+                self._leave("its process exited")
             try:
                 self._write()
             except Exception as exc:  # noqa: BLE001 - DistNetworkError, DistStoreError, RuntimeError
-                if self._stop.is_set():
-                    return
-                where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
-                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:100]
-                os.write(2, (f"error: rank {self.rank}: the torchrun agent (its store at {where}) is gone "
-                             f"at step {self.step} ({first}); the checkpoints already written are intact — "
-                             "start the job again with --resume-if-exists\n").encode())
-                os._exit(1)
+                if not self._stop.is_set():
+                    self._leave((str(exc).strip().splitlines() or [type(exc).__name__])[0][:100])
+
+    def agent_gone(self) -> bool:
+        """Has the process that started this rank (torchrun's agent) exited?"""
+        return os.getppid() != self._parent
+
+    def _leave(self, why: str) -> None:
+        """One line, status 1, at once: the agent is gone (only the first caller writes)."""
+        self._leaving.acquire()   # the thread and the main thread may both find it: one line
+        where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+        os.write(2, (f"error: rank {self.rank}: the torchrun agent (pid {self._parent}, the store at {where}) is "
+                     f"gone at step {self.step} ({why}); the checkpoints already written are intact — start the "
+                     "job again with --resume-if-exists\n").encode())
+        os._exit(1)
 
     def beat(self, step: int) -> None:
         """Say "rank r is at step ``step``" (the thread writes it with its next beat)."""
@@ -155,6 +169,8 @@ class RankHealth:
         try:
             yield
         except RuntimeError as exc:  # DistBackendError and gloo's timeout are RuntimeErrors
+            if self.agent_gone():     # the peers left because the agent did: do not ask its store
+                self._leave("its process exited")
             silent = self.silent_ranks()
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
             who = ", ".join(silent) if silent else "another rank"
