@@ -17,7 +17,11 @@ Exit status: 0 success · 2 bad input: the command line, a config key or value, 
 empty dataset, a zero blend weight, a token id outside the vocabulary), a checkpoint that cannot
 be resumed or a changed data plan · 1 the environment or a failed run: a save dir or log that
 cannot be written, no space left, a NaN/inf loss, a rank that stopped responding · 130 Ctrl-C.
-Each is one line on stderr: ``error: <what and where>: <what to do>``.
+Each is one line on stderr: ``error: <what and where>: <what to do>``.  Under torchrun the config
+is checked before the process group starts (rank 0 prints the line, each rank exits 2); a Ctrl-C is
+one line per worker and 130; a killed agent is one line per worker and 1
+(:mod:`~labsupport.training.rank_health`).  torchrun's own report follows a failure: docs/training.md
+"Under torchrun: what you see".
 """
 from __future__ import annotations
 
