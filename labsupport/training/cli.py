@@ -18,7 +18,7 @@ empty dataset, a zero blend weight, a token id outside the vocabulary), a checkp
 be resumed or a changed data plan · 1 the environment or a failed run: a save dir or log that
 cannot be written, no space left, a NaN/inf loss, a rank that stopped responding · 130 Ctrl-C.
 Each is one line on stderr: ``error: <what and where>: <what to do>``.  Under torchrun the config
-is checked before the process group starts (rank 0 prints the line, each rank exits 2); a Ctrl-C is
+is checked before the process group starts (each rank: one line, status 2); a Ctrl-C is
 one line per worker and 130; a killed agent is one line per worker and 1
 (:mod:`~labsupport.training.rank_health`).  torchrun's own report follows a failure: docs/training.md
 "Under torchrun: what you see".
@@ -129,12 +129,15 @@ def _main(argv: Sequence[str] | None) -> int:
 
     config = args.config or DEFAULT_CONFIG
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)
-    try:   # the config, checked before any process group exists: one line from rank 0, status 2 on each rank
+    # the config, checked before any process group exists: one line and status 2 from every rank
+    # (each worker's own; torchrun stops the others with SIGTERM as soon as one has failed)
+    who = f"rank {os.environ.get('RANK', '0')}: " if world > 1 else ""
+    try:
         timeout = rank_timeout(config, args.overrides, world)
     except ConfigError as exc:
-        return _report(str(exc), EXIT_USAGE, int(os.environ.get("RANK", "0") or 0) == 0)
+        return _report(f"{who}{exc}", EXIT_USAGE, True)
     except OSError as exc:
-        return _report(_os_error(exc), EXIT_ENV, int(os.environ.get("RANK", "0") or 0) == 0)
+        return _report(f"{who}{_os_error(exc)}", EXIT_ENV, True)
     _init_distributed(timeout)
     rank = dist.get_rank() if dist.is_initialized() else 0
     status, message = EXIT_OK, ""

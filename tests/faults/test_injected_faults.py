@@ -19,7 +19,7 @@ TRAIN = ("-m", "labsupport", "train", "model.data.data_prefix=[1.0,{prefix}]", "
          "--save-every", "1", "--no-progress", "--log-file", "{dir}/s/log.jsonl")
 ON_TWO = ("trainer.devices=2",)
 FIRST_CKPT = "s/*.ckpt"
-RANK_TIMEOUT = 6     # trainer.rank_timeout_s of the SIGSTOP case
+RANK_TIMEOUT = 5     # trainer.rank_timeout_s of the SIGSTOP case
 
 
 def steps(n: int) -> tuple[str, ...]:
@@ -32,9 +32,9 @@ CASES = [
     Case("ctrl-c-twice-30-ms-apart", TRAIN + steps(200),
          Fault("signal", signal.SIGINT, after_ms=100, when_exists=FIRST_CKPT, again_ms=30),
          frozenset({130}), must_say="interrupted (Ctrl-C)"),
-    Case("sigkill-at-the-7th-rename", TRAIN + steps(4),
-         Fault("strace", spec="rename,renameat,renameat2:signal=KILL:when=7"), frozenset({-9, 137}),
-         then=TRAIN + steps(4) + ("--resume-if-exists",)),
+    Case("sigkill-at-the-3rd-rename", TRAIN + steps(4),
+         Fault("strace", spec="rename,renameat,renameat2:signal=KILL:when=3"), frozenset({-9, 137}),
+         then=TRAIN + steps(5) + ("--resume-if-exists",)),
     Case("enospc-at-fsync", TRAIN + steps(3), Fault("strace", spec="fsync:error=ENOSPC"), frozenset({1}),
          must_say="no space left"),
     Case("flipped-byte-in-the-newest-checkpoint", TRAIN + steps(3) + ("--resume", "{dir}/s"),
@@ -52,7 +52,7 @@ CASES = [
          Fault("signal", signal.SIGINT, after_ms=200, when_exists=FIRST_CKPT), frozenset({1}),
          torchrun=True, must_say="interrupted (Ctrl-C)", within_s=10),
     Case("torchrun-config-error", TRAIN + ON_TWO + steps(2) + ("trainer.rank_timeout_s=-1",), Fault("none"),
-         frozenset({1}), torchrun=True, worker_codes=frozenset({2}), must_say="trainer.rank_timeout_s"),
+         frozenset({1}), torchrun=True, worker_codes=frozenset({2, -15}), must_say="trainer.rank_timeout_s"),
 ]
 
 
