@@ -33,7 +33,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from labsupport.config import ConfigError, load_config
+from labsupport.config import ConfigError
 from labsupport.datasets.blending import BlendError
 from labsupport.datasets.indexed import IndexedDataset
 from labsupport.datasets.tokenizer import Tokenizer
@@ -42,6 +42,7 @@ from labsupport.training import checkpoint as ckpt
 from labsupport.training.data import build_blend
 from labsupport.training.rank_health import RankHealth
 from labsupport.training.schema import read_run_config
+from labsupport.training.settings import read_config
 
 __all__ = ["TrainingError", "preflight", "checked_blend", "check_finite", "check_finite_weights", "RankHealth",
            "resume_source", "drop_replayed_log_lines", "inject_rank_fault", "inject_nan", "restart_count",
@@ -61,11 +62,10 @@ def rank_timeout(source: Any = None, overrides: Sequence[str] = (), world_size: 
     """The config ``source`` with ``overrides``, checked (every field's rule, and
     ``trainer.devices × trainer.num_nodes`` = ``world_size`` when given), before any process group
     exists; returns its ``trainer.rank_timeout_s``: the seconds a rank waits for the others in a
-    collective (300 without a config).  Raises ConfigError naming the field, or OSError for a
-    config file that cannot be read."""
+    collective (300 without a config).  Raises ConfigError naming the field or the file."""
     if source is None:
         return 300.0
-    return float(read_run_config(load_config(source, overrides), world_size)[0].trainer.rank_timeout_s)
+    return float(read_run_config(read_config(source, overrides), world_size)[0].trainer.rank_timeout_s)
 
 
 # --------------------------------------------------------------------------- before training
