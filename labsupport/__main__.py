@@ -36,7 +36,8 @@ def _interrupted_while_starting(signum: int, frame: object) -> None:
     os._exit(130)
 
 
-if __name__ == "__main__":
+# not when SIGINT is ignored (a job started with & or nohup): Python itself leaves it ignored then
+if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
     signal.signal(signal.SIGINT, _interrupted_while_starting)
 
 import importlib  # noqa: E402 - after the handler: a Ctrl-C from here on is one line

@@ -107,6 +107,12 @@ def _command(case: Case, folder: Path, prefix: str) -> list[str]:
     return cmd
 
 
+def _as_in_a_terminal() -> None:
+    """In the child: SIGINT as a terminal's foreground job has it (a suite started with ``&``
+    passes it on ignored, and Python then leaves it ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _children(leader: int) -> dict[int, bytes]:
     """The processes whose parent is ``leader`` (torchrun's workers): pid → environment."""
     out = {}
@@ -193,7 +199,7 @@ def run_case(case: Case, folder: Path, prefix: str) -> Outcome:
     copies = 2 if case.fault.kind == "concurrent" else 1
     errs = [open(folder / f"stderr{i}.txt", "w+", encoding="utf-8") for i in range(copies)]
     procs = [subprocess.Popen(cmd, env=env(), cwd=folder, stdout=subprocess.DEVNULL, stderr=errs[i],
-                              start_new_session=True) for i in range(copies)]
+                              start_new_session=True, preexec_fn=_as_in_a_terminal) for i in range(copies)]
     fault_at = time.monotonic()
     workers: list[int] = []
     try:

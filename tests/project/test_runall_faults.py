@@ -63,7 +63,9 @@ def test_ctrl_c_leaves_no_notebook_that_looks_finished(tmp_path):
     the run ended first, a complete notebook (0)."""
     nb = _slow_notebook(tmp_path / "99_slow.ipynb")
     out = tmp_path / "runs"
-    proc = runall(str(nb), "--out", str(out), start_new_session=True)
+    # SIGINT as a terminal's foreground job has it (a suite started with & passes it on ignored)
+    proc = runall(str(nb), "--out", str(out), start_new_session=True,
+                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         partial = list(out.glob(".99_slow.*.running.ipynb"))
