@@ -135,9 +135,9 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         timeout = rank_timeout(config, args.overrides, world)
     except ConfigError as exc:
-        return _report(f"{who}{exc}", EXIT_USAGE, True)
+        return _report(f"{who}{exc}", EXIT_USAGE)
     except OSError as exc:
-        return _report(f"{who}{_os_error(exc)}", EXIT_ENV, True)
+        return _report(f"{who}{_os_error(exc)}", EXIT_ENV)
     _init_distributed(timeout)
     rank = dist.get_rank() if dist.is_initialized() else 0
     status, message = EXIT_OK, ""
@@ -164,7 +164,7 @@ def _main(argv: Sequence[str] | None) -> int:
             if shown:
                 os.write(2, f"error: {message}\n".encode())   # not print(): os._exit would drop a buffered line
             os._exit(status)
-        return _report(message, status, True)
+        return _report(message, status)
     if rank == 0 and res.log:
         last = res.log[-1]
         print(f"step {last['step']} · loss {last['loss']:.4f} · consumed_samples {last['consumed_samples']}"
@@ -172,7 +172,6 @@ def _main(argv: Sequence[str] | None) -> int:
     return EXIT_OK
 
 
-def _report(message: str, status: int, shown: bool) -> int:
-    if shown:
-        print(f"error: {message}", file=sys.stderr, flush=True)
+def _report(message: str, status: int) -> int:
+    print(f"error: {message}", file=sys.stderr, flush=True)
     return status
