@@ -41,17 +41,13 @@ from labsupport.datasets.tokenizer import Tokenizer
 from labsupport.fileio import LockHeld, hold_lock
 from labsupport.training import checkpoint as ckpt
 from labsupport.training.data import build_blend
-from labsupport.training.rank_health import RankHealth
+from labsupport.training.rank_health import RankHealth, TrainingError
 from labsupport.training.schema import read_run_config
 from labsupport.training.settings import read_config
 
 __all__ = ["TrainingError", "preflight", "checked_blend", "check_finite", "check_finite_weights", "RankHealth",
            "resume_source", "run_lock", "inject_rank_fault", "inject_nan", "restart_count",
            "rank_timeout"]
-
-
-class TrainingError(RuntimeError):
-    """The run cannot go on (a non-finite loss, a rank that stopped responding): exit status 1."""
 
 
 def restart_count() -> int:

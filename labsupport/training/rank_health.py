@@ -54,6 +54,11 @@ def _stopped_here(host: str, pid: int) -> bool:
     return state in (b"T", b"t") and ours
 
 
+class TrainingError(RuntimeError):
+    """The run cannot go on (a non-finite loss, a rank that stopped responding): exit status 1.
+    (:mod:`labsupport.training.faults` exports it; it lives here, where the first of them is raised.)"""
+
+
 class RankHealth:
     """Heartbeats in the process group's store, and the names of the ranks that stopped beating."""
 
@@ -164,8 +169,6 @@ class RankHealth:
     @contextlib.contextmanager
     def collective(self, step: int, what: str) -> Iterator[None]:
         """Run a collective; a timeout or a lost peer becomes TrainingError naming the silent ranks."""
-        from labsupport.training.faults import TrainingError  # noqa: PLC0415 - faults imports this module
-
         try:
             yield
         except RuntimeError as exc:  # DistBackendError and gloo's timeout are RuntimeErrors
