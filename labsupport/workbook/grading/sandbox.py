@@ -117,7 +117,9 @@ def staging(lib: Path) -> dict[str, str]:
 
 
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    enc = (lambda v: v.encode() if v is not None else None)
+    def enc(value: str | None) -> bytes | None:
+        return value.encode() if value is not None else None
+
     if _LIBC.mount(enc(source), enc(target), enc(fstype), flags, enc(data)) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"mount {source} on {target}: {os.strerror(err)}")
@@ -216,8 +218,8 @@ def enforcement(limits: Limits | None = None, mode: str | None = None) -> list[s
     lines = []
     if mode == "bwrap":
         lines.append(f"isolation: bwrap — uid {SANDBOX_UID} in its own user namespace and on the host (a root grader "
-                     "drops to it before starting bwrap: its 0600 files are not readable), no capabilities, no_new_privs, "
-                     "no nested user namespaces; own mount/PID/IPC/UTS/network namespaces "
+                     "drops to it before starting bwrap: its 0600 files are not readable), no capabilities, "
+                     "no_new_privs, no nested user namespaces; own mount/PID/IPC/UTS/network namespaces "
                      "(no network, no host sockets); "
                      "sees /usr, the Python environment and its own read-only copy of labsupport (no check code, no "
                      "answer keys), never the repository, solutions/, the gradebook, other submissions or the seed")
