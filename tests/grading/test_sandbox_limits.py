@@ -49,6 +49,9 @@ def _run(tmp_path, source: str, limits: sandbox.Limits | None = None, secret: bo
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="an ordinary user's sandbox maps to that user: nothing to drop")
 def test_as_root_the_student_is_an_unprivileged_uid_outside_too(tmp_path):
+    if sandbox.host_uid() != sandbox.SANDBOX_UID:
+        pytest.skip("this machine refuses user namespaces to unprivileged users (the header says uid 0 on the host)")
+    assert "and on the host" in sandbox.enforcement()[0]
     probe = """
 import os
 def _read(path):
@@ -78,6 +81,14 @@ print(labsupport.__file__)
     assert lines[1] == "PermissionError PermissionError", reply       # the 0600 token, the host's cmdline
     assert lines[2] == "read PermissionError", reply   # its copy of labsupport is readable, /etc/ssl/private not
     assert lines[3] == "/grading/lib/labsupport/__init__.py", reply
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root grader has a fallback to start bwrap as itself")
+def test_where_unprivileged_namespaces_are_refused_root_starts_bwrap_itself_and_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(sandbox, "host_uid", lambda: 0)
+    assert "uid 0 on the host" in sandbox.enforcement()[0] and "ARE readable" in sandbox.enforcement()[0]
+    reply, _ = _run(tmp_path, "print(open('/grading/lib/labsupport/token.conf').read().strip())", secret=True)
+    assert reply["output"].strip() == "index-token-123" and reply["uids"] == {"0"}, reply   # what the header says
 
 
 def test_the_seccomp_filter_is_well_formed():

@@ -94,9 +94,9 @@ class LearnerError(Exception):
     """An exception of a non-builtin type raised by the student's code, carried back by name."""
 
 
-def _probe(lib: Path) -> bool:
+def _probe(lib: Path, drop: bool) -> bool:
     scratch = Path(tempfile.mkdtemp(prefix="labsupport-probe-"))
-    staged = staging(lib)
+    staged = _stage_map(lib) if drop else {}
     try:
         return subprocess.run(bwrap_args(lib, Limits(), staged) + ["/usr/bin/true"], stdin=subprocess.DEVNULL,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=20,
@@ -108,12 +108,26 @@ def _probe(lib: Path) -> bool:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def _stage_map(lib: Path) -> dict[str, str]:
+    return {src: f"{STAGE}/{i}" for i, src in enumerate([*_python_roots(), str(lib)])}
+
+
+@functools.lru_cache(maxsize=None)
+def host_uid() -> int:
+    """The uid the student's processes have on the host: the grader's own for an ordinary user;
+    :data:`SANDBOX_UID` for root, unless this machine refuses user namespaces to unprivileged
+    users (then bwrap is started as root, as before, and its sandbox is uid 0 on the host)."""
+    if os.geteuid() != 0:
+        return os.geteuid()
+    return SANDBOX_UID if _probe(Path(sys.prefix), drop=True) else 0
+
+
 def staging(lib: Path) -> dict[str, str]:
     """As root: ``{folder bwrap binds: where the unprivileged launcher sees it}`` (the Python environment
-    and ``lib``); ``{}`` for an ordinary user, who starts bwrap as itself."""
-    if os.geteuid() != 0:
+    and ``lib``); ``{}`` where bwrap starts as the grader's user (an ordinary user, or see :func:`host_uid`)."""
+    if os.geteuid() != 0 or host_uid() == 0:
         return {}
-    return {src: f"{STAGE}/{i}" for i, src in enumerate([*_python_roots(), str(lib)])}
+    return _stage_map(lib)
 
 
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
@@ -200,7 +214,9 @@ def sandbox_mode() -> str:
     """``"bwrap"`` or ``"none"`` (``$LABSUPPORT_GRADE_SANDBOX=none`` forces none)."""
     if os.environ.get(SANDBOX_ENV, "").strip().lower() == "none" or not shutil.which("bwrap"):
         return "none"
-    return "bwrap" if _probe(Path(sys.prefix)) else "none"  # any readable folder stands in for the library
+    probe = Path(sys.prefix)  # any readable folder stands in for the library
+    root = os.geteuid() == 0
+    return "bwrap" if _probe(probe, drop=root) or (root and _probe(probe, drop=False)) else "none"
 
 
 def _cuda_torch() -> bool:
@@ -217,8 +233,17 @@ def enforcement(limits: Limits | None = None, mode: str | None = None) -> list[s
     groups = cgroup.available()
     lines = []
     if mode == "bwrap":
-        lines.append(f"isolation: bwrap — uid {SANDBOX_UID} in its own user namespace and on the host (a root grader "
-                     "drops to it before starting bwrap: its 0600 files are not readable), no capabilities, "
+        on_host = host_uid()
+        if os.geteuid() != 0:
+            who = (f"uid {SANDBOX_UID} in its own user namespace (your uid {on_host} on the host: it can read your "
+                   "files in what is bound, the Python environment)")
+        elif on_host == SANDBOX_UID:
+            who = (f"uid {SANDBOX_UID} in its own user namespace and on the host (the root grader drops to it before "
+                   "starting bwrap: root's 0600 files are not readable)")
+        else:
+            who = (f"uid {SANDBOX_UID} in its own user namespace but uid 0 on the host (this machine refuses user "
+                   "namespaces to unprivileged users: root's 0600 files in what is bound ARE readable)")
+        lines.append(f"isolation: bwrap — {who}, no capabilities, "
                      "no_new_privs, no nested user namespaces; own mount/PID/IPC/UTS/network namespaces "
                      "(no network, no host sockets); "
                      "sees /usr, the Python environment and its own read-only copy of labsupport (no check code, no "
@@ -244,7 +269,7 @@ def enforcement(limits: Limits | None = None, mode: str | None = None) -> list[s
         lines.append(line)
     if "pids" in groups:
         lines.append(f"processes: {limits.max_procs} for the whole submission (cgroup v{groups['version']})")
-    elif mode == "bwrap":   # as root too: the student's processes run as SANDBOX_UID, which it binds
+    elif mode == "bwrap" and host_uid() != 0:   # as root too, where its students run as SANDBOX_UID
         lines.append(f"processes: {limits.max_procs} in the submission's user namespace (RLIMIT_NPROC)")
     else:
         lines.append("processes: NOT limited (no writable cgroup" + (", and RLIMIT_NPROC does not bind root)" if
