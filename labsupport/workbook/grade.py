@@ -473,12 +473,22 @@ def _grade_in_pool(subs: list[Submission], chapters: dict[str, Chapter], options
         theirs.close()
         held[ours] = (proc, ours, None)
 
-    def hand_out() -> None:
-        for conn, (proc, _, sub) in list(held.items()):
-            if sub is None and queue:
-                nxt = queue.pop()
-                held[conn] = (proc, conn, nxt)
+    def hand_out() -> None:  # until every process is busy or nothing is left to hand out
+        while queue:
+            conn = next((c for c, (_, _, sub) in held.items() if sub is None), None)
+            if conn is None:
+                return
+            proc, nxt = held[conn][0], queue.pop()
+            try:
                 conn.send((str(nxt.path), nxt.student))
+            except OSError:   # it died while idle: the submission goes to its successor
+                queue.append(nxt)
+                del held[conn]
+                conn.close()
+                proc.join(10)
+                spawn()
+                continue
+            held[conn] = (proc, conn, nxt)
 
     try:
         for _ in range(min(args.jobs, len(subs))):
