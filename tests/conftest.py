@@ -29,6 +29,8 @@ SLOW_FILES = {
     "distributed/test_collectives.py",      # gloo process groups (run_workers)
     "grading/test_adversarial_class.py",    # the grader on a class, in bubblewrap
     "grading/test_exercises.py",            # every solution and exercise notebook, executed
+    "grading/test_sandbox_limits.py",       # student processes in bubblewrap
+    "grading/test_pool_faults.py",          # the grader with --jobs 2, a pool process killed
     "project/test_data.py",                 # scripts/build_data.py --check
     "project/test_gpu_report.py",           # python -m benchmarks.gpu_report
     "project/test_runall_faults.py",        # python -m labsupport runall, interrupted

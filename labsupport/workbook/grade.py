@@ -36,8 +36,8 @@ import signal
 import sys
 import tempfile
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from multiprocessing import get_context
+from multiprocessing.connection import wait
 from pathlib import Path
 
 from labsupport.fileio import atomic_write
@@ -154,10 +154,33 @@ class RepoGuard:
 _CHAPTERS: dict[str, Chapter] | None = None
 
 
+# the reason of the rows of a submission whose pool process died: graded again by the next run
+LOST = "grader error: the process grading this submission died"
+
+
 def _pool_start() -> None:
-    """A pool process leaves Ctrl-C to the grader, which reports it once (no traceback per process)."""
+    """A pool process leaves Ctrl-C to the grader, which reports it once (no traceback per process);
+    SIGTERM (the grader stopping it) ends it through its ``finally`` blocks."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     atexit.register(close_warm)
+
+
+def _pool_process(conn, exercises: str | None, options: Options, chapter: str | None) -> None:
+    """One pool process: grade each ``(path, student)`` received until ``None``, sending back its Graded."""
+    _pool_start()
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:
+            return
+        if task is None:
+            return
+        try:
+            graded: object = _job(task[0], task[1], exercises, options, chapter)
+        except Exception as exc:  # noqa: BLE001 - a grader failure: this submission's rows say which
+            graded = f"grader error: {type(exc).__name__}: {exc}"
+        conn.send(graded)
 
 
 def _job(path: str, student: str, exercises: str | None, options: Options, chapter: str | None) -> Graded:
@@ -187,7 +210,8 @@ class Gradebook:
         if out.is_file():  # kept until a student is graded again, so an interrupted --regrade loses nothing
             with open(out, newline="", encoding="utf-8") as fh:
                 self.rows = [{k: restore(v or "") for k, v in r.items()} for r in csv.DictReader(fh)]
-        self.done = set() if regrade else {(r["student"], r["chapter"]) for r in self.rows}
+        lost = {(r["student"], r["chapter"]) for r in self.rows if r["reason"].startswith(LOST)}
+        self.done = set() if regrade else {(r["student"], r["chapter"]) for r in self.rows} - lost
 
     def add(self, graded: Graded) -> None:
         key = (graded.student, graded.chapter)
@@ -436,22 +460,99 @@ def _grade_all(todo: list[Submission], chapters: dict[str, Chapter], options: Op
 
 def _grade_in_pool(subs: list[Submission], chapters: dict[str, Chapter], options: Options, args: argparse.Namespace,
                    forced: str | None, finish) -> None:
-    """``--jobs N``: N pool processes; a lost process costs its own submission an ``error`` row."""
-    pool = ProcessPoolExecutor(max_workers=args.jobs, mp_context=get_context("spawn"), initializer=_pool_start)
+    """``--jobs N``: N pool processes, one submission each at a time.  A process that dies (the OOM
+    killer, a signal) costs only the submission it held: that one gets ``error`` rows saying so (and
+    is graded again by the next run), a fresh process takes its place, the class goes on."""
+    ctx = get_context("spawn")
+    queue = list(reversed(subs))
+    held: dict[object, tuple[object, object, Submission | None]] = {}   # conn → (process, conn, its submission)
+
+    def spawn() -> None:
+        ours, theirs = ctx.Pipe()
+        proc = ctx.Process(target=_pool_process, args=(theirs, args.exercises, options, forced), daemon=False)
+        proc.start()
+        theirs.close()
+        held[ours] = (proc, ours, None)
+
+    def hand_out() -> None:  # until every process is busy or nothing is left to hand out
+        while queue:
+            conn = next((c for c, (_, _, sub) in held.items() if sub is None), None)
+            if conn is None:
+                return
+            proc, nxt = held[conn][0], queue.pop()
+            try:
+                conn.send((str(nxt.path), nxt.student))
+            except OSError:   # it died while idle: the submission goes to its successor
+                queue.append(nxt)
+                del held[conn]
+                conn.close()
+                proc.join(10)
+                spawn()
+                continue
+            held[conn] = (proc, conn, nxt)
+
     try:
-        pending = {pool.submit(_job, str(s.path), s.student, args.exercises, options, forced): s for s in subs}
-        while pending:
-            ready, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in ready:
-                sub = pending.pop(fut)
-                try:
-                    finish(fut.result())
-                except Exception as exc:  # noqa: BLE001 - a pool process lost: this row only
-                    chapter = chapters.get(sub.number or "")
-                    finish(Graded(sub.student, chapter.key if chapter else "", str(sub.path), unreadable_rows(
-                        sub.student, chapter, f"grader error: {type(exc).__name__}: {exc}", "error")))
-    finally:  # on Ctrl-C: drop what has not started, do not wait for the class to finish
-        pool.shutdown(wait=False, cancel_futures=True)
+        for _ in range(min(args.jobs, len(subs))):
+            spawn()
+        hand_out()
+        while any(sub is not None for _, _, sub in held.values()):
+            busy = [(proc, conn, sub) for proc, conn, sub in held.values() if sub is not None]
+            ready = set(wait([conn for _, conn, _ in busy] + [proc.sentinel for proc, _, _ in busy]))
+            for proc, conn, sub in busy:
+                if conn in ready or proc.sentinel in ready:
+                    try:
+                        graded = conn.recv() if conn.poll() else None
+                    except (EOFError, OSError):
+                        graded = None
+                    if graded is not None:
+                        held[conn] = (proc, conn, None)
+                        finish(graded if isinstance(graded, Graded) else _failed(sub, chapters, str(graded)))
+                        continue
+                    proc.join(10)
+                    del held[conn]
+                    conn.close()
+                    finish(_lost(sub, chapters, proc.exitcode))
+                    cgroup.sweep()     # the cgroups the dead process made for its student
+                    if queue:
+                        spawn()
+            hand_out()
+    finally:  # done, or Ctrl-C: stop every pool process (their finally blocks clean up)
+        for proc, conn, sub in held.values():
+            try:
+                if sub is None:
+                    conn.send(None)
+                else:
+                    proc.terminate()
+            except (OSError, ValueError):
+                pass
+        for proc, conn, _ in held.values():
+            proc.join(15)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
+            conn.close()
+
+
+def _lost(sub: Submission, chapters: dict[str, Chapter], exitcode: int | None) -> Graded:
+    """The rows of a submission whose pool process died while grading it."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            how = f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            how = f"killed by signal {-exitcode}"
+        if exitcode == -signal.SIGKILL:
+            how += " (the out-of-memory killer, or the submission's code)"
+    else:
+        how = f"exit status {exitcode}"
+    return _failed(sub, chapters, f"{LOST} ({how}); not graded: the next run grades it again",
+                   "your file could not be graded this time (the grader's process ended); it will be graded again")
+
+
+def _failed(sub: Submission, chapters: dict[str, Chapter], reason: str, note: str = "") -> Graded:
+    """``error`` rows with ``reason`` for every question of ``sub``'s chapter."""
+    chapter = chapters.get(sub.number or "")
+    return Graded(sub.student, chapter.key if chapter else "", str(sub.path),
+                  unreadable_rows(sub.student, chapter, reason, "error"), feedback=[note] if note else [])
 
 
 def _write_similarity(out: Path, answers: dict, chapters: dict[str, Chapter], threshold: float) -> int:

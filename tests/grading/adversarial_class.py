@@ -466,6 +466,12 @@ def build_class(folder: Path, book: Path | None = None) -> dict[str, Expected]:
         slow = student == "e06_memory_children"  # reclaim at the memory limit can outlast the cell limit
         subs[student] = (text, exp((1, 1, 1, 1, 1), {} if slow else {q: "passed" for q in QUESTIONS},
                                    why="the attempt fails", if_timed_out=(0, 1, 1, 1, 0) if slow else None))
+    if "e06_memory_children" in subs and not memory_per_submission():
+        # no writable cgroup (an ordinary user): memory is limited per process, as the run's header
+        # says, so three children under that limit each succeed; q1 and q5 fail naming the attempt
+        subs["e06_memory_children"] = (subs["e06_memory_children"][0], exp(
+            (0, 1, 1, 1, 0), {"q1": ("failed", "timed out")},
+            why="memory is per process without a cgroup (the header's memory line)", if_timed_out=(0, 1, 1, 1, 0)))
 
     subs["e09_reference_in_a_thread"] = (_all().set("q1", """
         import importlib, inspect, threading
@@ -515,6 +521,14 @@ def build_class(folder: Path, book: Path | None = None) -> dict[str, Expected]:
 
 
 MARKER = REPO_ROOT / "labsupport" / "_adversary_was_here.py"
+
+
+def memory_per_submission() -> bool:
+    """Whether the grader bounds a submission's memory as a whole here (a writable memory cgroup):
+    what the run's header says (:func:`labsupport.workbook.grading.sandbox.enforcement`)."""
+    from labsupport.workbook.grading import cgroup
+
+    return "memory" in cgroup.available()
 
 
 SUBSET_ENV = "LABSUPPORT_CLASS_SUBSET"  # "a01_correct,e01_writes_everywhere,...": grade only these

@@ -24,7 +24,7 @@ from labsupport.paths import REPO_ROOT
 from labsupport.workbook import grade
 from labsupport.workbook.grading.sandbox import sandbox_mode
 from tests.grading.adversarial_class import (ABSTRACT, MARKER, NAME, ODD_IDS, QUESTIONS, SOCKET, build_class,
-                                             student_names)
+                                             memory_per_submission, student_names)
 
 STUDENTS = student_names()
 ARGS = ["--seed", "class-test", "--jobs", "2", "--cell-timeout", "8", "--timeout", "10", "--memory-mb", "1536"]
@@ -94,6 +94,9 @@ def test_escapes_changed_nothing_outside_the_sandbox(graded):
 def test_the_header_says_what_is_enforced(graded):
     head = graded["printed"].split("seed:")[0]
     assert "isolation: bwrap" in head and "memory:" in head and "processes:" in head and "disk:" in head
+    # e06_memory_children's expected grade follows this line: bounded, or per process only
+    per_submission = "for the whole submission" in next(x for x in head.splitlines() if x.startswith("memory:"))
+    assert per_submission == memory_per_submission()
 
 
 def test_a_second_run_grades_nobody_twice(graded):

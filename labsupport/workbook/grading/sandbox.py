@@ -2,8 +2,10 @@
 
 The student's code runs in ``python -I`` inside a bubblewrap (``bwrap``) sandbox:
 
-* its own user namespace, mapped to uid/gid 65534 (``nobody``), every capability dropped
-  (``--cap-drop ALL``, also when the grader is root), ``no_new_privs``, no further user namespaces;
+* uid/gid 65534 (``nobody``) outside its user namespace as well as in it: a root grader drops to it
+  before starting bwrap (in a private mount namespace where the folders to bind are reachable by that
+  uid, :func:`_drop_to_student`), so the grader's 0600 files are not readable; every capability dropped
+  (``--cap-drop ALL``), ``no_new_privs``, no further user namespaces;
 * its own mount, PID, IPC, UTS, cgroup and network namespaces: it cannot see or signal the grader,
   has no network and no host socket (abstract or in ``/tmp``/``/run``);
 * a file system of its own: ``/usr``, a few files of ``/etc``, the Python environment and the
@@ -12,7 +14,9 @@ The student's code runs in ``python -I`` inside a bubblewrap (``bwrap``) sandbox
   the gradebook, other submissions and the run's seed are not in it at all;
 * per submission, not per process, where a cgroup can be made (:mod:`.cgroup`): memory and number
   of processes; otherwise the number of processes of its user namespace (``RLIMIT_NPROC``) and a
-  per-process address-space limit; always a file-size limit, CPU time and the grader's wall clocks.
+  per-process address-space limit, and ``memfd_create``, SysV shared memory and message queues refused
+  (:mod:`.seccomp`: memory those hold is outside that limit); always a file-size limit, CPU time and
+  the grader's wall clocks.
 
 Without bwrap (``$LABSUPPORT_GRADE_SANDBOX=none``, or no user namespaces) a worker still gets its
 own session, folder and limits, but runs as the grader's user: the command refuses that unless the
@@ -21,6 +25,7 @@ instructor passes ``--no-sandbox``.  :func:`enforcement` says exactly what a run
 from __future__ import annotations
 
 import builtins
+import ctypes
 import functools
 import json
 import os
@@ -31,13 +36,14 @@ import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from labsupport.paths import REPO_ROOT
-from labsupport.workbook.grading import cgroup
+from labsupport.workbook.grading import cgroup, seccomp
 from labsupport.workbook.grading.stubs import hidden_references, strip_references, write_check_stubs
 
 _HEADER = struct.Struct("<Q")
@@ -54,6 +60,11 @@ _ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "n
 # VmPeak 3 202 580 kB, resident 0.5 GB); an address-space limit (used only where no memory cgroup
 # is available) leaves room for that on top of --memory-mb
 CUDA_ADDRESS_SLACK_MB = 4096
+# a root grader's child binds the folders bwrap needs under this name, in its own mount namespace,
+# before it drops to SANDBOX_UID (which may not traverse /root, a 0700 temporary folder, ...)
+STAGE = "/tmp"
+_CLONE_NEWNS, _MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = 0x20000, 4096, 8192, 16384, 1 << 18
+_LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 @dataclass
@@ -83,12 +94,67 @@ class LearnerError(Exception):
     """An exception of a non-builtin type raised by the student's code, carried back by name."""
 
 
-def _probe(cmd: list[str]) -> bool:
+def _probe(lib: Path, drop: bool) -> bool:
+    scratch = Path(tempfile.mkdtemp(prefix="labsupport-probe-"))
+    staged = _stage_map(lib) if drop else {}
     try:
-        return subprocess.run(cmd + ["/usr/bin/true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, timeout=20).returncode == 0
+        return subprocess.run(bwrap_args(lib, Limits(), staged) + ["/usr/bin/true"], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=20,
+                              preexec_fn=(lambda: _drop_to_student(staged, scratch)) if staged else None,
+                              ).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _stage_map(lib: Path) -> dict[str, str]:
+    return {src: f"{STAGE}/{i}" for i, src in enumerate([*_python_roots(), str(lib)])}
+
+
+@functools.lru_cache(maxsize=None)
+def host_uid() -> int:
+    """The uid the student's processes have on the host: the grader's own for an ordinary user;
+    :data:`SANDBOX_UID` for root, unless this machine refuses user namespaces to unprivileged
+    users (then bwrap is started as root, as before, and its sandbox is uid 0 on the host)."""
+    if os.geteuid() != 0:
+        return os.geteuid()
+    return SANDBOX_UID if _probe(Path(sys.prefix), drop=True) else 0
+
+
+def staging(lib: Path) -> dict[str, str]:
+    """As root: ``{folder bwrap binds: where the unprivileged launcher sees it}`` (the Python environment
+    and ``lib``); ``{}`` where bwrap starts as the grader's user (an ordinary user, or see :func:`host_uid`)."""
+    if os.geteuid() != 0 or host_uid() == 0:
+        return {}
+    return _stage_map(lib)
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    def enc(value: str | None) -> bytes | None:
+        return value.encode() if value is not None else None
+
+    if _LIBC.mount(enc(source), enc(target), enc(fstype), flags, enc(data)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {source} on {target}: {os.strerror(err)}")
+
+
+def _drop_to_student(staged: dict[str, str], scratch: Path) -> None:
+    """In the child, before exec, as root: a private mount namespace where each folder of ``staged``
+    is bound under :data:`STAGE` (reachable by any uid), then uid/gid :data:`SANDBOX_UID`, no groups,
+    no capabilities; bwrap then starts as that uid and binds the staged folders."""
+    if _LIBC.unshare(_CLONE_NEWNS) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS)")
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    _mount("labsupport-stage", str(scratch), "tmpfs", 0, "mode=0755,size=64k")
+    for source, seen in staged.items():
+        os.mkdir(scratch / Path(seen).name, 0o755)
+        _mount(source, str(scratch / Path(seen).name), None, _MS_BIND | _MS_REC)
+    _mount(str(scratch), STAGE, None, _MS_MOVE)
+    os.chdir("/")
+    os.setgroups([])
+    os.setresgid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
+    os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
 
 
 def _python_roots() -> list[str]:
@@ -108,8 +174,11 @@ def _python_roots() -> list[str]:
     return sorted({str(p) for p in outer})
 
 
-def bwrap_args(lib: Path, limits: Limits) -> list[str]:
-    """The bwrap command line (up to ``--``) for one worker whose private library is ``lib``."""
+def bwrap_args(lib: Path, limits: Limits, staged: dict[str, str] | None = None, seccomp_fd: int = -1) -> list[str]:
+    """The bwrap command line (up to ``--``) for one worker whose private library is ``lib``;
+    ``staged`` (:func:`staging`) says where a root grader's launcher sees the folders it binds,
+    ``seccomp_fd`` a filter for bwrap to load (:mod:`.seccomp`)."""
+    staged = staged or {}
     args = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID),
             "--gid", str(SANDBOX_UID), "--cap-drop", "ALL", "--disable-userns", "--die-with-parent",
             "--new-session", "--hostname", "grading", "--ro-bind", "/usr", "/usr"]
@@ -129,10 +198,14 @@ def bwrap_args(lib: Path, limits: Limits) -> list[str]:
     # memory through it; /dev/shm is a bounded tmpfs mounted onto it
     args += ["--dev", "/dev", "--remount-ro", "/dev", "--proc", "/proc",
              "--size", str(disk // 4), "--tmpfs", "/tmp", "--size", str(disk // 4), "--tmpfs", "/dev/shm"]
+    # the host's kernel command line is not the student's business (unreadable: a nodev null device)
+    args += ["--ro-bind", "/dev/null", "/proc/cmdline"]
     for root in _python_roots():
-        args += ["--ro-bind", root, root]
-    args += ["--size", str(disk), "--tmpfs", str(INSIDE / "home"),
-             "--ro-bind", str(lib), str(INSIDE / "lib"), "--remount-ro", "/", "--chdir", str(INSIDE / "home"), "--"]
+        args += ["--ro-bind", staged.get(root, root), root]
+    if seccomp_fd >= 0:
+        args += ["--seccomp", str(seccomp_fd)]
+    args += ["--size", str(disk), "--tmpfs", str(INSIDE / "home"), "--ro-bind", staged.get(str(lib), str(lib)),
+             str(INSIDE / "lib"), "--remount-ro", "/", "--chdir", str(INSIDE / "home"), "--"]
     return args
 
 
@@ -142,7 +215,8 @@ def sandbox_mode() -> str:
     if os.environ.get(SANDBOX_ENV, "").strip().lower() == "none" or not shutil.which("bwrap"):
         return "none"
     probe = Path(sys.prefix)  # any readable folder stands in for the library
-    return "bwrap" if _probe(bwrap_args(probe, Limits())) else "none"
+    root = os.geteuid() == 0
+    return "bwrap" if _probe(probe, drop=root) or (root and _probe(probe, drop=False)) else "none"
 
 
 def _cuda_torch() -> bool:
@@ -159,8 +233,18 @@ def enforcement(limits: Limits | None = None, mode: str | None = None) -> list[s
     groups = cgroup.available()
     lines = []
     if mode == "bwrap":
-        lines.append(f"isolation: bwrap — uid {SANDBOX_UID} in its own user namespace, no capabilities, no_new_privs, "
-                     "no nested user namespaces; own mount/PID/IPC/UTS/network namespaces "
+        on_host = host_uid()
+        if os.geteuid() != 0:
+            who = (f"uid {SANDBOX_UID} in its own user namespace (your uid {on_host} on the host: it can read your "
+                   "files in what is bound, the Python environment)")
+        elif on_host == SANDBOX_UID:
+            who = (f"uid {SANDBOX_UID} in its own user namespace and on the host (the root grader drops to it before "
+                   "starting bwrap: root's 0600 files are not readable)")
+        else:
+            who = (f"uid {SANDBOX_UID} in its own user namespace but uid 0 on the host (this machine refuses user "
+                   "namespaces to unprivileged users: root's 0600 files in what is bound ARE readable)")
+        lines.append(f"isolation: bwrap — {who}, no capabilities, "
+                     "no_new_privs, no nested user namespaces; own mount/PID/IPC/UTS/network namespaces "
                      "(no network, no host sockets); "
                      "sees /usr, the Python environment and its own read-only copy of labsupport (no check code, no "
                      "answer keys), never the repository, solutions/, the gradebook, other submissions or the seed")
@@ -175,11 +259,17 @@ def enforcement(limits: Limits | None = None, mode: str | None = None) -> list[s
         lines.append(f"memory: {limits.memory_mb} MiB for the whole submission (cgroup v{groups['version']})")
     else:
         slack = CUDA_ADDRESS_SLACK_MB if _cuda_torch() else 0
-        lines.append(f"memory: NOT per submission (no writable cgroup) — {limits.memory_mb + slack} MiB of address "
-                     f"space per process" + (" (--memory-mb + room for CUDA torch's mappings)" if slack else ""))
+        line = (f"memory: NOT per submission (no writable cgroup) — {limits.memory_mb + slack} MiB of address "
+                f"space per process" + (" (--memory-mb + room for CUDA torch's mappings)" if slack else ""))
+        if mode == "bwrap" and seccomp.supported():
+            line += (f"; memory outside address spaces refused ({', '.join(seccomp.refused_calls())} fail with "
+                     "EPERM), /dev/shm and /tmp bounded as disk")
+        elif mode == "bwrap":
+            line += "; memfd and SysV shared memory NOT bounded (no seccomp table for this machine)"
+        lines.append(line)
     if "pids" in groups:
         lines.append(f"processes: {limits.max_procs} for the whole submission (cgroup v{groups['version']})")
-    elif mode == "bwrap" and os.geteuid() != 0:
+    elif mode == "bwrap" and host_uid() != 0:   # as root too, where its students run as SANDBOX_UID
         lines.append(f"processes: {limits.max_procs} in the submission's user namespace (RLIMIT_NPROC)")
     else:
         lines.append("processes: NOT limited (no writable cgroup" + (", and RLIMIT_NPROC does not bind root)" if
@@ -211,7 +301,17 @@ def prepare_folder(workdir: Path, chapter: Any = None) -> Path:
         if (REPO_ROOT / extra).is_dir():
             shutil.copytree(REPO_ROOT / extra, lib / extra, ignore=ignore)
     (workdir / "home" / "tmp").mkdir(parents=True)
+    _readable_by_all(lib)   # a root grader's student runs as SANDBOX_UID: its copy must be readable
     return lib
+
+
+def _readable_by_all(folder: Path) -> None:
+    for here, dirs, files in os.walk(folder):
+        os.chmod(here, os.stat(here).st_mode | 0o555)
+        for name in files:
+            p = os.path.join(here, name)
+            if not os.path.islink(p):
+                os.chmod(p, os.stat(p).st_mode | 0o444)
 
 
 class Worker:
@@ -249,10 +349,16 @@ class Worker:
         group = self.group
         per_submission_memory = group is not None and group.memory
         slack = CUDA_ADDRESS_SLACK_MB if _cuda_torch() else 0
+        staged = staging(self.workdir / "lib") if sandboxed else {}
+        scratch = self.workdir / "stage"
+        if staged:
+            scratch.mkdir(exist_ok=True)
+        # without a memory cgroup, memory outside any address space (memfd, SysV) is refused
+        filter_fd = seccomp.pipe_fd() if sandboxed and not per_submission_memory and seccomp.supported() else -1
 
         def set_limits() -> None:  # runs in the child before exec: inherited by everything it starts
             if group is not None:
-                group.join()
+                group.join()    # as root, before the drop: the cgroup's files are root's
             if not per_submission_memory:
                 mem = (limits.memory_mb + slack) * 1024 * 1024
                 resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
@@ -261,14 +367,18 @@ class Worker:
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
             cpu = int(limits.submission_timeout) + 30
             resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+            if staged:
+                _drop_to_student(staged, scratch)
 
-        prefix = bwrap_args(self.workdir / "lib", limits) if sandboxed else [sys.executable, "-I", "-c", _NANNY]
+        prefix = (bwrap_args(self.workdir / "lib", limits, staged, filter_fd) if sandboxed
+                  else [sys.executable, "-I", "-c", _NANNY])
         cmd = prefix + [sys.executable, "-I", "-c", _BOOT, str(lib), str(req_r), str(resp_w)]
         log = open(self.workdir / "worker.log", "ab")
         try:
             self.proc = subprocess.Popen(cmd, cwd=self.workdir if sandboxed else home, env=env,
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         pass_fds=(req_r, resp_w), start_new_session=True, preexec_fn=set_limits)
+                                         pass_fds=(req_r, resp_w) + ((filter_fd,) if filter_fd >= 0 else ()),
+                                         start_new_session=True, preexec_fn=set_limits)
         except BaseException:
             os.close(req_w)
             os.close(resp_r)
@@ -279,6 +389,8 @@ class Worker:
             log.close()
             os.close(req_r)
             os.close(resp_w)
+            if filter_fd >= 0:
+                os.close(filter_fd)
         self._to, self._from = req_w, resp_r
         os.set_blocking(self._to, False)
 
