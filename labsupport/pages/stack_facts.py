@@ -148,8 +148,7 @@ def unknown_versions(text: str, facts: StackFacts | None = None) -> list[str]:
 def as_of_line(facts: StackFacts | None = None) -> str:
     """The dated line above chapter 0's map."""
     facts = facts or _default()
-    return (f"The stack as of {facts.as_of.isoformat()} (labsupport/stack.toml; each row's source and the day it "
-            "was read are in the chapter's appendix):")
+    return f"The stack as of {facts.as_of.isoformat()} (labsupport/stack.toml; sources and dates: the appendix):"
 
 
 def map_rows(facts: StackFacts | None = None) -> list[tuple[str, str, str]]:
