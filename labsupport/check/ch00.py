@@ -293,7 +293,8 @@ REASONS = {
     "hf_peft_ecosystem": "the Hugging Face model hub, PEFT (LoRA) and Trainer, or NVIDIA's NeMo AutoModel on the same "
                          "Hub models: little code at small scale",
     "fits_one_node": "the job fits one node, so large-scale parallelism is not needed",
-    "speech_collections": "NeMo ships the speech collections (ASR, TTS, SpeechLM); since NeMo 3.0 speech is all it ships",
+    "speech_collections": "NeMo ships the speech collections (ASR, TTS, SpeechLM); since NeMo 3.0 speech is all it "
+                          "ships",
     "nvidia_stack": "integration with NVIDIA's stack (Transformer Engine, NIM, Triton)",
 }
 

@@ -12,7 +12,7 @@ import pytest
 from labsupport.pages import stack_facts as S
 
 ROOT = Path(__file__).resolve().parents[2]
-CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")) + sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+CHAPTERS = [p for folder in ("notebooks", "solutions") for p in sorted((ROOT / folder).glob("[0-9][0-9]_*.ipynb"))]
 FACTS = S.load_stack()
 
 
@@ -50,7 +50,8 @@ def test_the_facts_the_chapters_repair():
 @pytest.mark.parametrize("path", CHAPTERS, ids=[f"{p.parent.name}/{p.stem}" for p in CHAPTERS])
 def test_no_chapter_states_a_version_the_file_does_not_list(path):
     unknown = [f"{where}: {v}" for where, text in _text(path) for v in S.unknown_versions(text, FACTS)]
-    assert unknown == [], f"add these to labsupport/stack.toml (with a source and a date) or correct the chapter: {unknown}"
+    assert unknown == [], f"add these to labsupport/stack.toml (with a source and a date) or correct the chapter: " \
+                          f"{unknown}"
 
 
 def test_the_version_rule_catches_what_it_should():
