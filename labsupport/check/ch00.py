@@ -290,9 +290,11 @@ def q3(data_parallel_group) -> str:
 REASONS = {
     "megatron_parallelism": "TP/PP/DP (and sequence/context parallelism) of Megatron-Core, proven at thousands of GPUs",
     "data_pipeline_at_scale": "the binary-indexed, blended, packed data path of chapters 2-4",
-    "hf_peft_ecosystem": "the Hugging Face model hub, PEFT (LoRA) and Trainer: little code at small scale",
+    "hf_peft_ecosystem": "the Hugging Face model hub, PEFT (LoRA) and Trainer, or NVIDIA's NeMo AutoModel on the same "
+                         "Hub models: little code at small scale",
     "fits_one_node": "the job fits one node, so large-scale parallelism is not needed",
-    "speech_collections": "NeMo ships ASR/TTS collections beside the LLM collection",
+    "speech_collections": "NeMo ships the speech collections (ASR, TTS, SpeechLM); since NeMo 3.0 speech is all it "
+                          "ships",
     "nvidia_stack": "integration with NVIDIA's stack (Transformer Engine, NIM, Triton)",
 }
 
@@ -340,7 +342,9 @@ def q4(exercise_5: Callable) -> tuple[str, dict[str, str]]:
 
 #: Shown once q4 passes, to compare the free-text reasons with.
 MODEL_ANSWER_Q4 = (
-    "(a) NeMo/Megatron-Core: 1024 GPUs need TP/PP/DP (and sequence/context parallelism) that are proven at that "
-    "scale, plus the indexed, blended, packed data path of chapters 2–4. (b) Hugging Face (PEFT/LoRA) or either: a "
-    "7B LoRA fits one node without model parallelism, and the HF ecosystem needs the least code; NeMo also supports "
-    "LoRA. (c) NeMo: it ships speech (ASR/TTS) collections beside the LLM ones, so one framework covers the pipeline.")
+    "(a) Megatron-Core, through Megatron-Bridge today (the book's generation: NeMo 2.x's llm collection, pinned "
+    "nemo-toolkit<3): 1024 GPUs need TP/PP/DP (and sequence/context parallelism) that are proven at that scale, plus "
+    "the indexed, blended, packed data path of chapters 2–4. (b) Hugging Face (PEFT/LoRA), NVIDIA's NeMo AutoModel "
+    "on the same Hub models, or either: a 7B LoRA fits one node without model parallelism, and the HF route needs the "
+    "least code; Megatron-Bridge also does LoRA. (c) NeMo: since NeMo 3.0 it is NVIDIA's speech toolkit (ASR, TTS, "
+    "SpeechLM), so one framework covers speech recognition and the speech-LLM pipeline.")

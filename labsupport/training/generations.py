@@ -16,10 +16,19 @@ field too.  Every name here was read in the projects' sources at the refs of :da
 ``upstream_fields.json`` (written by ``scripts/record_upstream_fields.py``);
 ``tests/training/test_generations.py`` checks the table against that record, against the installed
 megatron-core and against this workbook's schema, so the table cannot drift silently.
+
+Documents apart (issue #30 item 2): ``reset_attention_mask`` only builds a block mask in the dataloader;
+with each stack's defaults nothing carries it to the attention (NeMo 1.x
+``get_attention_mask_from_fusion: True``; NeMo 2.0 ``create_attention_mask=False``; Bridge
+``skip_getting_attention_mask_from_dataset=True``), and Transformer Engine's fused causal kernel ignores a
+mask (Megatron-LM #2357).  So each rendering that sets a reset flag also sets the stack's switch of
+:data:`DOCUMENT_MASKING` and says, on that line, what the attention path needs; :func:`masking_gaps` is
+the rule the tests hold every rendering to.
 """
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -28,7 +37,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 __all__ = ["Row", "ROWS", "VERSIONS", "upstream", "key_table", "render_nemo1", "render_nemo2", "render_bridge",
-           "UPSTREAM_FILE"]
+           "UPSTREAM_FILE", "DOCUMENT_MASKING", "masking_gaps"]
 
 UPSTREAM_FILE = Path(__file__).with_name("upstream_fields.json")
 
@@ -183,6 +192,50 @@ def key_table() -> list[tuple[str, str, str, str, str]]:
 
 
 # ------------------------------------------------------------------------------------- rendering
+#: per stack: (the setting that carries reset_attention_mask's block mask to the model, as rendered;
+#: what the line must also say about the attention path, or None where the setting is the whole fix).
+#: Names: NVIDIA/NeMo v2.5.0rc0 (megatron_gpt_config.yaml, PreTrainingDataModule, GPTConfig),
+#: Megatron-Bridge v0.6.0 and megatron-core core_r0.19.0 (GPTDatasetConfig) — all in upstream_fields.json.
+DOCUMENT_MASKING: dict[str, tuple[str, str | None]] = {
+    "nemo1": ("model.get_attention_mask_from_fusion=false", "model.transformer_engine=false"),
+    "nemo2": ("create_attention_mask=True", "transformer_layer_spec"),
+    "bridge": ("inter_document_masking=True", None),
+}
+_RESET = ("reset_attention_mask", "reset_position_ids")
+_TE_NOTE = "TE's fused causal kernel ignores the mask: Megatron-LM #2357"
+NEMO1_MASK_NOTE = (f"# and an unfused path: model.transformer_engine=false model.masked_softmax_fusion=false "
+                   f"({_TE_NOTE})")
+NEMO2_MASK_NOTE = (f"# and an unfused path: GPTConfig(transformer_layer_spec=<local spec, no TE>, "
+                   f"masked_softmax_fusion=False) ({_TE_NOTE})")
+BRIDGE_MASK_NOTE = ("# megatron-core >= 0.19: cu_seqlens per sample (packed THD); without it Bridge drops the dense "
+                    "mask (skip_getting_attention_mask_from_dataset=True)")
+
+
+def _resets(text: str) -> list[str]:
+    """The reset flags ``text`` turns on (Hydra's true or Python's True)."""
+    return [flag for flag in _RESET if re.search(rf"\b{flag}=(?:true|True)\b", text)]
+
+
+def masking_gaps(stack: str, text: str) -> list[str]:
+    """Why a rendered ``stack`` config (nemo1 | nemo2 | bridge) does not keep documents apart; [] when it does.
+
+    A reset flag that is on needs the stack's setting of :data:`DOCUMENT_MASKING` in the same text, and
+    where that setting is not the whole fix the line that sets it must say what else the attention path
+    needs (its comment names it)."""
+    if stack not in DOCUMENT_MASKING:
+        raise ValueError(f"error: masking_gaps stack {stack!r}: use one of {sorted(DOCUMENT_MASKING)}")
+    flags = _resets(text)
+    if not flags:
+        return []
+    setting, says = DOCUMENT_MASKING[stack]
+    lines = [line for line in text.splitlines() if setting in line.split("#", 1)[0]]
+    if not lines:
+        return [f"{stack}: {' and '.join(flags)} on without {setting}: the block mask never reaches attention"]
+    if says is not None and not any(says in line.split("#", 1)[-1] for line in lines if "#" in line):
+        return [f"{stack}: the line with {setting} does not say that the attention path also needs {says}"]
+    return []
+
+
 def _values(cfg: Any) -> dict[str, Any]:
     out = {}
     for r in ROWS:
@@ -190,6 +243,10 @@ def _values(cfg: Any) -> dict[str, Any]:
             v = OmegaConf.select(cfg, r.key)
             out[r.key] = OmegaConf.to_container(v) if OmegaConf.is_config(v) else v
     return out
+
+
+def _reset_on(v: dict[str, Any]) -> bool:
+    return any(v[f"model.data.{flag}"] for flag in _RESET)
 
 
 def _split(v: dict[str, Any]) -> str:
@@ -215,7 +272,11 @@ def render_nemo1(cfg: Any) -> str:
     shown = {**v, "model.tokenizer.model": "TOKENIZER.model"}   # the workbook's alias "workbook" is not NeMo's
     # NeMo 1.x's model.data.seq_length interpolates model.encoder_seq_length: override the latter
     names = {"model.data.seq_length": "model.encoder_seq_length"}
-    lines += [f"  {names.get(k, k)}={_hydra(shown[k])} \\" for k in keys]
+    masks = [k for k in keys if k.endswith(_RESET)]
+    lines += [f"  {names.get(k, k)}={_hydra(shown[k])} \\" for k in keys if k not in masks]
+    lines += [f"  {k}={_hydra(shown[k])} \\" for k in masks]
+    if _reset_on(v):   # the last line, so that its comment can say what else is needed
+        lines.append(f"  {DOCUMENT_MASKING['nemo1'][0]}  {NEMO1_MASK_NOTE}")
     lines[-1] = lines[-1].removesuffix(" \\")
     return ("python examples/nlp/language_modeling/megatron_gpt_pretraining.py \\\n"
             "  --config-path=conf --config-name=megatron_gpt_config \\\n" + "\n".join(lines))
@@ -246,6 +307,7 @@ def render_nemo2(cfg: Any) -> str:
         f'    reset_position_ids={tf(v["model.data.reset_position_ids"])}, '
         f'reset_attention_mask={tf(v["model.data.reset_attention_mask"])}, '
         f'eod_mask_loss={tf(v["model.data.eod_mask_loss"])},',
+        *([f"    {DOCUMENT_MASKING['nemo2'][0]},  {NEMO2_MASK_NOTE}"] if _reset_on(v) else []),
         f'    mmap_bin_files=True, index_mapping_dir={v["model.data.index_mapping_dir"]!r}, tokenizer=tokenizer)',
         f'model = llm.GPTModel(llm.GPTConfig(num_layers={v["model.num_layers"]}, hidden_size={v["model.hidden_size"]}, '
         f'num_attention_heads={v["model.num_attention_heads"]}, seq_length={v["model.data.seq_length"]}))',
@@ -280,6 +342,7 @@ def render_bridge(cfg: Any) -> str:
         f'        reset_position_ids={tf(v["model.data.reset_position_ids"])}, '
         f'reset_attention_mask={tf(v["model.data.reset_attention_mask"])}, '
         f'eod_mask_loss={tf(v["model.data.eod_mask_loss"])},',
+        *([f"        {DOCUMENT_MASKING['bridge'][0]},  {BRIDGE_MASK_NOTE}"] if _reset_on(v) else []),
         f'        mmap_bin_files=True, path_to_cache={v["model.data.index_mapping_dir"]!r}),',
         f'    train=TrainingConfig(micro_batch_size={v["model.micro_batch_size"]}, '
         f'global_batch_size={v["model.global_batch_size"]}, train_iters={v["trainer.max_steps"]}),',

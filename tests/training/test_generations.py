@@ -149,6 +149,12 @@ def test_the_rendered_bridge_dataset_config_builds_in_megatron_core():
     inner = text.split("dataset=GPTDatasetConfig(", 1)[1].split("),\n    train=", 1)[0]
     kwargs = eval(f"dict({inner})")                                           # noqa: S307 - our own rendering
     kwargs["sequence_length"] = kwargs.pop("seq_length")
+    # inter_document_masking is megatron-core 0.19's (and Bridge v0.6.0's): recorded, popped where the
+    # installed megatron-core (0.16.1) predates it
+    assert kwargs["inter_document_masking"] is True
+    assert "inter_document_masking" in _names("mcore-0.19:GPTDatasetConfig") & _names("bridge:GPTDatasetConfig")
+    if "inter_document_masking" not in {f.name for f in dataclasses.fields(GPTDatasetConfig)}:
+        kwargs.pop("inter_document_masking")
 
     class Tok:
         vocab_size, eod, pad = 8000, 3, -1
@@ -182,3 +188,48 @@ def test_every_key_of_the_rendered_nemo1_command_is_in_the_yaml():
 def test_the_rendered_nemo2_tokenizer_call_uses_its_arguments():
     assert {"library", "tokenizer_model"} <= _names("nemo2:get_nmt_tokenizer")
     assert 'get_nmt_tokenizer(library="sentencepiece", tokenizer_model=' in G.render_nemo2(load_config(DEFAULT_CONFIG))
+
+
+# ------------------------------------------------------------------ documents apart (issue #30 item 2)
+RENDER = {"nemo1": G.render_nemo1, "nemo2": G.render_nemo2, "bridge": G.render_bridge}
+
+
+@pytest.mark.parametrize("stack", sorted(RENDER))
+def test_each_rendering_with_reset_flags_keeps_documents_apart(stack):
+    """The reset flags are on in chapter 6's run, and each stack's rendering carries the setting that makes
+    them take effect (saying on that line what the attention path still needs)."""
+    text = RENDER[stack](load_config(DEFAULT_CONFIG))
+    assert G._resets(text) == ["reset_attention_mask", "reset_position_ids"]
+    assert G.masking_gaps(stack, text) == []
+
+
+@pytest.mark.parametrize("stack", sorted(RENDER))
+def test_the_masking_rule_fails_without_the_setting_or_its_note(stack):
+    text = RENDER[stack](load_config(DEFAULT_CONFIG))
+    setting, says = G.DOCUMENT_MASKING[stack]
+    dropped = "\n".join(line for line in text.splitlines() if setting not in line)
+    assert "without " + setting in G.masking_gaps(stack, dropped)[0]
+    if says is not None:
+        silent = "\n".join(line.split("  #", 1)[0] if setting in line else line for line in text.splitlines())
+        assert "does not say" in G.masking_gaps(stack, silent)[0]
+
+
+@pytest.mark.parametrize("stack", sorted(RENDER))
+def test_without_reset_flags_no_masking_setting_is_rendered(stack):
+    cfg = load_config(DEFAULT_CONFIG, ["model.data.reset_position_ids=false", "model.data.reset_attention_mask=false"])
+    text = RENDER[stack](cfg)
+    assert G._resets(text) == [] and G.DOCUMENT_MASKING[stack][0] not in text and G.masking_gaps(stack, text) == []
+
+
+def test_every_masking_name_is_in_the_upstream_record():
+    """The settings and what the notes name exist at the versions read (NeMo v2.5.0rc0, Bridge v0.6.0)."""
+    yaml = _names("nemo1:megatron_gpt_config.yaml")
+    assert {"model.get_attention_mask_from_fusion", "model.transformer_engine", "model.masked_softmax_fusion"} <= yaml
+    assert "create_attention_mask" in _names("nemo2:PreTrainingDataModule")
+    assert {"transformer_layer_spec", "masked_softmax_fusion"} <= _names("nemo2:GPTConfig")
+    assert {"inter_document_masking", "skip_getting_attention_mask_from_dataset"} <= _names("bridge:GPTDatasetConfig")
+
+
+def test_masking_gaps_refuses_an_unknown_stack():
+    with pytest.raises(ValueError, match="^error: masking_gaps stack 'nemo3'"):
+        G.masking_gaps("nemo3", "reset_attention_mask=True")

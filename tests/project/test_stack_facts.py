@@ -1,0 +1,89 @@
+"""The stack facts that go stale live in one dated file (labsupport/stack.toml, issue #30 item 3): every entry
+names its source and the day it was read, chapter 0 renders its map from it, and no chapter notebook states a
+version of a stack named there that the file does not list (the rule: labsupport.pages.stack_facts)."""
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from labsupport.pages import stack_facts as S
+
+ROOT = Path(__file__).resolve().parents[2]
+CHAPTERS = [p for folder in ("notebooks", "solutions") for p in sorted((ROOT / folder).glob("[0-9][0-9]_*.ipynb"))]
+FACTS = S.load_stack()
+
+
+def _text(path: Path) -> list[tuple[str, str]]:
+    """(where, text) for each cell's source and each of its text outputs."""
+    out = []
+    for i, cell in enumerate(nbformat.read(path, as_version=4).cells):
+        out.append((f"{path.parent.name}/{path.name} cell {i}", cell.source))
+        for o in cell.get("outputs", []):
+            text = o.get("text") or o.get("data", {}).get("text/plain") or ""
+            out.append((f"{path.parent.name}/{path.name} cell {i} output", "".join(text)))
+    return out
+
+
+def test_every_entry_is_dated_and_sourced():
+    assert {e.id for e in FACTS.entries} >= {"megatron-core", "megatron-lm", "megatron-bridge", "nemo-2", "nemo-3",
+                                             "automodel"}
+    for e in FACTS.entries:
+        assert isinstance(e.checked, date) and date(2026, 1, 1) <= e.checked <= date.today(), e.id
+        assert e.source.strip() and e.role.strip() and e.names, e.id
+    assert FACTS.as_of == max(e.checked for e in FACTS.entries)
+
+
+def test_the_facts_the_chapters_repair():
+    """What moved where (issue #30, first finding), as the file states it."""
+    nemo3, bridge, nemo2 = FACTS.entry("nemo-3"), FACTS.entry("megatron-bridge"), FACTS.entry("nemo-2")
+    assert "3.0.0" in nemo3.versions and "NVIDIA-NeMo/Speech" in nemo3.role + nemo3.source and "speech" in nemo3.role
+    assert "#6172" in bridge.status and "2026-09-22" in bridge.status and "AutoBridge" in bridge.role
+    assert nemo2.book and "nemo-toolkit<3" in nemo2.status and "nemo.collections.llm" in nemo2.role
+    assert [e.id for e in FACTS.entries if e.book] == ["nemo-2"]
+    assert {"0.16.1", "0.19"} <= set(FACTS.entry("megatron-core").versions)
+    assert "Hugging Face" in FACTS.entry("automodel").role
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[f"{p.parent.name}/{p.stem}" for p in CHAPTERS])
+def test_no_chapter_states_a_version_the_file_does_not_list(path):
+    unknown = [f"{where}: {v}" for where, text in _text(path) for v in S.unknown_versions(text, FACTS)]
+    assert unknown == [], f"add these to labsupport/stack.toml (with a source and a date) or correct the chapter: " \
+                          f"{unknown}"
+
+
+def test_the_version_rule_catches_what_it_should():
+    said = S.version_mentions("NeMo 2.0 and NeMo 1.x; megatron-core 0.16.1 (core_v0.16.1, core_r0.19.0); "
+                              "NVIDIA/NeMo v2.5.0rc0, Megatron-Bridge `v0.6.0`; NeMo 8cfedd7; AutoBridge 9.9", FACTS)
+    assert said == [("NeMo", "2.0"), ("NeMo", "1.x"), ("megatron-core", "0.16.1"), ("core_v", "0.16.1"),
+                    ("core_r", "0.19.0"), ("NVIDIA/NeMo", "2.5.0rc0"), ("Megatron-Bridge", "0.6.0")]
+    assert S.unknown_versions("the packaging layer for the NeMo 26.06 training stack", FACTS) == ["NeMo 26.06"]
+    assert S.unknown_versions("megatron-core 0.12 and Megatron-Bridge v0.5.0", FACTS) == \
+        ["megatron-core 0.12", "Megatron-Bridge 0.5.0"]
+    assert S.unknown_versions("torch 2.13.0, NCCL v2.30.7-1", FACTS) == []       # not stacks of this file
+
+
+def test_chapter_0_renders_its_map_from_the_file():
+    nb = nbformat.read(ROOT / "notebooks" / "00_orientation.ipynb", as_version=4)
+    sources = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "stack_facts.map_rows()" in sources and "stack_facts.as_of_line()" in sources
+    outputs = "\n".join("".join(o.get("text") or o.get("data", {}).get("text/plain") or "")
+                        for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert S.as_of_line(FACTS) in outputs
+    for e in FACTS.entries:
+        assert e.name in outputs, f"chapter 0's map lacks {e.name}: re-run notebooks/00_orientation.ipynb"
+    assert "the book's generation" in outputs
+
+
+def test_a_broken_file_fails_in_one_line(tmp_path):
+    bad = tmp_path / "stack.toml"
+    bad.write_text('[[entry]]\nid = "x"\nname = "X"\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"^error: stack.toml entry 0 \(x\): missing \['names'"):
+        S.load_stack(bad)
+    bad.write_text("\n".join(f'{f} = "a"' if f != "names" and f != "versions" and f != "book" else
+                             (f"{f} = []" if f != "book" else "book = false")
+                             for f in S.FIELDS).join(["[[entry]]\n", "\n"]), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"^error: .* checked = 'a': write a TOML date"):
+        S.load_stack(bad)
