@@ -142,7 +142,8 @@ def _q1_verdict(case: tuple[list[int], int], out: tuple[list[int], Any]) -> tupl
     ids, pair = list(ids), tuple(pair) if pair is not None else None
     shown = counts if len(counts) <= 8 else {p: counts[p] for p in (want_pair, pair) if p in counts}
     seen = ", ".join(f"{a, b}: {n}" for (a, b), n in shown.items()) + ("" if len(counts) <= 8 else ", …")
-    facts.update(pair=short(pair), ids=short(ids, 80), n_out=len(ids), seen=seen or "no pair")
+    facts.update(pair=short(pair), ids=short(ids, 80), n_out=len(ids), seen=seen or "no pair",
+                 pair_times={1: "once", 2: "twice"}.get(counts[pair], f"{counts[pair]} times"))
     if pair != want_pair:
         if want_pair is not None and pair in counts and counts[pair] == counts[want_pair]:
             return "tie_not_first", facts
@@ -394,14 +395,15 @@ _Q5_SMALL = [("é", []), ("aa", [(97, 97)]), ("abab", [(97, 98)]), ("hi! hi", [(
              ("한", [(237, 149)]), ("abcabc", [(97, 98), (256, 99)]), ("aaaa", [(97, 97), (256, 256)])]
 
 
-def _encode(text: str, merges: list[tuple[int, int]], order: int = 1, first_only: bool = False) -> list[int]:
+def _encode(text: str, merges: list[tuple[int, int]], order: int = 1, first_only: bool = False,
+            first_id: int = 256) -> list[int]:
     """``text`` encoded with the merges applied in training order (``order=-1``: the latest first), each
-    over the whole sequence (``first_only``: each up to its first occurrence)."""
+    over the whole sequence (``first_only``: each up to its first occurrence); merge k makes ``first_id + k``."""
     ids = list(text.encode("utf-8"))
     for k in list(range(len(merges)))[::order]:
         pair = tuple(merges[k])
         end = next((i + 2 for i, p in enumerate(zip(ids, ids[1:])) if p == pair), 0) if first_only else len(ids)
-        ids = merge(ids[:end], pair, 256 + k) + ids[end:]
+        ids = merge(ids[:end], pair, first_id + k) + ids[end:]
     return ids
 
 
@@ -410,6 +412,7 @@ RULES["q5"] = Rules(
     Rule("code_points", wrong=lambda text, merges: [ord(c) for c in text]),
     Rule("merges_in_reverse", wrong=lambda text, merges: _encode(text, merges, order=-1)),
     Rule("first_occurrence_only", wrong=lambda text, merges: _encode(text, merges, first_only=True)),
+    Rule("ids_from_257", wrong=lambda text, merges: _encode(text, merges, first_id=257)),
     formula=_Q5_FORMULA,
     texts=TEXTS["q5"])
 _Q5_PLAIN = {"not_a_list": "{call} returned {got}; expected a list of ints", "wrong_ids": "{symptom}{expected}"}
@@ -431,7 +434,7 @@ def _q5_verdict(case: tuple[str, list[tuple[int, int]]], got: Any) -> tuple[str 
     want = ByteBPE(merges=list(merges)).encode(text)
     call = f"bpe_encode({short(text, 60)}, {short(merges, 60) if len(merges) <= 4 else f'<{len(merges)} merges>'})"
     facts = {"call": call, "got": short(got), "text": short(text), "utf8": list(text.encode("utf-8")),
-             "expected": f", expected {short(want)}" if len(text) <= 8 else ""}
+             "expected": f", expected {short(want)}" if len(text) <= 8 else "", "m0": short(merges[0]) if merges else "none"}
     if not (isinstance(got, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in got)):
         return "not_a_list", facts
     facts["symptom"] = f"{call} returned {short(got)}" + _leftover(got, merges)

@@ -108,6 +108,7 @@ RULES["q1"] = Rules(
     Rule("pointers_after_8n", symptom=_ARRAY),
     Rule("documents_offset", symptom=_ARRAY),
     Rule("accepts_bad_magic"),
+    Rule("bad_magic_not_valueerror"),
     formula=_Q1_FORMULA,
     texts=TEXTS["q1"])
 #: q1: the wrong reads a rule names, by array — (rule, m): the array read as int64 from byte 34 + m·N
@@ -169,6 +170,8 @@ def q1(parse_idx) -> str:
             parse_idx(bad)
         except ValueError:
             pass
+        except Exception as exc:  # noqa: BLE001 - the learner's code refused the bad magic with another exception
+            RULES["q1"].fail("bad_magic_not_valueerror", error=type(exc).__name__)
         else:
             RULES["q1"].fail("accepts_bad_magic")
     finally:
