@@ -339,8 +339,9 @@ def q3(diagnose_tokenizer_mismatch) -> str:
             bad = [key for key in _Q3_KEYS if not _q3_equal(key, got[key], want[key])]
             kinds = {key: _q3_kind(key, got[key], want[key], a, serve, probes, got) for key in bad}
             named = next(((key, kind) for key, kind in kinds.items() if kind), None)
-            wrong = [f"{key} = {short(got[key], 90)}, expected {short(want[key], 90)}"
-                     for key in bad if named is None or key != named[0]]
+            verdict = named and named[1] in ("verdict_not_from_fingerprint", "copy_called_a_mismatch")
+            shown = ({named[0]} if named else set()) | ({"verdict", "same_fingerprint"} if verdict else set())
+            wrong = [f"{key} = {short(got[key], 90)}, expected {short(want[key], 90)}" for key in bad if key not in shown]
             if named:
                 RULES["q3"].fail(named[1], scenario=name, n=len(probes), agreement=short(got["id_agreement"]),
                                  others=f" (also: {'; '.join(wrong)})" if wrong else "",
