@@ -312,8 +312,8 @@ def _q3_fail(fn: Callable, log: dict[str, Any], suspect: str, got: dict) -> None
 
 
 def _q3_facts(log: dict[str, Any], named: str, field: str) -> dict[str, Any]:
-    return {"log": short(log, 400), "named": named, "field": field, "value": short(log[field]),
-            "healthy": HEALTHY[field]}
+    return {"log": "{" + ", ".join(f"{k}: {short(v)}" for k, v in log.items())[:400] + "}", "named": named,
+            "field": field, "value": short(log[field]), "healthy": HEALTHY[field]}   # the log on one line, compact
 
 
 def _q3_wrong_fix(log: dict[str, Any], suspect: str, fix: str) -> None:
