@@ -101,7 +101,8 @@ def _q1_facts(state: tuple, got: int) -> dict[str, Any]:
             "errors": T1.say("errors", x=x, errs=short(errs, 400)), "x": x, "want": want,
             "got": short(got), "errs": short(errs, 400), "top": short(max(errs)), "got_error": short(mine),
             "tied": in_words([d for d, e in enumerate(errs) if e == max(errs)]), "gap": f"{abs(errs[want] - mine):.3g}",
-            "alt": short([wd - c / float(x) for wd, c in zip(w, counts)], 400)}
+            "alt": short([wd - c / float(x) for wd, c in zip(w, counts)], 400),
+            "e_want": f"{errs[want]:.6g}", "e_got": f"{mine:.6g}"}   # short: equal to 6 digits, apart by rounding
 
 
 def _q1_mistake(greedy_step: Callable, w: list[float], counts: list[int], step: int, got: int) -> None:

@@ -154,6 +154,10 @@ PLANTED = {
         ("q2", "shortest_first"): (_fit(lambda lengths: lambda i: (lengths[i], i)), "the SHORTEST"),
         ("q2", "best_fit"): (_fit(lambda lengths: lambda i: (-lengths[i], i), True),
                              "first_fit_decreasing([5, 3, 3, 1], 7)"),
+        # issue #29: the packs compared as packs, in NeMo's order — argsort(lengths)[::-1] reverses equal lengths
+        ("q2", "ties_reversed"): (_fit(lambda lengths: lambda i: (-lengths[i], -i)),
+                                  "returned the packs [[1, 0]]; NeMo's first_fit_decreasing gives [[0, 1]]; examples 0 "
+                                  "and 1 are equally long (1 token), and your packs take 1 before 0"),
         ("q3", "restart_at_eod"): (_positions_and_mask(eod_starts=True, mask=None), "position_ids [0, 0, 1]"),
         ("q3", "no_restart"): (lambda t, e: (np.arange(len(t)), None), "keep counting across the EOD"),
         ("q3", "inverted"): (lambda t, e: (_positions_and_mask()(t, e)[0], ~_positions_and_mask()(t, e)[1]),
