@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from labsupport.check._core import chapter_summary, check, check_seed, expect, parts, Sealed, short
 from labsupport.check.texts import load_texts
-from labsupport.check.rules import Rule, Rules, first_showing
+from labsupport.check.rules import choices, first_showing, Rule, Rules
 from labsupport.datasets.bpe import ByteBPE, merge, merge_step as _merge_step
 from labsupport.datasets.tokenizer import (Tokenizer, compare_tokenizers, read_documents, train_sentencepiece_bytes,
                                            tokens_per_character as _tokens_per_character, workbook_tokenizer)
@@ -372,12 +372,11 @@ def q4(exercise_4) -> tuple[str, dict[str, str]]:
     text = answer["explanation"]
     with parts() as part:  # name every failing part at once
         part(answer["cause"] in _CAUSE, "cause: training was fine, so what differs between training and serving?")
-        extra = sorted(c for c in checks if c not in _CHECKS)
-        if part(not extra, f"checks: {extra} would not reveal a tokenizer problem"):
-            part(len(checks) == len(_CHECKS), f"checks: {len(_CHECKS) - len(checks)} useful check(s) missing")
-        extra = sorted(f for f in fixes if f not in _FIXES)
-        if part(not extra, f"fixes: {extra} neither remove the cause nor stop a mismatched tokenizer from being used"):
-            part(len(fixes) == len(_FIXES), f"fixes: {len(_FIXES) - len(fixes)} fix(es) missing")
+        for key, chosen, right in (("checks", checks, _CHECKS), ("fixes", fixes, _FIXES)):   # extras by name, the
+            wrong, missing = choices(chosen, right)                                       # missing ones counted
+            part(not (wrong or missing), TEXTS["q4"].say(
+                "options", key=key, wrong=TEXTS["q4"].say(f"wrong_{key}", wrong=wrong) if wrong else "",
+                missing=TEXTS["q4"].say(f"missing_{key}", n=missing, sep="; and " if wrong else "") if missing else ""))
         part(isinstance(text, str) and len(text.split()) >= 15,
              "explanation: a few sentences (15+ words) in your own words")
     return TEXTS["q4"].say("passed", model_answer=MODEL_ANSWER_Q4), {"explanation": text}
