@@ -341,7 +341,8 @@ def q3(diagnose_tokenizer_mismatch) -> str:
             named = next(((key, kind) for key, kind in kinds.items() if kind), None)
             verdict = named and named[1] in ("verdict_not_from_fingerprint", "copy_called_a_mismatch")
             shown = ({named[0]} if named else set()) | ({"verdict", "same_fingerprint"} if verdict else set())
-            wrong = [f"{key} = {short(got[key], 90)}, expected {short(want[key], 90)}" for key in bad if key not in shown]
+            wrong = [f"{key} = {short(got[key], 90)}, expected {short(want[key], 90)}"
+                     for key in bad if key not in shown]
             if named:
                 RULES["q3"].fail(named[1], scenario=name, n=len(probes), agreement=short(got["id_agreement"]),
                                  others=f" (also: {'; '.join(wrong)})" if wrong else "",
@@ -434,7 +435,8 @@ def _q5_verdict(case: tuple[str, list[tuple[int, int]]], got: Any) -> tuple[str 
     want = ByteBPE(merges=list(merges)).encode(text)
     call = f"bpe_encode({short(text, 60)}, {short(merges, 60) if len(merges) <= 4 else f'<{len(merges)} merges>'})"
     facts = {"call": call, "got": short(got), "text": short(text), "utf8": list(text.encode("utf-8")),
-             "expected": f", expected {short(want)}" if len(text) <= 8 else "", "m0": short(merges[0]) if merges else "none"}
+             "expected": f", expected {short(want)}" if len(text) <= 8 else "",
+             "m0": short(merges[0]) if merges else "none"}
     if not (isinstance(got, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in got)):
         return "not_a_list", facts
     facts["symptom"] = f"{call} returned {short(got)}" + _leftover(got, merges)

@@ -125,7 +125,7 @@ def _tie_facts(case: tuple, bins: list[list[int]]) -> dict[str, Any]:
     i, j = next((i, j) for i in range(len(lengths)) for j in range(i + 1, len(lengths))
                 if lengths[i] == lengths[j] and where[j] < where[i])
     return {"call": _say("q2", "call_packs", lengths=short(lengths, 200), pack_size=pack_size, got=short(bins, 200),
-                         want=short(_ffd(lengths, pack_size).tolist(), 200)), "i": i, "j": j, "tokens": _tokens(lengths[i])}
+                         want=short(_ffd(*case).tolist(), 200)), "i": i, "j": j, "tokens": _tokens(lengths[i])}
 
 
 def _tokens(n: int) -> str:

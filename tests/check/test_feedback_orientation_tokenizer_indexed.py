@@ -245,7 +245,8 @@ PLANTED = {
         lambda: {**GOOD_Q3_CH02, "problems": {"cpu": "tokenize_once", "padding": "packing", "memory": "mmap"}},
         "include 'padding'"),
     ("ch02", "q3", "solutions_swapped"): (     # issue #29: a swapped mapping got the padding hint
-        lambda: {**GOOD_Q3_CH02, "problems": {"cpu": "idx_pointers", "random_access": "tokenize_once", "memory": "mmap"}},
+        lambda: {**GOOD_Q3_CH02,
+                 "problems": {"cpu": "idx_pointers", "random_access": "tokenize_once", "memory": "mmap"}},
         "'cpu' → 'idx_pointers' and 'random_access' → 'tokenize_once' do not go together"),
     ("ch02", "q4", "first_sequence_only"): (
         _tokens_with(pick=lambda d, k: range(int(d[k]), int(d[k + 1]))[:1]),
@@ -337,7 +338,7 @@ def test_every_rule_of_ch01_02_shows_its_tiers(module, question, name, capsys):
 def test_every_rule_of_ch01_02_has_a_planted_answer():
     """No rule of ch01.RULES or ch02.RULES goes untested, and no planted answer names a rule that does not exist."""
     assert set(PLANTED) == {(m.CHAPTER, q, name) for m, q, name in RULED}
-    assert {m.CHAPTER for m, _, _ in RULED} == {"ch01", "ch02"} and len(RULED) == 32   # + ids_from_257, bad_magic_not_valueerror, solutions_swapped (#29)
+    assert {m.CHAPTER for m, _, _ in RULED} == {"ch01", "ch02"} and len(RULED) == 32   # 3 more: issue #29
 
 
 def test_every_rule_of_ch00_has_a_planted_answer_and_every_planted_answer_a_rule():

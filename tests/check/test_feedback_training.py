@@ -115,7 +115,8 @@ Q3 = ([(f"missed_{s}", _misses(s), _named(s)) for s in check.SUSPECTS]
       + [(f"wrong_fix_{s}", _wrong_fix(s, "mmap" if s != "load_everything" else "packing"),
           "is what is wrong: it leaves")
          for s in check.SUSPECTS if s != "no_boundary_mask"]
-      + [("wrong_fix_no_boundary_mask", _wrong_fix("no_boundary_mask", "packing"), "is what is wrong: it leaves cross_document_"),
+      + [("wrong_fix_no_boundary_mask", _wrong_fix("no_boundary_mask", "packing"),
+          "is what is wrong: it leaves cross_document_"),
          ("flag_on_fused", _wrong_fix("no_boundary_mask", "reset_attention_mask"),
           "this log's attention_path = 'fused'"),
          ("cu_seqlens_on_unfused", _wrong_fix("no_boundary_mask", "cu_seqlens"), "attention_path = 'unfused'"),
