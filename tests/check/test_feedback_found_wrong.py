@@ -37,9 +37,9 @@ def _twice(check, answer):
 def test_ch01_q4_names_the_extra_options_and_counts_the_missing_ones_of_each_part(capsys):
     wrong = {**GOOD_Q4_CH01, "checks": ["fingerprint", "loss_curve"], "fixes": ["ship_model", "guard", "temperature"]}
     first, second = _twice(ch01.q4, lambda: dict(wrong))
-    assert "checks: 'loss_curve' would not reveal a tokenizer problem; and 3 useful check(s) of the list missing" \
+    assert "checks: 'loss_curve' would not reveal a tokenizer problem; and 3 useful check(s) missing" \
         in first.message, first.message
-    assert "fixes: 'temperature' neither remove the cause" in first.message and "1 fix(es) of the list missing" \
+    assert "fixes: 'temperature' neither remove the cause" in first.message and "1 fix(es) missing" \
         in first.message
     assert "special_ids" not in first.message and "reprocess" not in first.message     # no key given away
     assert second.message == first.message and second.hint != first.hint                # the question's next tier
