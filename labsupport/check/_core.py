@@ -130,6 +130,11 @@ def _alarm(seconds: float | None) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+class StepDone(Exception):
+    """Raised by a check body when the learner's answer is right so far but a later step is still to write (e.g.
+    chapter 4's q3 returning no mask yet): shown as 🟡 with its message, no hint, not counted as a failure."""
+
+
 class Mistake(CheckFailed):
     """A wrong answer the check recognises by name, with feedback in tiers of its own.
 
@@ -477,6 +482,8 @@ def check(chapter: str, question: str, hint: str | Sequence[str], points: float 
                 result = CheckResult(chapter, question, FAIL, f"stopped after {limit:g} s: your function did not "
                                      f"return (an endless loop, or work that grows too fast?); "
                                      f"{TIME_LIMIT_ENV}=<seconds> changes the limit", 0.0, points)
+            except StepDone as exc:
+                result = CheckResult(chapter, question, NOT_ATTEMPTED, str(exc), 0.0, points)
             except Mistake as exc:
                 named = exc
                 result = CheckResult(chapter, question, FAIL, exc.symptom, 0.0, points, mistake=exc.name)

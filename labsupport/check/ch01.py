@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from labsupport.check._core import chapter_summary, check, check_seed, expect, parts, Sealed, short
 from labsupport.check.texts import load_texts
-from labsupport.check.rules import Rule, Rules, first_showing
+from labsupport.check.rules import choices, first_showing, Rule, Rules
 from labsupport.datasets.bpe import ByteBPE, merge, merge_step as _merge_step
 from labsupport.datasets.tokenizer import (Tokenizer, compare_tokenizers, read_documents, train_sentencepiece_bytes,
                                            tokens_per_character as _tokens_per_character, workbook_tokenizer)
@@ -142,7 +142,8 @@ def _q1_verdict(case: tuple[list[int], int], out: tuple[list[int], Any]) -> tupl
     ids, pair = list(ids), tuple(pair) if pair is not None else None
     shown = counts if len(counts) <= 8 else {p: counts[p] for p in (want_pair, pair) if p in counts}
     seen = ", ".join(f"{a, b}: {n}" for (a, b), n in shown.items()) + ("" if len(counts) <= 8 else ", …")
-    facts.update(pair=short(pair), ids=short(ids, 80), n_out=len(ids), seen=seen or "no pair")
+    facts.update(pair=short(pair), ids=short(ids, 80), n_out=len(ids), seen=seen or "no pair",
+                 pair_times={1: "once", 2: "twice"}.get(counts[pair], f"{counts[pair]} times"))
     if pair != want_pair:
         if want_pair is not None and pair in counts and counts[pair] == counts[want_pair]:
             return "tie_not_first", facts
@@ -338,8 +339,10 @@ def q3(diagnose_tokenizer_mismatch) -> str:
             bad = [key for key in _Q3_KEYS if not _q3_equal(key, got[key], want[key])]
             kinds = {key: _q3_kind(key, got[key], want[key], a, serve, probes, got) for key in bad}
             named = next(((key, kind) for key, kind in kinds.items() if kind), None)
+            verdict = named and named[1] in ("verdict_not_from_fingerprint", "copy_called_a_mismatch")
+            shown = ({named[0]} if named else set()) | ({"verdict", "same_fingerprint"} if verdict else set())
             wrong = [f"{key} = {short(got[key], 90)}, expected {short(want[key], 90)}"
-                     for key in bad if named is None or key != named[0]]
+                     for key in bad if key not in shown]
             if named:
                 RULES["q3"].fail(named[1], scenario=name, n=len(probes), agreement=short(got["id_agreement"]),
                                  others=f" (also: {'; '.join(wrong)})" if wrong else "",
@@ -370,12 +373,11 @@ def q4(exercise_4) -> tuple[str, dict[str, str]]:
     text = answer["explanation"]
     with parts() as part:  # name every failing part at once
         part(answer["cause"] in _CAUSE, "cause: training was fine, so what differs between training and serving?")
-        extra = sorted(c for c in checks if c not in _CHECKS)
-        if part(not extra, f"checks: {extra} would not reveal a tokenizer problem"):
-            part(len(checks) == len(_CHECKS), f"checks: {len(_CHECKS) - len(checks)} useful check(s) missing")
-        extra = sorted(f for f in fixes if f not in _FIXES)
-        if part(not extra, f"fixes: {extra} neither remove the cause nor stop a mismatched tokenizer from being used"):
-            part(len(fixes) == len(_FIXES), f"fixes: {len(_FIXES) - len(fixes)} fix(es) missing")
+        for key, chosen, right in (("checks", checks, _CHECKS), ("fixes", fixes, _FIXES)):   # extras by name, the
+            wrong, missing = choices(chosen, right)                                       # missing ones counted
+            part(not (wrong or missing), TEXTS["q4"].say(
+                "options", key=key, wrong=TEXTS["q4"].say(f"wrong_{key}", wrong=wrong) if wrong else "",
+                missing=TEXTS["q4"].say(f"missing_{key}", n=missing, sep="; and " if wrong else "") if missing else ""))
         part(isinstance(text, str) and len(text.split()) >= 15,
              "explanation: a few sentences (15+ words) in your own words")
     return TEXTS["q4"].say("passed", model_answer=MODEL_ANSWER_Q4), {"explanation": text}
@@ -394,14 +396,15 @@ _Q5_SMALL = [("é", []), ("aa", [(97, 97)]), ("abab", [(97, 98)]), ("hi! hi", [(
              ("한", [(237, 149)]), ("abcabc", [(97, 98), (256, 99)]), ("aaaa", [(97, 97), (256, 256)])]
 
 
-def _encode(text: str, merges: list[tuple[int, int]], order: int = 1, first_only: bool = False) -> list[int]:
+def _encode(text: str, merges: list[tuple[int, int]], order: int = 1, first_only: bool = False,
+            first_id: int = 256) -> list[int]:
     """``text`` encoded with the merges applied in training order (``order=-1``: the latest first), each
-    over the whole sequence (``first_only``: each up to its first occurrence)."""
+    over the whole sequence (``first_only``: each up to its first occurrence); merge k makes ``first_id + k``."""
     ids = list(text.encode("utf-8"))
     for k in list(range(len(merges)))[::order]:
         pair = tuple(merges[k])
         end = next((i + 2 for i, p in enumerate(zip(ids, ids[1:])) if p == pair), 0) if first_only else len(ids)
-        ids = merge(ids[:end], pair, 256 + k) + ids[end:]
+        ids = merge(ids[:end], pair, first_id + k) + ids[end:]
     return ids
 
 
@@ -410,6 +413,7 @@ RULES["q5"] = Rules(
     Rule("code_points", wrong=lambda text, merges: [ord(c) for c in text]),
     Rule("merges_in_reverse", wrong=lambda text, merges: _encode(text, merges, order=-1)),
     Rule("first_occurrence_only", wrong=lambda text, merges: _encode(text, merges, first_only=True)),
+    Rule("ids_from_257", wrong=lambda text, merges: _encode(text, merges, first_id=257)),
     formula=_Q5_FORMULA,
     texts=TEXTS["q5"])
 _Q5_PLAIN = {"not_a_list": "{call} returned {got}; expected a list of ints", "wrong_ids": "{symptom}{expected}"}
@@ -431,7 +435,8 @@ def _q5_verdict(case: tuple[str, list[tuple[int, int]]], got: Any) -> tuple[str 
     want = ByteBPE(merges=list(merges)).encode(text)
     call = f"bpe_encode({short(text, 60)}, {short(merges, 60) if len(merges) <= 4 else f'<{len(merges)} merges>'})"
     facts = {"call": call, "got": short(got), "text": short(text), "utf8": list(text.encode("utf-8")),
-             "expected": f", expected {short(want)}" if len(text) <= 8 else ""}
+             "expected": f", expected {short(want)}" if len(text) <= 8 else "",
+             "m0": short(merges[0]) if merges else "none"}
     if not (isinstance(got, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in got)):
         return "not_a_list", facts
     facts["symptom"] = f"{call} returned {short(got)}" + _leftover(got, merges)

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from labsupport.datasets.indexed import IndexedDataset, IndexedDatasetBuilder, get_bin_path, get_idx_path
-from labsupport.check._core import CheckFailed, Sealed, chapter_summary, check, check_seed, expect, short
+from labsupport.check._core import _blame, CheckFailed, Sealed, chapter_summary, check, check_seed, expect, short
 from labsupport.check.texts import load_texts
-from labsupport.check.rules import Rule, Rules, diagnose
+from labsupport.check.rules import diagnose, in_words, Rule, Rules
 
 CHAPTER = "ch02"
 TEXTS = load_texts(CHAPTER)
@@ -108,6 +108,7 @@ RULES["q1"] = Rules(
     Rule("pointers_after_8n", symptom=_ARRAY),
     Rule("documents_offset", symptom=_ARRAY),
     Rule("accepts_bad_magic"),
+    Rule("bad_magic_not_valueerror"),
     formula=_Q1_FORMULA,
     texts=TEXTS["q1"])
 #: q1: the wrong reads a rule names, by array — (rule, m): the array read as int64 from byte 34 + m·N
@@ -169,6 +170,8 @@ def q1(parse_idx) -> str:
             parse_idx(bad)
         except ValueError:
             pass
+        except Exception as exc:  # noqa: BLE001 - the learner's code refused the bad magic with another exception
+            RULES["q1"].fail("bad_magic_not_valueerror", error=type(exc).__name__)
         else:
             RULES["q1"].fail("accepts_bad_magic")
     finally:
@@ -200,8 +203,10 @@ def q1_header(parse_idx) -> None:
     except Exception as exc:  # noqa: BLE001 - the learner's code
         if isinstance(exc, NotImplementedError):
             print("🟡 step 1 of q1: not attempted — the stub still raises NotImplementedError")
-        else:
-            print(f"❌ step 1 of q1: parse_idx raised {type(exc).__name__}: {short(str(exc))}")
+        else:   # one sentence: what failed (an array read, when numpy's frombuffer raised), then the exception
+            what = "header_array_crash" if "buffer" in str(exc) else "header_crash"
+            print("❌ step 1 of q1: " + TEXTS["q1"].say(what, error=f"{type(exc).__name__}: {short(str(exc))}",
+                                                       line=_blame(exc, q1_header).rpartition(" (")[2].rstrip(")")))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -284,6 +289,7 @@ def q2(document_byte_offset) -> str:
 # q3: book exercise 1
 RULES["q3"] = Rules(
     Rule("padding_is_packing"),
+    Rule("solutions_swapped"),
     texts=TEXTS["q3"])
 
 
@@ -305,8 +311,11 @@ def q3(exercise_1) -> tuple[str, dict[str, str]]:
     wrong = sorted(p for p in problems if p not in _PROBLEMS)
     expect(not wrong, f"{wrong} is not one of the three problems of tokenizing every step that "
            ".bin/.idx + mmap solves")
-    for p, s in problems.items():
-        expect([p, s] in _ANSWER, f"problem {p!r}: {s!r} does not solve it")
+    unmatched = [(p, s) for p, s in problems.items() if [p, s] not in _ANSWER]
+    if unmatched and all(any([q, s] in _ANSWER for q in problems) for s in problems.values()):
+        RULES["q3"].fail("solutions_swapped", pairs=in_words(f"{p!r} → {s!r}" for p, s in unmatched))
+    for p, s in unmatched:
+        expect(False, f"problem {p!r}: {s!r} does not solve it")
     text = answer.get("explanation", "")
     expect(isinstance(text, str) and len(text.split()) >= 20,
            "add an 'explanation' (at least 20 words): each problem and how its solution works")

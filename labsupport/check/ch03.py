@@ -23,7 +23,7 @@ from labsupport.datasets.blending import (cap_weights as _cap_weights, expected_
                                           greedy_step as _greedy_step, reference_blending_indices)
 from labsupport.check._core import chapter_summary, check, check_seed, expect, parts, Sealed, short
 from labsupport.check.texts import load_texts
-from labsupport.check.rules import Rule, Rules, explain, first_showing, in_words, smallest
+from labsupport.check.rules import choices, explain, first_showing, in_words, Rule, Rules, smallest
 
 CHAPTER = "ch03"
 TEXTS = load_texts(CHAPTER)
@@ -101,7 +101,8 @@ def _q1_facts(state: tuple, got: int) -> dict[str, Any]:
             "errors": T1.say("errors", x=x, errs=short(errs, 400)), "x": x, "want": want,
             "got": short(got), "errs": short(errs, 400), "top": short(max(errs)), "got_error": short(mine),
             "tied": in_words([d for d, e in enumerate(errs) if e == max(errs)]), "gap": f"{abs(errs[want] - mine):.3g}",
-            "alt": short([wd - c / float(x) for wd, c in zip(w, counts)], 400)}
+            "alt": short([wd - c / float(x) for wd, c in zip(w, counts)], 400),
+            "e_want": f"{errs[want]:.6g}", "e_got": f"{mine:.6g}"}   # short: equal to 6 digits, apart by rounding
 
 
 def _q1_mistake(greedy_step: Callable, w: list[float], counts: list[int], step: int, got: int) -> None:
@@ -396,10 +397,11 @@ def q4(exercise_2) -> tuple[str, dict[str, str]]:
                    T4.say("not_options", key=key, chosen=short(chosen)))
             unknown = sorted(set(chosen) - set(options))
             expect(not unknown, T4.say("unknown_options", key=key, unknown=unknown, options=sorted(options)))
-            wrong = sorted(c for c in set(chosen) if c not in right)
-            if wrong or len(set(chosen)) != len(right):
-                problems.append(T4.say("wrong_options" if wrong else "missing_options", key=key, wrong=wrong,
-                                       missing=len(right) - len(set(chosen))))
+            wrong, missing = choices(chosen, right)     # the extras by name, the missing ones counted (issue #29)
+            if wrong or missing:
+                problems.append(T4.say("options", key=key, wrong=T4.say("wrong_options", wrong=wrong) if wrong else "",
+                                       missing=T4.say("missing_options", missing=missing, s="" if missing == 1 else "s",
+                                                      sep="; and " if wrong else "") if missing else ""))
         for key in ("a_why", "b_why", "c_why"):
             manual[key] = text = answer[key]
             if not (isinstance(text, str) and len(text.split()) >= 10):

@@ -17,7 +17,7 @@ from labsupport.datasets.bin_packing import first_fit as _first_fit
 from labsupport.datasets.bin_packing import first_fit_decreasing as _ffd
 from labsupport.datasets.bin_packing import padding_share as _padding_share
 from labsupport.datasets.gpt_samples import build_sample_idx, get_ltor_masks_and_position_ids, sample_segments
-from labsupport.check._core import chapter_summary, check, check_seed, expect, parts, same_set, Sealed, short
+from labsupport.check._core import chapter_summary, check, check_seed, expect, parts, same_set, Sealed, short, StepDone
 from labsupport.check.texts import load_texts
 from labsupport.check.rules import Rule, Rules, explain, in_words
 
@@ -31,12 +31,8 @@ WASTE_OPTIONS: dict[str, str] = TEXTS["q4"].options["waste"]
 MUST_DO_OPTIONS: dict[str, str] = TEXTS["q4"].options["must_do"]
 #: Book exercise 3 (c): with which position embeddings must position ids also restart per example?
 POSITION_OPTIONS: dict[str, str] = TEXTS["q4"].options["position"]
-#: q4's answer keys, sealed (see _core.Sealed): (a) ...
-_WASTE = Sealed.load("labsupport:ch04:q4:a")
-#: ... (c) ...
-_MUST_DO = Sealed.load("labsupport:ch04:q4:c")
-#: ... and (c)'s position question.
-_RESET_FOR = Sealed.load("labsupport:ch04:q4:c_reset")
+#: q4's answer keys, sealed (see _core.Sealed): (a), (c) and (c)'s position question
+_WASTE, _MUST_DO, _RESET_FOR = (Sealed.load(f"labsupport:ch04:q4:{part}") for part in ("a", "c", "c_reset"))
 
 
 def _say(question: str, name: str, /, **facts: Any) -> str:
@@ -60,8 +56,7 @@ def _near(a: Any, b: float) -> bool:
 
 _Q1_SMALL = {"real_share": [([1], 4), ([1, 3], 4)], "percentage": [([1], 4), ([1, 3], 4)],
              "rows_of_longest": [([1, 3], 4)]}
-_Q1 = Rules(
-    Rule("real_share", wrong=lambda lengths, s: sum(lengths) / (len(lengths) * s)),
+_Q1 = Rules(Rule("real_share", wrong=lambda lengths, s: sum(lengths) / (len(lengths) * s)),
     Rule("percentage", wrong=lambda lengths, s: 100 * _padding_share(lengths, s)),
     Rule("rows_of_longest", wrong=lambda lengths, s: 1 - sum(lengths) / (len(lengths) * max(lengths))),
     texts=TEXTS["q1"])
@@ -116,10 +111,21 @@ def _as_bins(value, n: int, call: str) -> list[list[int]]:
     return bins
 
 
-def _shortest_first(lengths: list[int], pack_size: int) -> list[list[int]]:
-    """First fit taking the examples shortest first (a mistake): NeMo's first fit on them in that order."""
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
-    return [[order[j] for j in pack] for pack in _first_fit([lengths[i] for i in order], pack_size).tolist()]
+def _fit_in_order(key: Callable[[int, int], tuple]) -> Callable:
+    """First fit taking the examples in the order ``key(length, index)`` sorts them (NeMo's: (−length, index))."""
+    def fit(lengths: list[int], pack_size: int) -> list[list[int]]:
+        order = sorted(range(len(lengths)), key=lambda i: key(lengths[i], i))
+        return [[order[j] for j in pack] for pack in _first_fit([lengths[i] for i in order], pack_size).tolist()]
+    return fit
+
+
+def _tie_facts(case: tuple, bins: list[list[int]]) -> dict[str, Any]:
+    """The first two equally long examples the learner's packs take in the other order than NeMo's."""
+    (lengths, pack_size), where = case, {i: (b, k) for b, pack in enumerate(bins) for k, i in enumerate(pack)}
+    i, j = next((i, j) for i in range(len(lengths)) for j in range(i + 1, len(lengths))
+                if lengths[i] == lengths[j] and where[j] < where[i])
+    return {"call": _say("q2", "call_packs", lengths=short(lengths, 200), pack_size=pack_size, got=short(bins, 200),
+                         want=short(_ffd(*case).tolist(), 200)), "i": i, "j": j, "tokens": _tokens(lengths[i])}
 
 
 def _tokens(n: int) -> str:
@@ -131,10 +137,10 @@ def _num(value: float) -> str:
     return short(int(value)) if float(value).is_integer() else short(value)
 
 
-_Q2 = Rules(   # plain first fit (the input order), first fit shortest first, best fit decreasing
-    Rule("input_order", wrong=_first_fit),
-    Rule("shortest_first", wrong=_shortest_first),
+_Q2 = Rules(   # plain first fit (the input order), first fit shortest first, best fit decreasing, ties reversed
+    Rule("input_order", wrong=_first_fit), Rule("shortest_first", wrong=_fit_in_order(lambda length, i: (length, i))),
     Rule("best_fit", wrong=_bfd),
+    Rule("ties_reversed", wrong=_fit_in_order(lambda length, i: (-length, -i))),   # argsort(lengths)[::-1]
     texts=TEXTS["q2"])
 _Q2_FIRST = {"best_fit": [([5, 3, 3, 1], 7)]}    # shown before the generated small problems
 
@@ -201,6 +207,10 @@ def q2(first_fit_decreasing) -> str:
             why = f"; {why}" if why else ""
             expect(len(got) == len(want), _say("q2", "pack_count", call=call, got=len(got), want=len(want), why=why))
             expect(False, _say("q2", "pack_lengths", call=call, got=short(got, 80), want=short(want, 80), why=why))
+        if bins != (nemo := _ffd(lengths, pack_size).tolist()):   # the same lengths, other examples: ties
+            explain(lambda *c: _bins_of(first_fit_decreasing(*c)), [_Q2["ties_reversed"]], (lengths, pack_size),
+                    bins, lambda *c: _ffd(*c).tolist(), lambda a, b: a == b, lambda rule: _q2_small(), _tie_facts)
+            expect(False, _say("q2", "pack_indices", call=call, got=short(bins, 80), want=short(nemo, 80)))
     return "60 random cases, same packs as NeMo's first_fit_decreasing"
 
 
@@ -321,7 +331,8 @@ def q3(positions_and_mask) -> str:
             i, j = (int(v) for v in np.argwhere(mask != want_mask)[0])
             words = _pair_words(tokens, eod, i, j, bool(mask[i, j]))
             expect(False, _say("q3", "mask", call=call, words=words, i=i, j=j))
-    expect(not mask_pending, _say("q3", "mask_pending"))
+    if mask_pending:
+        raise StepDone(_say("q3", "mask_pending"))
     return "50 random token sequences"
 
 
@@ -345,8 +356,7 @@ _Q4_SHOWS = (
     ("examples_over_row", "b_examples_per_pack", lambda s, p, g: p != _PER_PACK and p * _EXAMPLE > _ROW),
     ("gain_over_row", "b_speedup", lambda s, p, g: g != _GAIN and g * _EXAMPLE > _ROW * (1 + 1e-12)),
     ("gain_counts_slots", "b_speedup", lambda s, p, g: abs(g - _ROW / _EXAMPLE) <= 1e-3),
-    ("gain_upside_down", "b_speedup", lambda s, p, g: 0 < g < 1),
-)
+    ("gain_upside_down", "b_speedup", lambda s, p, g: 0 < g < 1))
 
 
 def _q4_mistake(share: float, per_pack: float, gain: float, problems: list[tuple[str, str]]) -> None:

@@ -17,7 +17,8 @@ table of rules (:class:`Rules`).  Two helpers find the input a mistake is shown 
   recognised by what the result *is*, e.g. a float where an int belongs, rather than by a wrong
   implementation).
 
-:func:`in_words` writes a list of dataset or rank numbers into a fact ("0, 2 and 3"), :func:`call_text` a call;
+:func:`in_words` writes a list of dataset or rank numbers into a fact ("0, 2 and 3"), :func:`call_text` a call,
+:func:`choices` what a multiple-choice answer chose wrongly and how many right options it misses;
 :func:`by_kind` draws generated cases with a quota per kind of case, smallest first.
 
 :func:`diagnose` ties them together for a question whose rules all have wrong implementations: it
@@ -205,6 +206,15 @@ def in_words(items: Iterable[Any], empty: str = "") -> str:
     if not items:
         return empty
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def choices(chosen: Iterable[str], right: Any) -> tuple[str, int]:
+    """A multiple-choice part's feedback facts: the wrongly chosen options in words (``"'a' and 'b'"``, ``""`` when
+    none) and how many right options are missing (``right``: the key, ``in`` and ``len`` — a sealed key too); it
+    names only what the learner chose, so it gives away no option the learner did not pick."""
+    chosen = set(chosen)
+    wrong = sorted(c for c in chosen if c not in right)
+    return in_words(repr(c) for c in wrong), len(right) - (len(chosen) - len(wrong))
 
 
 def call_text(name: str, params: str, *values: Any) -> str:

@@ -121,5 +121,5 @@ def test_checks_carry_a_hint(name):
 def test_q4_names_every_failing_part(capsys):
     result = check.q4(lambda t, c, w: {**exercise_2(t, c, w), "a": ["no_effect"], "c_why": "short"})
     assert result.status == "failed" and "2 parts to fix" in result.message
-    assert "a: ['no_effect'] is not right" in result.message and "c_why:" in result.message
+    assert "(a): you chose 'no_effect', which" in result.message and "c_why:" in result.message
     capsys.readouterr()

@@ -83,9 +83,10 @@ def test_q3_positions_and_mask():
     for wrong in (inverted, restart_at_eod, causal_only):
         assert check.q3(wrong).status == "failed", wrong.__name__
     assert check.q3(stub).status == "not attempted"
-    # step 1 of 2: right positions and no mask yet → not passed, but told the positions are right
+    # step 1 of 2: right positions and no mask yet → not passed, not failed either (🟡, no hint): told the positions
+    # are right (issue #29: a correct step 1 showed ❌)
     half = check.q3(lambda t, e: (reference(t, e)[0], None))
-    assert half.status == "failed" and "position_ids are right" in half.message
+    assert half.status == "not attempted" and "position_ids are right" in half.message and half.hint == ""
     wrong_half = check.q3(lambda t, e: (restart_at_eod(t, e)[0], None))
     assert wrong_half.status == "failed"
     assert "position_ids" in wrong_half.message and "are right" not in wrong_half.message

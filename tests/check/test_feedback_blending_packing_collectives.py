@@ -154,6 +154,10 @@ PLANTED = {
         ("q2", "shortest_first"): (_fit(lambda lengths: lambda i: (lengths[i], i)), "the SHORTEST"),
         ("q2", "best_fit"): (_fit(lambda lengths: lambda i: (-lengths[i], i), True),
                              "first_fit_decreasing([5, 3, 3, 1], 7)"),
+        # issue #29: the packs compared as packs, in NeMo's order — argsort(lengths)[::-1] reverses equal lengths
+        ("q2", "ties_reversed"): (_fit(lambda lengths: lambda i: (-lengths[i], -i)),
+                                  "returned the packs [[1, 0]]; NeMo's first_fit_decreasing gives [[0, 1]]; examples 0 "
+                                  "and 1 are equally long (1 token), and your packs take 1 before 0"),
         ("q3", "restart_at_eod"): (_positions_and_mask(eod_starts=True, mask=None), "position_ids [0, 0, 1]"),
         ("q3", "no_restart"): (lambda t, e: (np.arange(len(t)), None), "keep counting across the EOD"),
         ("q3", "inverted"): (lambda t, e: (_positions_and_mask()(t, e)[0], ~_positions_and_mask()(t, e)[1]),
@@ -262,13 +266,17 @@ def test_ex04_q4_names_the_other_failing_parts_with_the_mistake(capsys):
 
 
 # --- the specific faults of #24 ---------------------------------------------------------------
-def test_ex03_q1_trap_prints_the_whole_weights_and_unrounded_errors(capsys):
+def test_ex03_q1_trap_leads_with_rounding_prints_the_whole_weights_and_short_errors(capsys):
+    """Issue #29: the rounding trap says so first and shows the two errors that matter to 6 digits (equal there),
+    not three lists of 17-digit floats; the call keeps the whole weights, so it can be rerun."""
     result = ch03.q1(_greedy(lambda w, c, x: w - c / x))
     w, counts, step = ch03._order_sensitive_states()[0]
     errors = [wd * float(max(step, 1)) - c for wd, c in zip(w, counts)]
     assert result.mistake == "float_order"
     assert f"greedy_step({w}, {counts}, {step})" in result.message          # the whole weights
-    assert all(repr(e) in result.message for e in errors)                     # errors as Python prints them
+    assert result.message.index("a difference of rounding") < result.message.index("Computed")
+    assert not any(repr(e) in result.message for e in errors if len(repr(e)) > 10)   # no 17-digit errors
+    assert f"({max(errors):.6g})" in result.message
     assert greedy_step(w, counts, step) == max(range(len(w)), key=lambda d: (errors[d], -d))   # no broken tie
 
 

@@ -107,7 +107,9 @@ def _bpe(order=1, first_only=False):
 # chapter 2's
 def _parse_with(lengths="<i4", pointers_at=lambda n: 34 + 4 * n, documents_at=lambda n: 34 + 12 * n, magic=True):
     def parse(raw):
-        if magic and raw[:9] != b"MMIDIDX\x00\x00":
+        if magic == "assert":                       # issue #29: refused, but not with the ValueError asked for
+            assert raw[:9] == b"MMIDIDX\x00\x00", "bad magic"
+        elif magic and raw[:9] != b"MMIDIDX\x00\x00":
             raise ValueError("bad magic")
         version, code, n, d = struct.unpack("<QBQQ", raw[9:34])
         size = np.dtype(lengths).itemsize
@@ -188,7 +190,7 @@ PLANTED = {
     ("ch01", "q1", "modifies_input"): (_merge_step_with(mutate=True), "the caller's list is [-1]"),
     ("ch01", "q1", "overlaps_not_counted"): (
         _merge_step_with(count_overlaps=False),
-        "merge_step([1, 2, 7, 7, 7], 256) merged (1, 2); the adjacent positions hold (1, 2): 1, (2, 7): 1, (7, 7): 2"),
+        "merge_step([1, 2, 7, 7, 7], 256) merged (1, 2), which occurs once among the adjacent pairs"),
     ("ch01", "q1", "keeps_second_token"): (_merge_step_with(step_after_match=1),
                                            "merge_step([1, 2], 256) returned ids [256, 2]: 2 tokens in, 2 out"),
     ("ch01", "q1", "replaces_once"): (_merge_step_with(max_replacements=1),
@@ -212,6 +214,8 @@ PLANTED = {
         _diagnose_with(verdict=lambda o, a, b, p: "same" if a.path == b.path else "mismatch",
                        same_fingerprint=lambda o, a, b, p: a.path == b.path),
         "the same file copied elsewhere: verdict = 'mismatch', but both tokenizers are the same"),
+    ("ch01", "q5", "ids_from_257"): (lambda text, merges: ch01._encode(text, merges, first_id=257),
+                                     "bpe_encode('aa', [(97, 97)]) returned [257]; bytes are the ids 0 … 255"),
     ("ch01", "q5", "no_merge_applied"): (lambda text, merges: list(text.encode("utf-8")),
                                          "bpe_encode('aa', [(97, 97)]) returned [97, 97]"),
     ("ch01", "q5", "code_points"): (lambda text, merges: [ord(c) for c in text],
@@ -228,6 +232,7 @@ PLANTED = {
     ("ch02", "q1", "documents_offset"): (_parse_with(documents_at=lambda n: 34 + 8 * n),
                                          "the golden vector (3 uint16 sequences, 102-byte .idx): document_indices = "),
     ("ch02", "q1", "accepts_bad_magic"): (_parse_with(magic=False), "parse_idx accepted the golden vector"),
+    ("ch02", "q1", "bad_magic_not_valueerror"): (_parse_with(magic="assert"), "by raising AssertionError"),
     ("ch02", "q2", "tokens_not_bytes"): (lambda lengths, d, itemsize, k: int(np.sum(lengths[:d[k]])),
                                          "document_byte_offset([5, 2], [0, 1, 2], itemsize=2, k=1) returned 5"),
     ("ch02", "q2", "sequence_k"): (
@@ -239,6 +244,10 @@ PLANTED = {
     ("ch02", "q3", "padding_is_packing"): (
         lambda: {**GOOD_Q3_CH02, "problems": {"cpu": "tokenize_once", "padding": "packing", "memory": "mmap"}},
         "include 'padding'"),
+    ("ch02", "q3", "solutions_swapped"): (     # issue #29: a swapped mapping got the padding hint
+        lambda: {**GOOD_Q3_CH02,
+                 "problems": {"cpu": "idx_pointers", "random_access": "tokenize_once", "memory": "mmap"}},
+        "'cpu' → 'idx_pointers' and 'random_access' → 'tokenize_once' do not go together"),
     ("ch02", "q4", "first_sequence_only"): (
         _tokens_with(pick=lambda d, k: range(int(d[k]), int(d[k + 1]))[:1]),
         "document_tokens(<the hand-made x.idx, x.bin>, k=0) returned [1, 2, 3], expected [1, 2, 3, 4, 5]"),
@@ -329,7 +338,7 @@ def test_every_rule_of_ch01_02_shows_its_tiers(module, question, name, capsys):
 def test_every_rule_of_ch01_02_has_a_planted_answer():
     """No rule of ch01.RULES or ch02.RULES goes untested, and no planted answer names a rule that does not exist."""
     assert set(PLANTED) == {(m.CHAPTER, q, name) for m, q, name in RULED}
-    assert {m.CHAPTER for m, _, _ in RULED} == {"ch01", "ch02"} and len(RULED) == 29
+    assert {m.CHAPTER for m, _, _ in RULED} == {"ch01", "ch02"} and len(RULED) == 32   # 3 more: issue #29
 
 
 def test_every_rule_of_ch00_has_a_planted_answer_and_every_planted_answer_a_rule():

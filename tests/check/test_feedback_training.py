@@ -112,9 +112,11 @@ def _named(s):
 
 
 Q3 = ([(f"missed_{s}", _misses(s), _named(s)) for s in check.SUSPECTS]
-      + [(f"wrong_fix_{s}", _wrong_fix(s, "mmap" if s != "load_everything" else "packing"), "rightly (")
+      + [(f"wrong_fix_{s}", _wrong_fix(s, "mmap" if s != "load_everything" else "packing"),
+          "is what is wrong: it leaves")
          for s in check.SUSPECTS if s != "no_boundary_mask"]
-      + [("wrong_fix_no_boundary_mask", _wrong_fix("no_boundary_mask", "packing"), "which leaves cross_document_"),
+      + [("wrong_fix_no_boundary_mask", _wrong_fix("no_boundary_mask", "packing"),
+          "is what is wrong: it leaves cross_document_"),
          ("flag_on_fused", _wrong_fix("no_boundary_mask", "reset_attention_mask"),
           "this log's attention_path = 'fused'"),
          ("cu_seqlens_on_unfused", _wrong_fix("no_boundary_mask", "cu_seqlens"), "attention_path = 'unfused'"),
@@ -139,6 +141,22 @@ Q5 = [("refusal_missed", {"refuse": lambda a, b: False}),
       ("old_blend", {"read_from": "old"}), ("from_zero", {"start": lambda c, m, r: r * m})]
 
 
+def _raw_weights_locate(weights, domain, k, consumed, micro, dp, global_bs):
+    """exercise 4's answer with chapter 3's greedy rule run on the data_prefix numbers, not their shares (issue #29):
+    the largest domain takes almost every position, so a smaller domain's sample is never found (ValueError)."""
+    counts, pairs = [0] * len(weights), []
+    for i in range(4096):
+        errors = [w * max(i, 1) - c for w, c in zip(weights, counts)]
+        d = errors.index(max(errors))
+        pairs.append((d, counts[d]))
+        counts[d] += 1
+    i = pairs.index((domain, k))
+    if i < consumed:
+        return None
+    return {"blend_index": i, "step": i // global_bs + 1, "rank": i % (micro * dp) // micro,
+            "microbatch": i % global_bs // (micro * dp)}
+
+
 def _locate_with(wrong):
     if wrong.get("step_size") == "micro × DP":   # steps of one micro × DP group: gradient accumulation forgotten
         return lambda w, d, k, c, m, dp, g: locate_sample(w, d, k, c, m, dp, g, step_size=m * dp)
@@ -149,6 +167,7 @@ def _locate_with(wrong):
 PLANTED = {**{("q1", n): (w, p) for n, w, p in Q1}, **{("q2", n): (w, p) for n, w, p in Q2},
            **{("q3", n): (w, p) for n, w, p in Q3},
            **{("q4", n): (_locate_with(w), "locate_sample(weights=") for n, w in Q4},
+           ("q4", "raw_weights"): (_raw_weights_locate, "which is where the blend of the raw weights"),
            **{("q5", n): (lambda *a, w=w: restart_with_new_blend(*a, **w), "restart_with_new_blend(old_weights=")
               for n, w in Q5}}
 RIGHT = {"q1": dp_slice, "q2": batch_arithmetic, "q3": diagnose, "q4": locate_sample, "q5": restart_with_new_blend}

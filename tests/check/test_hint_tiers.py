@@ -297,7 +297,7 @@ MISTAKES = [
      "though pack 0, before it, still had"),
     (ch04.q3, _positions_and_mask(), _positions_and_mask(eod_starts=True, mask=None),
      "count the EOD as the first token of the next"),
-    (ch04.q3, _positions_and_mask(), _positions_and_mask(mask="causal"), "your mask hides only the future"),
+    (ch04.q3, _positions_and_mask(), _positions_and_mask(mask="causal"), "is in an earlier document"),
     (ch04.q3, _positions_and_mask(),
      lambda tokens, eod: (_positions_and_mask()(tokens, eod)[0], _positions_and_mask(eod_starts=True)(tokens, eod)[1]),
      "the EOD is cut off from its own document"),
