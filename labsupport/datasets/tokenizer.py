@@ -37,8 +37,9 @@ from typing import Iterable, Sequence
 import numpy as np
 import sentencepiece as spm
 from labsupport.fileio import PathLike, atomic_write
-from labsupport.paths import DOMAINS, data_file, display_path, work_dir
+from labsupport.paths import DOMAINS, data_file, display_path, shown_path, work_dir
 from labsupport.datasets.indexed import optimal_dtype
+from labsupport.datasets.utils import DataError
 
 
 __all__ = [
@@ -297,8 +298,9 @@ class Tokenizer:
         try:
             sp.LoadFromSerializedProto(proto)
         except (RuntimeError, OSError) as exc:
-            raise ValueError(f"{path} is not a SentencePiece model ({exc}); "
-                             "pass the .model file written by spm_train / train_sentencepiece") from None
+            why = str(exc).split("] ")[-1].strip() or "unreadable"     # not sentencepiece's source line
+            raise DataError(f"{shown_path(path)} is not a SentencePiece model ({why}); "
+                            "pass the .model file written by spm_train / train_sentencepiece") from None
         self.path = path
         self._sp = sp
         self._proto = sp.serialized_model_proto()

@@ -151,3 +151,16 @@ def test_inf_weights_are_never_checkpointed(tmp_path, capsys, prefix):
 def test_bad_optimizer_values_are_refused_naming_the_field(capsys, override, message):
     status, err = run_main(capsys, override)
     assert status == EXIT_USAGE and len(err) == 1 and err[0].startswith(f"error: {message}"), err
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage\x00\x01 not a protobuf", b"\x0a\x03abc"])
+def test_a_tokenizer_model_that_is_no_model_is_one_line_and_exit_2(tmp_path, capsys, prefix, content):
+    """A 0-byte, garbage or truncated ``model.tokenizer.model`` (#32 item 8): one line naming the file, exit 2."""
+    model = tmp_path / "bad.model"
+    model.write_bytes(content)
+    save = tmp_path / "s"
+    status, err = run_main(capsys, data(prefix), f"model.tokenizer.model={model}", "trainer.max_steps=1",
+                           "--save-dir", str(save))
+    assert status == EXIT_USAGE and len(err) == 1 and err[0].startswith("error: "), err   # no traceback
+    assert f"{model} is not a SentencePiece model" in err[0] and "spm_train" in err[0], err
+    assert not save.exists() or not ckpt.checkpoints_newest_first(save)
