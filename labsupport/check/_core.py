@@ -415,7 +415,7 @@ def _in_package(filename: str) -> bool:
     return path == _PACKAGE_DIR or path.startswith(_PACKAGE_DIR + os.sep)
 
 
-def _blame(exc: BaseException, body: Callable | None = None) -> str:
+def blame(exc: BaseException, body: Callable | None = None) -> str:
     """Say whose code raised: the learner's (a frame outside labsupport below the check body, or
     an exception the grader carried back from the learner's process) or the checker's.
 
@@ -494,7 +494,7 @@ def check(chapter: str, question: str, hint: str | Sequence[str], points: float 
                     result = CheckResult(chapter, question, NOT_ATTEMPTED,
                                          "the stub still raises NotImplementedError", 0.0, points)
                 else:
-                    result = CheckResult(chapter, question, FAIL, _blame(exc, body), 0.0, points)
+                    result = CheckResult(chapter, question, FAIL, blame(exc, body), 0.0, points)
             finally:
                 _CURRENT.reset(token)
             result.attempt = _ATTEMPTS[key]

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from labsupport.datasets.indexed import IndexedDataset, IndexedDatasetBuilder, get_bin_path, get_idx_path
-from labsupport.check._core import _blame, CheckFailed, Sealed, chapter_summary, check, check_seed, expect, short
+from labsupport.check._core import blame, CheckFailed, Sealed, chapter_summary, check, check_seed, expect, short
 from labsupport.check.texts import load_texts
 from labsupport.check.rules import diagnose, in_words, Rule, Rules
 
@@ -206,7 +206,7 @@ def q1_header(parse_idx) -> None:
         else:   # one sentence: what failed (an array read, when numpy's frombuffer raised), then the exception
             what = "header_array_crash" if "buffer" in str(exc) else "header_crash"
             print("❌ step 1 of q1: " + TEXTS["q1"].say(what, error=f"{type(exc).__name__}: {short(str(exc))}",
-                                                       line=_blame(exc, q1_header).rpartition(" (")[2].rstrip(")")))
+                                                       line=blame(exc, q1_header).rpartition(" (")[2].rstrip(")")))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -3,6 +3,7 @@
     python -m labsupport train --config configs/megatron_gpt_tiny.yaml trainer.max_steps=50 \\
         --save-dir work/runs/a --save-every 10 --log work/runs/a/log.jsonl
     torchrun --nproc-per-node 2 -m labsupport train --config configs/megatron_gpt_tiny.yaml trainer.devices=2
+    python -m labsupport train --nproc-per-node 2 --config configs/megatron_gpt_tiny.yaml   # the same, one-line errors
 
 Options may come before or after the ``key=value`` overrides.  Under torchrun spell ``--log`` as
 ``--log-file``: torchrun's parser sees every argument and rejects ``--log`` as an ambiguous
@@ -21,8 +22,9 @@ docs/training.md), a NaN/inf loss, a rank that stopped responding · 130 Ctrl-C.
 Each is one line on stderr: ``error: <what and where>: <what to do>``.  Under torchrun the config
 is checked before the process group starts (each rank: one line, status 2); a Ctrl-C is
 one line per worker and 130; a killed agent is one line per worker and 1
-(:mod:`~labsupport.training.rank_health`).  torchrun's own report follows a failure: docs/training.md
-"Under torchrun: what you see".
+(:mod:`~labsupport.training.rank_health`).  torchrun's own report follows a failure
+(docs/training.md, "Under plain torchrun: what you see"); ``--nproc-per-node N`` launches the same
+workers without it (:mod:`~labsupport.training.launch`).
 """
 from __future__ import annotations
 
@@ -65,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop-after", type=int, default=None,
                    help="stop after N steps of this run (simulate an interruption)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--nproc-per-node", type=int, default=None, metavar="N",
+                   help="start N data-parallel workers on this machine, as torchrun --standalone does, and end "
+                        "with their one-line errors only (labsupport.training.launch)")
     p.add_argument("overrides", nargs="*", help="Hydra-style key=value overrides, e.g. trainer.max_steps=20")
     return p
 
@@ -118,10 +123,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_intermixed_args(argv)
-    for flag, value, low in (("--save-every", args.save_every, 0), ("--stop-after", args.stop_after, 1)):
+    for flag, value, low in (("--save-every", args.save_every, 0), ("--stop-after", args.stop_after, 1),
+                             ("--nproc-per-node", args.nproc_per_node, 1)):
         if value is not None and value < low:
             print(f"error: {flag} {value}: must be ≥ {low}", file=sys.stderr)
             return EXIT_USAGE
+    if args.nproc_per_node is not None and "WORLD_SIZE" not in os.environ:
+        from labsupport.training.launch import launch  # noqa: PLC0415 - torch start-up: --help, usage errors without torch
+
+        return launch(args.nproc_per_node, _without_nproc(list(argv if argv is not None else sys.argv[1:])))
     import torch.distributed as dist  # noqa: PLC0415 - torch start-up: --help, usage errors without torch
 
     from labsupport.training.checkpoint import ResumeError  # noqa: PLC0415 - torch start-up: --help, usage errors without torch
@@ -171,6 +181,19 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"step {last['step']} · loss {last['loss']:.4f} · consumed_samples {last['consumed_samples']}"
               + (f" · checkpoint {os.path.basename(res.checkpoints[-1])}" if res.checkpoints else ""))
     return EXIT_OK
+
+
+def _without_nproc(argv: list[str]) -> list[str]:
+    """``argv`` without ``--nproc-per-node N`` / ``--nproc-per-node=N`` (what each worker is given)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--nproc-per-node":
+            skip = True
+        elif not arg.startswith("--nproc-per-node="):
+            out.append(arg)
+    return out
 
 
 def _report(message: str, status: int) -> int:

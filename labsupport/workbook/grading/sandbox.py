@@ -489,7 +489,7 @@ class Worker:
 def raise_learner_exception(info: dict[str, Any]) -> None:
     """Re-raise, in the grader, an exception the student's code raised in its own process: the same
     builtin type where it is an ``Exception`` (so ``except ValueError`` in a check still works),
-    :class:`LearnerError` otherwise; ``learner_where`` tells :func:`_core._blame` whose it was."""
+    :class:`LearnerError` otherwise; ``learner_where`` tells :func:`_core.blame` whose it was."""
 
     cls: type[Exception] = LearnerError
     for name in info.get("bases", []):
