@@ -44,7 +44,6 @@ SLOW_FILES = {
 SLOW_TESTS = {
     "check/test_feedback_training.py::test_the_grader_gives_the_solutions_full_marks_and_flags_the_reference",
     "crosscheck/test_indexed.py::test_cli_output_byte_identical_to_megatron_script",
-    "faults/test_injected_faults.py::test_the_promise_holds_under_the_fault",   # issue #32's cases, injected
     "crosscheck/test_indexed.py::test_cli_two_keys_byte_identical_to_megatron_script",
     "datasets/test_preprocess.py::test_last_line_without_newline_and_long_lines",
     "datasets/test_preprocess.py::test_order_preserved_across_files_globs_workers_and_blocks",

@@ -9,12 +9,10 @@
   optimizer updates anything or a checkpoint is written (Megatron's
   ``check_for_nan_in_loss_and_grad`` does the same); :func:`check_finite_weights` — weights an
   update made NaN/inf (a huge learning rate) stop the run before a checkpoint is written;
-* :func:`rank_timeout` — the config checked before the process group starts (under torchrun a
-  config error is then one line from rank 0 and status 2 on every rank, with no group to tear
-  down), and its ``trainer.rank_timeout_s``;
-* :class:`~labsupport.training.rank_health.RankHealth` (its own module) — a heartbeat thread per
-  rank in the process group's store; when a collective fails or times out, the ranks that stopped
-  beating are named (not the rank that waited for them);
+* :class:`RankHealth` — a heartbeat per rank in the process group's store; when a collective
+  times out, the ranks that stopped beating are named (not the rank that waited for them).  Its
+  keys carry ``TORCHELASTIC_RESTART_COUNT``: torchrun keeps its store across restarts, and a
+  restarted worker must never read a dead worker's entries;
 * :func:`resume_source` — ``--resume-if-exists``: the newest checkpoint of the save dir, or a
   fresh start when there is none yet (what a job restarted by torchrun needs);
 * fault injection for tests: ``LABSUPPORT_FAULT=kill:rank=1:step=3`` (SIGKILL itself),
@@ -24,30 +22,35 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
 import math
 import os
 import signal
 import sys
+import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
-from labsupport.config import ConfigError
+from labsupport.config import ConfigError, load_config
 from labsupport.datasets.blending import BlendError
 from labsupport.datasets.indexed import IndexedDataset
 from labsupport.datasets.tokenizer import Tokenizer
 from labsupport.fileio import LockHeld, hold_lock
 from labsupport.training import checkpoint as ckpt
 from labsupport.training.data import build_blend
-from labsupport.training.rank_health import RankHealth, TrainingError
 from labsupport.training.schema import read_run_config
-from labsupport.training.settings import read_config
 
 __all__ = ["TrainingError", "preflight", "checked_blend", "check_finite", "check_finite_weights", "RankHealth",
            "resume_source", "run_lock", "inject_rank_fault", "inject_nan", "restart_count",
            "rank_timeout"]
+
+
+class TrainingError(RuntimeError):
+    """The run cannot go on (a non-finite loss, a rank that stopped responding): exit status 1."""
 
 
 def restart_count() -> int:
@@ -55,14 +58,17 @@ def restart_count() -> int:
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
 
 
-def rank_timeout(source: Any = None, overrides: Sequence[str] = (), world_size: int | None = None) -> float:
-    """The config ``source`` with ``overrides``, checked (every field's rule, and
-    ``trainer.devices × trainer.num_nodes`` = ``world_size`` when given), before any process group
-    exists; returns its ``trainer.rank_timeout_s``: the seconds a rank waits for the others in a
-    collective (300 without a config).  Raises ConfigError naming the field or the file."""
+def rank_timeout(source: Any = None, overrides: Sequence[str] = ()) -> float:
+    """Seconds a rank waits for the others in a collective: ``trainer.rank_timeout_s`` of the
+    config ``source`` with ``overrides`` (300, torch's default for gloo, without a config or when
+    it cannot be read: ``train()`` then reports why, naming the field)."""
     if source is None:
         return 300.0
-    return float(read_run_config(read_config(source, overrides), world_size)[0].trainer.rank_timeout_s)
+
+    try:
+        return float(read_run_config(load_config(source, overrides))[0].trainer.rank_timeout_s)
+    except Exception:  # noqa: BLE001 - an unreadable or invalid config is reported by train() itself
+        return 300.0
 
 
 # --------------------------------------------------------------------------- before training
@@ -212,3 +218,58 @@ def inject_nan(loss: torch.Tensor, step: int) -> torch.Tensor:
     if f.get("kind") == "nan" and int(f.get("step", 0)) == step:
         return loss * float("nan")
     return loss
+
+
+class RankHealth:
+    """Heartbeats in the process group's store: ``labsupport/<restart>/beat/<rank>`` = step, time."""
+
+    def __init__(self, store: Any, rank: int, world: int, timeout: float) -> None:
+        self.store, self.rank, self.world, self.timeout = store, rank, world, timeout
+        self.prefix = f"labsupport/restart{restart_count()}/beat/"   # also under the group's own prefix
+
+    @classmethod
+    def create(cls, run: Any) -> "RankHealth | None":
+        try:
+            store = dist.distributed_c10d._get_default_store()
+        except (AttributeError, RuntimeError, ValueError):
+            return None
+        return cls(store, run.rank, run.world, run.settings.config.trainer.rank_timeout_s)
+
+    def beat(self, step: int) -> None:
+        """Say "rank r has started step ``step``" (one store write)."""
+        self.store.set(f"{self.prefix}{self.rank}", f"{step} {time.time():.3f}")
+
+    def silent_ranks(self, step: int) -> list[str]:
+        """The ranks that have not started ``step``: "rank 1 (last at step 3, 12 s ago)"."""
+        out = []
+        old = self.store.timeout if hasattr(self.store, "timeout") else None
+        with contextlib.suppress(Exception):
+            self.store.set_timeout(datetime.timedelta(seconds=5))
+        for r in range(self.world):
+            if r == self.rank:
+                continue
+            try:
+                last, when = self.store.get(f"{self.prefix}{r}").decode().split()
+            except Exception:  # noqa: BLE001 - no key (never started) or the store is gone
+                out.append(f"rank {r} (never heard from)")
+                continue
+            if int(last) < step:
+                out.append(f"rank {r} (last heard at step {last}, {time.time() - float(when):.0f} s ago)")
+        if old is not None:
+            with contextlib.suppress(Exception):
+                self.store.set_timeout(old)
+        return out
+
+    @contextlib.contextmanager
+    def collective(self, step: int, what: str) -> Iterator[None]:
+        """Run a collective; a timeout or a lost peer becomes TrainingError naming the silent ranks."""
+        try:
+            yield
+        except RuntimeError as exc:  # DistBackendError and gloo's timeout are RuntimeErrors
+            silent = self.silent_ranks(step)
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
+            who = ", ".join(silent) if silent else "another rank"
+            raise TrainingError(f"step {step}: {who} stopped responding — rank {self.rank} waited in {what} "
+                                f"(trainer.rank_timeout_s={self.timeout:g}; "
+                                f"{first}); under torchrun --max-restarts the job restarts from the last "
+                                "checkpoint") from None

@@ -430,8 +430,6 @@ def _train_locked(run: _Run, *, save_dir: Any, save_every: int, resume: Any, log
             if save_dir is not None and ((save_every and run.step % save_every == 0) or run.step == end):
                 _save(run, save_dir, result)
     finally:
-        if run.health is not None:   # the heartbeat thread ends before the group does
-            run.health.stop()
         bar.close()
         if log_fh:
             log_fh.close()

@@ -1,1 +1,0 @@
-"""The fault injector (issue #32) and the cases it runs."""
