@@ -9,17 +9,41 @@
 Each command's code, options and exit status are those of its module (:data:`COMMANDS`);
 ``python -m labsupport <command> --help`` lists its options.  This module imports only the standard
 library before it knows the command, so a Ctrl-C while the command's code is still importing (torch
-takes a while) is one line on stderr and exit status 130, nothing written.  ``python -m labsupport``
+takes a while) is one line on stderr and exit status 130, nothing written: its first statement
+installs a SIGINT handler that prints that line and leaves at once (the only code that runs before
+it is the interpreter's start-up and ``labsupport/__init__.py``, ~0.07 s, which Python cannot hand
+to a handler yet).  While the command runs, the first Ctrl-C raises ``KeyboardInterrupt`` (the
+command's ``main`` turns it into its one line and 130) and the ones after it are ignored, so a
+second Ctrl-C 30 ms later cannot interrupt that line or the cleanup before it
+(:func:`interrupt_once`).  ``python -m labsupport``
 alone or with ``-h``/``--help`` prints the commands (exit 0); an unknown command is one line, exit 2.
 """
 from __future__ import annotations
 
-import importlib
 import os
+import signal
 import sys
-from typing import NamedTuple, Sequence
 
-__all__ = ["COMMANDS", "ALIASES", "PROG", "main", "usage"]
+
+def _interrupted_while_starting(signum: int, frame: object) -> None:
+    """SIGINT before the command's code runs: its one line (or the generic one), exit 130 at once."""
+    commands = globals().get("COMMANDS")
+    name = sys.argv[1] if len(sys.argv) > 1 else ""
+    name = globals().get("ALIASES", {}).get(name, name)
+    line = commands[name].interrupted if commands and name in commands else \
+        "error: interrupted (Ctrl-C) while starting; nothing was written"
+    os.write(2, (line + "\n").encode())  # not print(): the handler may run inside a write to sys.stderr
+    os._exit(130)
+
+
+# not when SIGINT is ignored (a job started with & or nohup): Python itself leaves it ignored then
+if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+
+import importlib  # noqa: E402 - after the handler: a Ctrl-C from here on is one line
+from typing import NamedTuple, Sequence  # noqa: E402 - after the handler: a Ctrl-C from here on is one line
+
+__all__ = ["COMMANDS", "ALIASES", "PROG", "main", "usage", "interrupt_once"]
 
 PROG = "python -m labsupport"
 
@@ -51,6 +75,13 @@ COMMANDS: dict[str, Command] = {
 ALIASES = {"make_exercises": "make-exercises"}
 
 
+def interrupt_once(signum: int, frame: object) -> None:
+    """SIGINT while a command runs: ``KeyboardInterrupt`` the first time, ignored after that (the
+    command is already on its way out; a second Ctrl-C must not cut its one line or its cleanup)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def usage() -> str:
     """The listing ``python -m labsupport --help`` prints: one line per command."""
     width = max(map(len, COMMANDS))
@@ -79,6 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # one line, as the command's main() does once it runs
         print(command.interrupted, file=sys.stderr)
         return 130
+    if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:   # run as python -m labsupport
+        signal.signal(signal.SIGINT, interrupt_once)
     return module.main(args[1:])
 
 

@@ -9,7 +9,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import IO, Any, Iterator
 
 import nbformat
 from labsupport.fileio import atomic_write
@@ -47,6 +47,20 @@ def process_env(env: dict[str, str]) -> Iterator[None]:
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+def kernel_manager_with_stderr(sink: IO[bytes]) -> type:
+    """A jupyter_client kernel manager whose kernels write their stderr to ``sink`` (a file),
+    not to this process's: ``runall`` shows it after a run, and drops it after a Ctrl-C, when
+    ipykernel logs a ~20-line ZMQ traceback while it is shut down mid-cell."""
+    from jupyter_client.manager import AsyncKernelManager  # noqa: PLC0415 - only when a notebook runs (start-up time)
+
+    class KernelManagerWithStderr(AsyncKernelManager):
+        async def start_kernel(self, **kw: Any) -> None:  # type: ignore[override]
+            kw.setdefault("stderr", sink)
+            await super().start_kernel(**kw)
+
+    return KernelManagerWithStderr
 
 
 def write_notebook(nb: nbformat.NotebookNode, path: Path) -> None:

@@ -21,10 +21,11 @@ import time
 import argparse
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from labsupport.workbook.nbrun import (KERNEL, RunResult, first_line, execute_notebook, headless_env,
-                                       process_env, write_notebook)
+                                       kernel_manager_with_stderr, process_env, write_notebook)
 from labsupport.cli import run_command
 from labsupport.paths import REPO_ROOT
 
@@ -59,20 +60,39 @@ def _papermill(nb: Path, out_dir: Path, params: dict, timeout: int) -> RunResult
     # a kill never leaves a half-run notebook under the chapter's name (it would look finished)
     partial = out_dir / f".{nb.stem}.{os.getpid()}.running.ipynb"
     start = time.perf_counter()
-    try:
-        with process_env(headless_env()):
-            pm.execute_notebook(str(nb), str(partial), parameters=params, kernel_name=KERNEL,
-                                cwd=str(nb.parent), progress_bar=False, execution_timeout=timeout)
-        os.replace(partial, out)
-        return RunResult(nb, time.perf_counter() - start, True)
-    except Exception as exc:  # noqa: BLE001 - PapermillExecutionError and kernel failures
-        if partial.exists():   # a failed run is kept: papermill marked the failing cell in it
+    # the kernel's stderr goes to a file, shown after the run: a Ctrl-C shuts the kernel down in
+    # the middle of a cell, and ipykernel then logs a ZMQ traceback that is not runall's one line
+    interrupted = False
+    with tempfile.TemporaryFile() as kernel_err:
+        try:
+            with process_env(headless_env()):
+                pm.execute_notebook(str(nb), str(partial), parameters=params, kernel_name=KERNEL,
+                                    cwd=str(nb.parent), progress_bar=False, execution_timeout=timeout,
+                                    kernel_manager_class=kernel_manager_with_stderr(kernel_err))
             os.replace(partial, out)
-        ename = getattr(exc, "ename", type(exc).__name__)
-        evalue = getattr(exc, "evalue", None) or first_line(str(exc))
-        return RunResult(nb, time.perf_counter() - start, False, f"{ename}: {evalue}"[:200])
-    finally:
-        partial.unlink(missing_ok=True)   # interrupted (Ctrl-C): nothing under the chapter's name
+            return RunResult(nb, time.perf_counter() - start, True)
+        except Exception as exc:  # noqa: BLE001 - PapermillExecutionError and kernel failures
+            if partial.exists():   # a failed run is kept: papermill marked the failing cell in it
+                os.replace(partial, out)
+            ename = getattr(exc, "ename", type(exc).__name__)
+            evalue = getattr(exc, "evalue", None) or first_line(str(exc))
+            return RunResult(nb, time.perf_counter() - start, False, f"{ename}: {evalue}"[:200])
+        except KeyboardInterrupt:
+            interrupted = True       # the kernel's shutdown traceback is not shown
+            raise
+        finally:
+            partial.unlink(missing_ok=True)   # interrupted (Ctrl-C): nothing under the chapter's name
+            if not interrupted:
+                _relay(kernel_err)
+
+
+def _relay(kernel_err) -> None:
+    """What the kernel wrote on its stderr (warnings, a crash), after the run, on runall's stderr."""
+    kernel_err.seek(0)
+    text = kernel_err.read().decode("utf-8", "replace")
+    if text:
+        sys.stderr.write(text if text.endswith("\n") else text + "\n")
+        sys.stderr.flush()
 
 
 class UsageError(Exception):

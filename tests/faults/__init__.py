@@ -1,0 +1,1 @@
+"""The fault injector (issue #32) and the cases it runs."""

@@ -1,0 +1,84 @@
+"""The cases of issue #32 as data: each row is a command, a fault and the exit statuses the docs
+allow; :mod:`tests.faults.inject` runs it and lists the promises it broke (none, or the test fails).
+
+CASES holds 7 cases of ``python -m labsupport train`` on a 12-document corpus with chapter 6's tiny
+GPT on CPU (the torchrun cases wait for the per-rank heartbeat: see inject.py); the module also has
+one fast test of the checker itself.  Measured times are in docs/training.md ("Faults injected").
+"""
+from __future__ import annotations
+
+import json
+import random
+import signal
+
+import pytest
+
+from tests.faults.inject import Case, Fault, broken_promises, run_case
+
+TRAIN = ("-m", "labsupport", "train", "model.data.data_prefix=[1.0,{prefix}]", "--save-dir", "{dir}/s",
+         "--save-every", "1", "--no-progress", "--log-file", "{dir}/s/log.jsonl")
+FIRST_CKPT = "s/*.ckpt"
+
+
+def steps(n: int) -> tuple[str, ...]:
+    return (f"trainer.max_steps={n}",)
+
+
+CASES = [
+    Case("ctrl-c-while-starting", TRAIN + steps(3), Fault("signal", signal.SIGINT, after_ms=400),
+         frozenset({130}), must_say="interrupted (Ctrl-C)"),
+    Case("ctrl-c-twice-30-ms-apart", TRAIN + steps(200),
+         Fault("signal", signal.SIGINT, after_ms=100, when_exists=FIRST_CKPT, again_ms=30),
+         frozenset({130}), must_say="interrupted (Ctrl-C)"),
+    Case("sigkill-at-the-3rd-rename", TRAIN + steps(4),
+         Fault("strace", spec="rename,renameat,renameat2:signal=KILL:when=3"), frozenset({-9, 137}),
+         then=TRAIN + steps(5) + ("--resume-if-exists",)),
+    Case("enospc-at-fsync", TRAIN + steps(3), Fault("strace", spec="fsync:error=ENOSPC"), frozenset({1}),
+         must_say="no space left"),
+    Case("flipped-byte-in-the-newest-checkpoint", TRAIN + steps(3) + ("--resume", "{dir}/s"),
+         Fault("flip", file="s/step=000002-*.ckpt"), frozenset({0}), setup=TRAIN + steps(2)),
+    Case("flipped-byte-in-the-idx-header", TRAIN + steps(2), Fault("flip", file="corpus/*.idx", offset=0),
+         frozenset({2}), own_corpus=True, must_say=".idx"),
+    Case("two-runs-in-one-save-dir", TRAIN + steps(6), Fault("concurrent"), frozenset({0, 1, 2})),
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_prefix(tmp_path_factory) -> str:
+    """A 12-document corpus (~1,100 tokens), as tests/training/test_faults.py builds it."""
+    from labsupport.datasets.preprocess import preprocess
+    from labsupport.datasets.tokenizer import workbook_tokenizer
+
+    folder = tmp_path_factory.mktemp("tiny")
+    rng = random.Random(0)
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+    src = folder / "tiny.jsonl"
+    src.write_text("".join(json.dumps({"text": " ".join(rng.choice(words) for _ in range(40))}) + "\n"
+                           for _ in range(12)))
+    preprocess([src], folder / "tiny", workbook_tokenizer(), append_eod=True, show_progress=False)
+    return str(folder / "tiny_text_document")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_the_promise_holds_under_the_fault(case: Case, tmp_path, tiny_prefix):
+    if case.fault.kind == "strace" and not __import__("shutil").which("strace"):
+        pytest.skip("strace is not installed")
+    out = run_case(case, tmp_path / "case", tiny_prefix)
+    assert broken_promises(case, out, tmp_path / "case") == []
+
+
+def test_the_promise_checker_finds_a_traceback_and_two_error_lines(tmp_path):
+    """The checker itself: a run that breaks each promise is caught (no process started)."""
+    from tests.faults.inject import Outcome
+
+    case = Case("x", (), Fault("none"), frozenset({2}))
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "log.jsonl").write_text('{"step": 1}\n{"step": 2, "lo\n')
+    bad = Outcome(codes=[1], stderr=["Traceback (most recent call last):\nerror: a\nerror: b\n"],
+                  seconds_after_fault=1.0)
+    found = "\n".join(broken_promises(case, bad, tmp_path))
+    assert "exit status 1" in found and "traceback" in found and "exactly one error line" in found
+    assert "log.jsonl line 2 is not JSON" in found
+    good = Outcome(codes=[2], stderr=["train: a note\nerror: one line\n"], seconds_after_fault=1.0)
+    (tmp_path / "s" / "log.jsonl").write_text('{"step": 1}\n')
+    assert broken_promises(case, good, tmp_path) == []
