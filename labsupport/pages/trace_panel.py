@@ -6,9 +6,12 @@ the interactive panel (domain, document) with its static fallback.
 * :func:`trace_table` — :meth:`DocumentTrace.rows` as an HTML :class:`~labsupport.pages.tables.Table`;
 * :func:`draw_trace` — the sample's attention mask with the document's block outlined, and the
   per-token loss with only the document's tokens coloured;
+* :func:`documents_read` and :func:`not_read_note` — which documents of a domain the run read, and
+  the line the panel shows for one it did not (a short run reads a small part of each corpus);
 * :class:`TracePanel` — a domain dropdown and a document box whose upper limit follows the
   domain (web has fewer documents than code): :meth:`TracePanel.limits` is the rule,
-  :meth:`TracePanel.on_domain` the callback that applies it before the table is redrawn.
+  :meth:`TracePanel.on_domain` the callback that applies it before the table and the figure are
+  redrawn (:meth:`TracePanel.redraw`: both, for every document chosen).
 """
 from __future__ import annotations
 
@@ -20,7 +23,8 @@ from labsupport.training.trace import DocumentTrace, documents_in_sample, trace_
 from labsupport.pages.tables import Table
 from labsupport.datasets.gpt_samples import attention_mask_from_cu_seqlens
 
-__all__ = ["document_count", "pick_document", "trace_table", "draw_trace", "TracePanel"]
+__all__ = ["document_count", "pick_document", "trace_table", "draw_trace", "documents_read", "not_read_note",
+           "TracePanel"]
 
 
 def document_count(blend: Any, settings: Any, domain: str) -> int:
@@ -93,6 +97,28 @@ def draw_trace(trace: DocumentTrace, blend: Any, run: Any, seq_length: int, occu
     return fig
 
 
+def documents_read(blend: Any, settings: Any, domain: str) -> list[int]:
+    """The documents of ``domain`` (numbers ``0 … count − 1``, sorted) that at least one sample of
+    the run's blend holds, in whole or in part — the ones a trace can find."""
+    d = settings.names.index(domain)
+    found: set[int] = set()
+    for i in range(len(blend)):
+        if int(blend.dataset_index[i]) == d:
+            found.update(documents_in_sample(blend, i)[1])
+    return sorted(found)
+
+
+def not_read_note(blend: Any, settings: Any, domain: str, document: int, shown: int = 8) -> str:
+    """One line for a document the run never read: why (the run reads ``len(blend)`` samples, a
+    small part of the corpus) and the nearest documents of ``domain`` it did read."""
+    read = documents_read(blend, settings, domain)
+    near = sorted(sorted(read, key=lambda k: (abs(k - document), k))[:shown])
+    total = document_count(blend, settings, domain)
+    return (f"{domain} document {document} is in none of the {len(blend)} samples this run reads "
+            f"(they hold {len(read)} of its {total} documents); near it, these were read: "
+            f"{', '.join(map(str, near))}")
+
+
 class TracePanel:
     """The interactive trace: ``domain`` dropdown, ``document`` box, output area.
 
@@ -154,12 +180,23 @@ class TracePanel:
             self.redraw()
 
     def redraw(self) -> None:
+        """The table and the figure of the current document; for one the run never read, the
+        table and :func:`not_read_note` instead of a figure."""
+        import matplotlib.pyplot as plt  # noqa: PLC0415 - matplotlib only when a figure is drawn (start-up time)
         from IPython.display import display  # noqa: PLC0415 - IPython only when shown in a notebook (start-up time)
 
         out = self.widgets["output"]
         with out:
             out.clear_output(wait=True)
             try:
-                display(trace_table(self.trace()))
+                trace = self.trace()
             except ValueError as exc:    # a bad domain typed by hand; the limits rule out the rest
                 print(f"ValueError: {exc}")
+                return
+            display(trace_table(trace))
+            if not trace.occurrences:
+                print(not_read_note(self.blend, self.settings, self.domain, self.document))
+                return
+            fig = draw_trace(trace, self.blend, self.run, self.settings.config.model.encoder_seq_length)
+            display(fig)
+            plt.close(fig)               # shown once, by display, not again at the cell's end

@@ -16,7 +16,8 @@ from labsupport.training.faults import TrainingError, check_finite
 from labsupport.training.settings import load_settings
 from labsupport.training.trace import trace_document
 from labsupport.training.trainer import train
-from labsupport.pages.trace_panel import TracePanel, document_count, draw_trace, pick_document, trace_table
+from labsupport.pages.trace_panel import (TracePanel, document_count, documents_read, draw_trace, not_read_note,
+                                          pick_document, trace_table)
 
 
 @pytest.fixture(scope="module")
@@ -155,3 +156,37 @@ def test_token_losses_on_flat_rows_equal_the_class_axis_form(traced):
         by_class_axis = F.cross_entropy(logits.float().transpose(1, 2), batch.labels, reduction="none")
     assert flat.shape == batch.labels.shape
     torch.testing.assert_close(flat, by_class_axis, rtol=1e-6, atol=1e-5)
+
+
+def test_panel_redraws_table_and_figure_for_every_document(traced, monkeypatch, capsys):
+    """Issue #29: the panel redrew only its table (the figure stayed on the first document), and a
+    document the run never read showed "0 occurrence(s)" with no word of why."""
+    import IPython.display
+
+    settings, blend, run = traced
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    read = documents_read(blend, settings, "code")
+    assert read and all(trace_document(blend, settings, "code", k, run).occurrences for k in read[:3])
+    unread = next(k for k in range(document_count(blend, settings, "code")) if k not in read)
+    assert not trace_document(blend, settings, "code", unread, run).occurrences
+    panel = TracePanel(blend, settings, run, "code", read[0])
+    panel.build()
+    titles = []
+    for k in read[1:3]:                                      # not read[0], the value it starts with
+        shown.clear()
+        panel.widgets["document"].value = k                  # the callback the box fires
+        table, fig = shown
+        assert f"code document {k}:" in repr(table)
+        titles.append(fig.axes[0].get_title())
+        assert f"doc {k} outlined" in titles[-1]
+    assert titles[0] != titles[1]
+    shown.clear()
+    capsys.readouterr()
+    panel.widgets["document"].value = unread
+    assert len(shown) == 1 and "0 occurrence(s)" in repr(shown[0])   # the table, no figure
+    note = capsys.readouterr().out
+    assert f"code document {unread} is in none of the {len(blend)} samples this run reads" in note
+    near = [int(x) for x in note.rsplit(": ", 1)[1].split(", ")]
+    assert near and set(near) <= set(read)
+    assert not_read_note(blend, settings, "code", unread) in note
