@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -122,21 +122,105 @@ class ParallelLayout:
         return self.tp_nodes > 1
 
 
+@dataclass(frozen=True)
+class LayoutRule:
+    """One of Megatron's layout rules: a row of :data:`LAYOUT_RULES`.
+
+    ``applies(v)`` and ``holds(v)`` read the sizes ``v`` (see :func:`parallel_layout`; a key the config
+    lacks is None); ``message(v)`` is the ConfigError's text, naming the fields; ``source`` is the
+    Megatron-LM file and line that checks it, at the tag named there.
+    """
+
+    name: str
+    applies: Callable[[dict], bool]
+    holds: Callable[[dict], bool]
+    message: Callable[[dict], str]
+    source: str
+
+
+def _world_message(v: dict) -> str:
+    cp_part = " × model.context_parallel_size" if v["cp"] > 1 else ""
+    return (f"trainer.devices × trainer.num_nodes = {v['world']} GPUs is not divisible by "
+            f"model.tensor_model_parallel_size × model.pipeline_model_parallel_size{cp_part} = "
+            f"{v['tp']}×{v['pp']}" + (f"×{v['cp']}" if v["cp"] > 1 else ""))
+
+
+_TC = "megatron/core/transformer/transformer_config.py"
+#: Megatron's layout rules, one row each, in the order they are checked (Megatron-LM tag core_v0.16.1,
+#: the megatron-core installed here; file:line of the check). A rule whose keys the config lacks is skipped.
+LAYOUT_RULES: tuple[LayoutRule, ...] = (
+    LayoutRule("the world size divides by TP × PP × CP", lambda v: True,
+               lambda v: v["world"] % (v["tp"] * v["pp"] * v["cp"]) == 0, _world_message,
+               "core_v0.16.1 megatron/core/parallel_state.py:741 (initialize_model_parallel)"),
+    LayoutRule("the attention heads divide by TP", lambda v: v["heads"] is not None,
+               lambda v: v["heads"] % v["tp"] == 0,
+               lambda v: f"model.num_attention_heads = {v['heads']} is not divisible by "
+                         f"model.tensor_model_parallel_size = {v['tp']}: each TP rank holds whole heads",
+               f"core_v0.16.1 {_TC}:924 (TransformerConfig.__post_init__)"),
+    LayoutRule("the KV groups are a multiple or a divisor of TP", lambda v: v["groups"] is not None,
+               lambda v: v["groups"] % v["tp"] == 0 or v["tp"] % v["groups"] == 0,
+               lambda v: f"model.num_query_groups = {v['groups']} is neither a multiple nor a divisor of "
+                         f"model.tensor_model_parallel_size = {v['tp']}",
+               f"core_v0.16.1 {_TC}:940 (TransformerConfig.__post_init__)"),
+    LayoutRule("the FFN hidden size divides by TP", lambda v: v["ffn"] is not None,
+               lambda v: v["ffn"] % v["tp"] == 0,
+               lambda v: f"model.ffn_hidden_size = {v['ffn']} is not divisible by "
+                         f"model.tensor_model_parallel_size = {v['tp']}: the MLP's first matrix is split by columns",
+               "core_v0.16.1 megatron/core/tensor_parallel/layers.py:842 (ColumnParallelLinear: "
+               "divide(output_size, world_size), megatron/core/utils.py:468)"),
+    LayoutRule("the layers divide by PP (even split)", lambda v: v["layers"] is not None,
+               lambda v: v["layers"] % v["pp"] == 0,
+               lambda v: f"model.num_layers = {v['layers']} is not divisible by model.pipeline_model_parallel_size = "
+                         f"{v['pp']}: every stage holds the same number of layers",
+               "core_v0.16.1 megatron/core/transformer/transformer_block.py:157 (get_num_layers_to_build)"),
+    LayoutRule("the layers divide by PP × VP (interleaved)", lambda v: v["layers"] is not None and v["vp"] > 1,
+               lambda v: v["layers"] % (v["pp"] * v["vp"]) == 0,
+               lambda v: f"model.num_layers = {v['layers']} is not divisible by model.pipeline_model_parallel_size × "
+                         f"model.virtual_pipeline_model_parallel_size = {v['pp']}×{v['vp']}: every virtual stage "
+                         f"holds the same number of layers",
+               "core_v0.16.1 megatron/core/transformer/transformer_block.py:177 (get_num_layers_to_build); "
+               "megatron/training/arguments.py:548"),
+    LayoutRule("the sequence divides by TP with sequence parallelism", lambda v: v["seq"] is not None and v["sp"],
+               lambda v: v["seq"] % v["tp"] == 0,
+               lambda v: f"data.seq_length = {v['seq']} is not divisible by model.tensor_model_parallel_size = "
+                         f"{v['tp']} with model.sequence_parallel: each TP rank holds seq_length / TP tokens",
+               "core_v0.16.1 megatron/core/tensor_parallel/mappings.py:70 (_split_along_first_dim)"),
+    LayoutRule("the sequence divides by 2 × CP with context parallelism",
+               lambda v: v["seq"] is not None and v["cp"] > 1,
+               lambda v: v["seq"] % (2 * v["cp"]) == 0,
+               lambda v: f"data.seq_length = {v['seq']} is not divisible by 2 × model.context_parallel_size = "
+                         f"2×{v['cp']}: each CP rank holds two of 2 × CP chunks (causal attention's load balance)",
+               "core_v0.16.1 megatron/training/arguments.py:818"),
+)
+
+
 def parallel_layout(cfg: DictConfig) -> ParallelLayout:
     """Derive the data-parallel size from trainer.devices × trainer.num_nodes / (TP × PP × CP).
 
-    Megatron-Core's rules (megatron-core 0.16.1), each checked when the config has the key:
+    Checks every row of :data:`LAYOUT_RULES` (Megatron-Core's rules, each with its source line at
+    core_v0.16.1) whose keys the config has: ``model.context_parallel_size`` (default 1),
+    ``model.virtual_pipeline_model_parallel_size`` (default 1), ``model.sequence_parallel`` (default
+    false), ``model.num_attention_heads``, ``model.num_query_groups``, ``model.num_layers``,
+    ``model.ffn_hidden_size`` and ``data.seq_length``. The even layer split only: Megatron's uneven
+    first/last-stage options are not modelled here.
 
-    * ``parallel_state.initialize_model_parallel``: the world size divides by TP × PP × CP
-      (``model.context_parallel_size``, default 1); DP = world / (TP × PP × CP);
-    * ``TransformerConfig.__post_init__``: ``model.num_attention_heads`` divides by TP, and
-      ``model.num_query_groups`` (KV heads) is a multiple or a divisor of TP;
-    * ``transformer_block.get_num_layers_to_build``: ``model.num_layers`` divides by PP (the even
-      split; Megatron's uneven first/last-stage options are not modelled here).
-
-    Raises ConfigError naming the field when a size is not a positive integer or a rule fails.
+    Raises ConfigError naming the fields when a size is not a positive integer or a rule fails.
     TP larger than ``trainer.devices`` is legal — the layout says so in ``tp_spans_nodes`` —
     but slow; :func:`labsupport.distributed.gpu_grid.check_layout` warns with the cost.
+    """
+    v = layout_sizes(cfg)
+    for rule in LAYOUT_RULES:
+        if rule.applies(v) and not rule.holds(v):
+            raise ConfigError(rule.message(v))
+    return ParallelLayout(v["world"], v["tp"], v["pp"], v["world"] // (v["tp"] * v["pp"] * v["cp"]),
+                          gpus_per_node=v["devices"])
+
+
+def layout_sizes(cfg: DictConfig) -> dict:
+    """The sizes :data:`LAYOUT_RULES` read, from ``cfg`` (None for an absent optional key).
+
+    Raises ConfigError naming the key when a size is not a positive integer, or
+    ``model.sequence_parallel`` is not a boolean.
     """
     def positive(key: str, default: int | None = None) -> int:
         value = OmegaConf.select(cfg, key, default=default)
@@ -144,34 +228,18 @@ def parallel_layout(cfg: DictConfig) -> ParallelLayout:
             raise ConfigError(f"{key} must be a positive integer, got {value!r}")
         return value
 
-    devices, nodes = positive("trainer.devices"), positive("trainer.num_nodes")
-    tp = positive("model.tensor_model_parallel_size")
-    pp = positive("model.pipeline_model_parallel_size")
-    cp = positive("model.context_parallel_size", 1)
-    world = devices * nodes
-    if world % (tp * pp * cp):
-        cp_part = " × model.context_parallel_size" if cp > 1 else ""
-        raise ConfigError(f"trainer.devices × trainer.num_nodes = {world} GPUs is not divisible by "
-                          f"model.tensor_model_parallel_size × model.pipeline_model_parallel_size{cp_part} = "
-                          f"{tp}×{pp}" + (f"×{cp}" if cp > 1 else ""))
-    _check_model_rules(cfg, positive, tp, pp)
-    return ParallelLayout(world, tp, pp, world // (tp * pp * cp), gpus_per_node=devices)
+    def optional(key: str) -> int | None:
+        return None if OmegaConf.select(cfg, key) is None else positive(key)
 
-
-def _check_model_rules(cfg: DictConfig, positive, tp: int, pp: int) -> None:
-    """Megatron-Core's rules that tie the model's shape to TP and PP (see :func:`parallel_layout`)."""
-    if OmegaConf.select(cfg, "model.num_attention_heads") is not None:
-        heads = positive("model.num_attention_heads")
-        if heads % tp:
-            raise ConfigError(f"model.num_attention_heads = {heads} is not divisible by "
-                              f"model.tensor_model_parallel_size = {tp}: each TP rank holds whole heads")
-    if OmegaConf.select(cfg, "model.num_query_groups") is not None:
-        groups = positive("model.num_query_groups")
-        if groups % tp and tp % groups:
-            raise ConfigError(f"model.num_query_groups = {groups} is neither a multiple nor a divisor of "
-                              f"model.tensor_model_parallel_size = {tp}")
-    if OmegaConf.select(cfg, "model.num_layers") is not None:
-        layers = positive("model.num_layers")
-        if layers % pp:
-            raise ConfigError(f"model.num_layers = {layers} is not divisible by "
-                              f"model.pipeline_model_parallel_size = {pp}: every stage holds the same number of layers")
+    v = {"devices": positive("trainer.devices"), "nodes": positive("trainer.num_nodes"),
+         "tp": positive("model.tensor_model_parallel_size"), "pp": positive("model.pipeline_model_parallel_size"),
+         "cp": positive("model.context_parallel_size", 1),
+         "vp": positive("model.virtual_pipeline_model_parallel_size", 1),
+         "heads": optional("model.num_attention_heads"), "groups": optional("model.num_query_groups"),
+         "layers": optional("model.num_layers"), "ffn": optional("model.ffn_hidden_size"),
+         "seq": optional("data.seq_length")}
+    sp = OmegaConf.select(cfg, "model.sequence_parallel", default=False)
+    if not isinstance(sp, bool):
+        raise ConfigError(f"model.sequence_parallel must be true or false, got {sp!r}")
+    v["sp"], v["world"] = sp, v["devices"] * v["nodes"]
+    return v

@@ -5,8 +5,11 @@ Kubernetes.
 
 ``GUIDE_NCCL_SCRIPT`` is the book's "NCCL 환경 변수 완벽 가이드" export block, verbatim.
 ``fact_check_exports(script)`` parses any such block and returns one row per variable with its
-status (exists / deprecated / obsolete / does not exist / PyTorch's / not NCCL's) and the fact,
-checked against NCCL 2.30's documentation and source and PyTorch's ProcessGroupNCCL.
+status (exists / exists, debug only / deprecated / obsolete / does not exist / PyTorch's / not NCCL's)
+and the fact, checked against NCCL's documentation and source at :data:`FACTS_SOURCE` on the day
+:data:`FACTS_CHECKED` (the date to renew when NCCL moves on) and PyTorch's ProcessGroupNCCL.
+"exists, debug only" is NCCL's own split: ``docs/userguide/source/env.rst`` lists the variable under
+"Debugging" ("should generally not be set for production code"), not under "System configuration".
 ``nccl_environment()`` reports the NCCL version
 of this torch build and the NCCL-related variables set in this process.
 """
@@ -14,9 +17,16 @@ from __future__ import annotations
 
 import os
 import re
+from datetime import date
 from typing import Mapping
 
-__all__ = ["GUIDE_NCCL_SCRIPT", "NCCL_ENV_FACTS", "fact_check_exports", "nccl_environment", "STATUSES"]
+__all__ = ["GUIDE_NCCL_SCRIPT", "NCCL_ENV_FACTS", "FACTS_SOURCE", "FACTS_CHECKED", "fact_check_exports",
+           "nccl_environment", "STATUSES"]
+
+#: Where :data:`NCCL_ENV_FACTS` was read, and when (renew both together).
+FACTS_SOURCE = ("NVIDIA/nccl v2.30.7-1 (commit 73cf112295): docs/userguide/source/env.rst ('System configuration' "
+                "and 'Debugging' sections), src/init.cc, src/graph/tuning.cc; pytorch/pytorch ProcessGroupNCCL")
+FACTS_CHECKED = date(2026, 12, 2)
 
 GUIDE_NCCL_SCRIPT = """\
 # NCCL 환경 변수 완벽 가이드
@@ -81,9 +91,12 @@ NCCL_ENV_FACTS: dict[str, tuple[str, str]] = {
     "NCCL_DEBUG_FILE": ("exists", "file name pattern for NCCL's log"),
     "NCCL_DEBUG_SUBSYS": ("exists", "subsystems to log with NCCL_DEBUG=INFO, e.g. INIT,COLL or ALL"),
     "NCCL_SOCKET_IFNAME": ("exists", "network interfaces NCCL's sockets may use"),
-    "NCCL_IB_DISABLE": ("exists", "1 disables InfiniBand/RoCE; 0 (the default) allows it"),
+    "NCCL_IB_DISABLE": ("exists, debug only", "1 disables InfiniBand/RoCE (NCCL falls back to IP sockets); unset "
+                        "allows it. NCCL's docs list it under 'Debugging': leave it unset in production"),
     "NCCL_CHECKS_DISABLE": ("obsolete", "deprecated in NCCL 2.2.12 and no longer read"),
-    "NCCL_COMM_BLOCKING_WAIT": ("does not exist", "PyTorch has TORCH_NCCL_BLOCKING_WAIT (old name NCCL_BLOCKING_WAIT)"),
+    "NCCL_COMM_BLOCKING_WAIT": ("does not exist", "most likely meant: NCCL_COMM_BLOCKING (since NCCL 2.14, "
+                                "'Debugging'; 0 makes every communicator nonblocking, unset = each one's config); "
+                                "PyTorch's wait is TORCH_NCCL_BLOCKING_WAIT (old name NCCL_BLOCKING_WAIT)"),
     "NCCL_ASYNC_ERROR_HANDLING": ("PyTorch's", "read by PyTorch, not NCCL; now TORCH_NCCL_ASYNC_ERROR_HANDLING "
                                   "(the old name is a deprecated alias)"),
     "NCCL_P2P_DISABLE": ("exists, debug only", "1 disables peer-to-peer (NVLink/PCIe) transfers"),

@@ -11,7 +11,8 @@ Read from NCCL 2.30.7 (tag ``v2.30.7-1``, commit 73cf112295c33aee2b895f329f592f2
   time = latency + bytes / bandwidth.
 * ``src/enqueue.cc`` — ``topoGetAlgoInfo``: **per call** NCCL takes the (algorithm, protocol)
   with the smallest predicted time among those enabled (``NCCL_ALGO`` / ``NCCL_PROTO`` restrict
-  the candidates; a tuner plugin may override).
+  the candidates; a tuner plugin may override). A release build logs each call's pick on rank 0
+  with ``NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING`` (:data:`PICK_LOG`).
 
 The bandwidths come from NCCL's topology search on the real machine, which cannot run here, so
 this module models latencies only; callers supply bandwidth. This is NCCL's *model*, not a
@@ -58,6 +59,17 @@ COLLECTIVE_ALGORITHMS = {
 }
 #: NVLS bandwidth efficiency on Hopper (tuning.cc ``nvlsEfficiency``; 0.74 on Blackwell, NVLS off before).
 NVLS_EFFICIENCY_HOPPER = 0.85
+
+#: The per-call log line of the pick, as each version prints it (``src/enqueue.cc``, rank 0 only, an
+#: ``INFO(NCCL_TUNING, ...)`` — no TRACE build needed): the first release that prints it, its format, read at the tag.
+#: Before 2.20.3 the line was commented out and only a TRACE build (``TRACE(NCCL_COLL, ...)``) showed the pick.
+PICK_LOG = (
+    ("2.20.3", "v2.20.3-1", "%ld Bytes -> Algo %d proto %d time %f"),
+    ("2.24.3", "v2.24.3-1", "%s: %ld Bytes -> Algo %s proto %s channel{Lo..Hi}={%d..%d}"),
+)
+
+#: llMaxBws[GPU generation][0] (tuning.cc), GB/s: on one node, the cap on the LL protocol's bus bandwidth.
+LL_MAX_BW_ONE_NODE_GBPS = {"Volta": 39.0, "Ampere": 87.7, "Hopper": 141.0, "Blackwell": 2 * 141.0}
 
 #: Per-call network post overhead on an Intel x86 host, µs (getNetOverhead); ×3 for Simple.
 NET_OVERHEAD_US = 1.0
@@ -138,3 +150,33 @@ def collective_seconds(collective: str, nbytes: float, n_ranks: int, n_nodes: in
         raise ValueError(f"busbw_GBps must be > 0, got {busbw_GBps!r}")
     lat = ring_latency_us(collective, n_ranks, n_nodes, protocol) * 1e-6
     return lat + nbytes * bus_factor(collective, n_ranks) / (busbw_GBps * 1e9)
+
+
+def ring_bus_bandwidth_GBps(busbw_GBps: float, protocol: str = "Simple", gpu: str = "Hopper") -> float:
+    """NCCL's ring bus bandwidth (GB/s) on one node for ``protocol``, from the Simple protocol's ``busbw_GBps``.
+
+    ``ncclTopoTuneModel``: LL gets half of it, capped at :data:`LL_MAX_BW_ONE_NODE_GBPS` (LL sends a flag
+    with every 8 bytes); Simple keeps it. LL128's cap is per channel, which needs the channel count NCCL's
+    topology search finds, so it is not modelled here.
+    """
+    if busbw_GBps <= 0:
+        raise ValueError(f"busbw_GBps must be > 0, got {busbw_GBps!r}")
+    if protocol == "Simple":
+        return float(busbw_GBps)
+    if protocol == "LL":
+        if gpu not in LL_MAX_BW_ONE_NODE_GBPS:
+            raise ValueError(f"gpu must be one of {tuple(LL_MAX_BW_ONE_NODE_GBPS)}, got {gpu!r}")
+        return min(LL_MAX_BW_ONE_NODE_GBPS[gpu], busbw_GBps * 0.5)
+    raise ValueError(f"protocol must be 'LL' or 'Simple' here (LL128 needs the channel count), got {protocol!r}")
+
+
+def one_node_ring_all_reduce_us(nbytes: float, n_ranks: int, busbw_GBps: float, protocol: str = "Simple",
+                                gpu: str = "Hopper") -> float:
+    """NCCL's predicted time (µs) of a ring all-reduce of ``nbytes`` on ``n_ranks`` GPUs of one NVLink node.
+
+    ``ncclTopoGetAlgoTime``: latency + nbytes / algorithm bandwidth, the algorithm bandwidth being the bus
+    bandwidth × n / (2(n − 1)) (:func:`ring_bus_bandwidth_GBps`); bytes / (GB/s × 1000) is µs.
+    """
+    lat = ring_latency_us("all_reduce", n_ranks, 1, protocol)
+    algbw = ring_bus_bandwidth_GBps(busbw_GBps, protocol, gpu) * n_ranks / (2 * (n_ranks - 1))
+    return lat + nbytes / (algbw * 1e3)

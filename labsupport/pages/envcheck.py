@@ -13,6 +13,7 @@ import platform
 import shutil
 from typing import Any
 
+from labsupport.pages.stack_facts import load_stack
 from labsupport.paths import REPO_ROOT
 import psutil
 
@@ -70,8 +71,11 @@ def checklist_rows(report: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     ]
 
 
+_DEEPSPEED = load_stack().entry("deepspeed")
+
 #: The Q&A's framework advice, dated: (project, what the Q&A says, what its own repository says, source).
-#: Checked on 2026-11-30 against each repository's default branch.
+#: Horovod and FairScale checked on 2026-11-30 against each repository's default branch; DeepSpeed's row is
+#: its entry in labsupport/stack.toml (status, source and the day it was checked).
 FRAMEWORK_STATUS: tuple[tuple[str, str, str, str], ...] = (
     ("Horovod", "a distributed-training library",
      "last release v0.28.1 on 2023-06-12; later commits are CI fixes (the scheduled CI run was disabled "
@@ -79,9 +83,8 @@ FRAMEWORK_STATUS: tuple[tuple[str, str, str, str], ...] = (
     ("FairScale", "a distributed-training library",
      "last release v0.4.13 (2022-12); its README: FSDP 'has been upstreamed to PyTorch', the copy in "
      "FairScale is 'for historical references'", "github.com/facebookresearch/fairscale: README.md, git tags"),
-    ("DeepSpeed", "a distributed-training library",
-     "actively developed (ZeRO, 3-D parallelism); its README's news runs to 2025/06 (Arctic long-sequence training)",
-     "github.com/deepspeedai/DeepSpeed: README.md"),
+    ("DeepSpeed", "a distributed-training library", _DEEPSPEED.status,
+     f"{_DEEPSPEED.source}; checked {_DEEPSPEED.checked.isoformat()}"),
     ("FP16 mixed precision", "mixed precision 'FP16 etc.'",
      "A100/H100 run bf16 at the fp16 rate; bf16 keeps fp32's 8-bit exponent, so no loss scaling — "
      "the book's own configs use bf16 (§1.14, trainer.precision: bf16)", "book §1.14; H100 datasheet"),

@@ -1,9 +1,14 @@
 """Megatron-Core's layout rules, shown by running megatron-core itself (chapter 0).
 
 Each case breaks one rule and returns the error megatron-core raises, so chapter 0 prints
-Megatron's own words next to :func:`labsupport.config.parallel_layout`'s. Runs on a CPU: the
-TransformerConfig checks need no GPU, and ``initialize_model_parallel`` is called in a
-one-process gloo group. Checked against megatron-core 0.16.1.
+Megatron's own words next to :func:`labsupport.config.parallel_layout`'s (whose rule table,
+``labsupport.config.LAYOUT_RULES``, names the same rules with their source lines). Runs on a CPU: the
+TransformerConfig checks need no GPU, ``initialize_model_parallel`` is called in a one-process gloo
+group, and the FFN rule calls ``megatron.core.utils.divide``, the check ``ColumnParallelLinear`` makes
+on its output size (a TP layer itself needs a TP group). The two sequence rules are not run here:
+sequence parallelism's check needs a TP group (``tensor_parallel/mappings.py``) and context
+parallelism's lives in Megatron-LM's ``megatron/training/arguments.py``, outside the megatron-core
+package. Checked against megatron-core 0.16.1.
 """
 from __future__ import annotations
 
@@ -21,6 +26,11 @@ CASES: tuple[tuple[str, str, dict], ...] = (
      dict(num_layers=30, hidden_size=4096, num_attention_heads=32, pipeline_model_parallel_size=4)),
     ("the world divides by TP × PP × CP", "parallel_state.initialize_model_parallel",
      dict(tensor_model_parallel_size=2, pipeline_model_parallel_size=1, context_parallel_size=1)),
+    ("the FFN hidden size divides by TP", "utils.divide (ColumnParallelLinear)",
+     dict(numerator=11006, denominator=8)),
+    ("the layers divide by PP × VP (interleaved)", "transformer_block.get_num_layers_to_build",
+     dict(num_layers=24, hidden_size=4096, num_attention_heads=32, pipeline_model_parallel_size=4,
+          virtual_pipeline_model_parallel_size=4)),
 )
 
 
@@ -50,7 +60,13 @@ def _run(where: str, kwargs: dict) -> None:
     elif where == "transformer_block.get_num_layers_to_build":
         from megatron.core.transformer.transformer_block import get_num_layers_to_build  # noqa: PLC0415 - megatron-core is an optional dependency
 
-        get_num_layers_to_build(_transformer_config(kwargs), pp_rank=0)
+        config = _transformer_config(kwargs)
+        get_num_layers_to_build(config, vp_stage=0 if config.virtual_pipeline_model_parallel_size else None,
+                                pp_rank=0)
+    elif where.startswith("utils.divide"):
+        from megatron.core.utils import divide  # noqa: PLC0415 - megatron-core is an optional dependency
+
+        divide(kwargs["numerator"], kwargs["denominator"])
     else:
         _initialize_in_one_process(kwargs)
 

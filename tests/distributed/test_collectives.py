@@ -12,7 +12,8 @@ import pytest
 
 from labsupport.distributed import collectives as C
 from labsupport.distributed import workers as W
-from labsupport.distributed.nccl_facts import NCCL_ENV_FACTS, GUIDE_NCCL_SCRIPT, STATUSES, fact_check_exports
+from labsupport.distributed.nccl_facts import (FACTS_CHECKED, FACTS_SOURCE, GUIDE_NCCL_SCRIPT, NCCL_ENV_FACTS, STATUSES,
+                                              fact_check_exports)
 from labsupport.distributed.launch import WorkerError, WorkerTimeout, run_workers
 
 
@@ -200,6 +201,10 @@ def test_fact_check_covers_every_export_of_the_nccl_guide():
     assert by["NCCL_MIN_NCHANNELS"]["status"] == "deprecated" and "NCCL_MIN_CTAS" in by["NCCL_MIN_NCHANNELS"]["fact"]
     assert by["FI_PROVIDER"]["status"] == "not NCCL's"
     assert by["NCCL_ALGO"]["line"] == "4" and by["NCCL_ALGO"]["guide_says"].startswith("Ring")
+    # NCCL's env.rst lists NCCL_IB_DISABLE under "Debugging"; the guide's BLOCKING_WAIT is NCCL_COMM_BLOCKING
+    assert by["NCCL_IB_DISABLE"]["status"] == "exists, debug only" and "Debugging" in by["NCCL_IB_DISABLE"]["fact"]
+    assert "NCCL_COMM_BLOCKING " in by["NCCL_COMM_BLOCKING_WAIT"]["fact"]
+    assert "v2.30.7-1" in FACTS_SOURCE and FACTS_CHECKED.year >= 2026
 
 
 def test_fact_check_reports_unknown_variables():

@@ -64,3 +64,24 @@ def test_one_hardware_profile():
     assert node.sources and all(isinstance(s, str) for s in node.sources)
     with pytest.raises(ValueError, match="group_gpus_per_node"):
         node.internode_busbw_GBps(9)
+
+
+def test_ll_halves_the_bandwidth_up_to_its_cap_and_wins_small_messages():
+    """tuning.cc: Ring/LL busBw = min(llMaxBw, busBw × 0.5); Hopper one node: llMaxBw = 141 GB/s."""
+    assert T.ring_bus_bandwidth_GBps(450.0, "LL") == 141.0 and T.ring_bus_bandwidth_GBps(200.0, "LL") == 100.0
+    assert T.ring_bus_bandwidth_GBps(450.0, "Simple") == 450.0
+    small = {p: T.one_node_ring_all_reduce_us(8 * 1024, 8, 450.0, p) for p in ("LL", "Simple")}
+    assert small["LL"] == pytest.approx(6.6 + 14 * 0.6 + 8192 / (141.0 * 8 / 14 * 1e3))
+    assert small["Simple"] == pytest.approx(8.4 + 14 * 3.4 + 8192 / (450.0 * 8 / 14 * 1e3))
+    assert small["LL"] < small["Simple"] / 3                       # 8 KiB: NCCL's model picks LL
+    big = {p: T.one_node_ring_all_reduce_us(2 ** 30, 8, 450.0, p) for p in ("LL", "Simple")}
+    assert big["Simple"] < big["LL"]                               # 1 GiB: Simple
+    with pytest.raises(ValueError, match="LL128"):
+        T.ring_bus_bandwidth_GBps(450.0, "LL128")
+    with pytest.raises(ValueError, match="gpu"):
+        T.ring_bus_bandwidth_GBps(450.0, "LL", gpu="Pascal")
+
+
+def test_the_pick_log_is_dated_by_release():
+    assert [v for v, *_ in T.PICK_LOG] == ["2.20.3", "2.24.3"]
+    assert all(tag == f"v{v}-1" and "Bytes -> Algo" in fmt for v, tag, fmt in T.PICK_LOG)

@@ -136,6 +136,43 @@ def test_megatron_rules_beyond_world_divisibility():
     assert layout.data_parallel == 1
 
 
+#: (overrides that break one rule, the rule's name, a field its message names); issue #30's four added rules
+_BROKEN = (
+    (["+model.ffn_hidden_size=11006"], "the FFN hidden size divides by TP", "model.ffn_hidden_size = 11006"),
+    (["+model.sequence_parallel=true", "data.seq_length=4100"], "the sequence divides by TP with sequence parallelism",
+     "data.seq_length = 4100"),
+    (["+model.context_parallel_size=2", "data.seq_length=4098"], "the sequence divides by 2 × CP with context "
+     "parallelism", "2 × model.context_parallel_size = 2×2"),
+    (["+model.virtual_pipeline_model_parallel_size=3"], "the layers divide by PP × VP (interleaved)",
+     "model.virtual_pipeline_model_parallel_size = 2×3"),
+)
+
+
+@pytest.mark.parametrize("overrides, rule, field", _BROKEN, ids=[b[1] for b in _BROKEN])
+def test_each_added_rule_refuses_a_layout_that_breaks_it(overrides, rule, field):
+    cfg = cfglib.load_config("gpt_pretrain", overrides)
+    with pytest.raises(cfglib.ConfigError, match=re.escape(field)):
+        cfglib.parallel_layout(cfg)
+    v = cfglib.layout_sizes(cfg)
+    broken = [r.name for r in cfglib.LAYOUT_RULES if r.applies(v) and not r.holds(v)]
+    assert broken == [rule]                                    # exactly the named row fails
+
+
+def test_added_rules_accept_layouts_that_keep_them():
+    for overrides in (["+model.ffn_hidden_size=16384"], ["+model.sequence_parallel=true"],
+                      ["+model.context_parallel_size=2"], ["+model.virtual_pipeline_model_parallel_size=4"],
+                      ["+model.sequence_parallel=false", "data.seq_length=4100"]):
+        assert cfglib.parallel_layout(cfglib.load_config("gpt_pretrain", overrides)).world_size == 32
+    with pytest.raises(cfglib.ConfigError, match="model.sequence_parallel must be true or false"):
+        cfglib.parallel_layout(cfglib.load_config("gpt_pretrain", ["+model.sequence_parallel=3"]))
+
+
+def test_every_rule_names_its_megatron_source_line():
+    assert len(cfglib.LAYOUT_RULES) == 8 and len({r.name for r in cfglib.LAYOUT_RULES}) == 8
+    for rule in cfglib.LAYOUT_RULES:
+        assert re.match(r"core_v0\.16\.1 megatron/\S+\.py:\d+", rule.source), rule
+
+
 def test_megatron_core_raises_on_the_same_rules(megatron):
     from labsupport.pages import megatron_rules
     rows = megatron_rules.broken_rules()
@@ -147,6 +184,8 @@ def test_megatron_core_raises_on_the_same_rules(megatron):
     assert re.search(r"num_layers\S* should be divisible by (config\.)?pipeline_model_parallel_size",
                      rows[2][2]), rows[2]
     assert "world_size (1) is not divisible by 2" in rows[3][2]
+    assert "11006 is not divisible by 8" in rows[4][2]
+    assert re.search(r"should be divisible by vp_size 4", rows[5][2]), rows[5]
 
 
 def test_megatron_rank_order():

@@ -87,3 +87,14 @@ def test_a_broken_file_fails_in_one_line(tmp_path):
                              for f in S.FIELDS).join(["[[entry]]\n", "\n"]), encoding="utf-8")
     with pytest.raises(ValueError, match=r"^error: .* checked = 'a': write a TOML date"):
         S.load_stack(bad)
+
+
+def test_nccl_and_deepspeed_are_dated_here_and_rendered_from_here():
+    """Issue #30: NCCL's per-call pick log and the variable table's source; DeepSpeed's status, dated."""
+    from labsupport.distributed import nccl_facts, nccl_tuning
+    from labsupport.pages import envcheck
+    nccl, deepspeed = FACTS.entry("nccl"), FACTS.entry("deepspeed")
+    assert {v for v, *_ in nccl_tuning.PICK_LOG} | {nccl_tuning.NCCL_VERSION} <= set(nccl.versions)
+    assert "v2.30.7-1" in nccl.source and "nccl_facts.py" in nccl.source and nccl.checked == nccl_facts.FACTS_CHECKED
+    row = next(r for r in envcheck.FRAMEWORK_STATUS if r[0] == "DeepSpeed")
+    assert row[2] == deepspeed.status and deepspeed.checked.isoformat() in row[3] and "2026/05" in deepspeed.status
