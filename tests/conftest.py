@@ -38,6 +38,7 @@ SLOW_FILES = {
     "project/test_versions.py",             # make and .ci/run
     "faults/test_injected_faults.py",       # issue #32's fault injector: train under signals, strace, flips
     "training/test_faults.py",              # python -m labsupport train, faults injected
+    "training/test_launch.py",              # train --nproc-per-node: torchrun in-process
     "training/test_torchrun_restart.py",    # torchrun, a rank killed
     "training/test_trainer.py",             # fresh processes, torchrun
 }
