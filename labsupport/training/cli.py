@@ -171,7 +171,9 @@ def _main(argv: Sequence[str] | None) -> int:
             dist.destroy_process_group()
     if status != EXIT_OK:
         if dist.is_initialized():  # a failed group cannot be torn down cleanly: leave at once
-            shown = rank == 0 or "stopped responding" in message or status == EXIT_INTERRUPTED
+            # rank 0 speaks for the group; every rank says what happened to itself (a Ctrl-C, its
+            # agent gone) and who it waited for
+            shown = rank == 0 or message.startswith(f"rank {rank}: ") or "stopped responding" in message
             if shown:
                 os.write(2, f"error: {message}\n".encode())   # not print(): os._exit would drop a buffered line
             os._exit(status)

@@ -278,8 +278,9 @@ class RankHealth:
             raise self.agent_gone("its process exited")
         self.entered += 1
         try:
-            self.store.set(f"{self.prefix}{self.rank}",
-                           f"{self.entered} {step} {time.time():.3f} {socket.gethostname()} {os.getpid()}")
+            with _no_cpp_warnings():
+                self.store.set(f"{self.prefix}{self.rank}",
+                               f"{self.entered} {step} {time.time():.3f} {socket.gethostname()} {os.getpid()}")
         except RuntimeError as exc:  # DistNetworkError, DistStoreError: the store's host is gone
             raise self.agent_gone(_first_line(exc)) from None
 
@@ -293,7 +294,8 @@ class RankHealth:
             if r == self.rank:
                 continue
             try:
-                count, step, when, host, pid = self.store.get(f"{self.prefix}{r}").decode().split()
+                with _no_cpp_warnings():
+                    count, step, when, host, pid = self.store.get(f"{self.prefix}{r}").decode().split()
             except Exception:  # noqa: BLE001 - no key (never started) or the store is gone
                 out.append(f"rank {r} (never heard from)")
                 continue
@@ -322,6 +324,23 @@ class RankHealth:
                                 f"(trainer.rank_timeout_s={self.timeout:g}; "
                                 f"{_first_line(exc)}); under torchrun --max-restarts the job restarts from the "
                                 "last checkpoint") from None
+
+
+@contextlib.contextmanager
+def _no_cpp_warnings() -> Iterator[None]:
+    """File descriptor 2 on /dev/null for one store call: a failed call makes torch's C++ side log
+    a ~20-line warning with its stack frames (``TCPStore.cpp … sendBytes failed``) before it
+    raises, and the raise is what this module turns into its one line."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
 
 
 def _first_line(exc: BaseException) -> str:

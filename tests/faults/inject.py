@@ -69,6 +69,7 @@ class Case:
     worker_codes: frozenset[int] | None = None  #: torchrun: each worker's status (from its report)
     within_s: float | None = None  #: the job must end within this many seconds of the fault
     must_say: str = ""             #: the error line must contain this (e.g. the stopped rank)
+    every_worker: bool = False     #: torchrun: every worker's stderr says ``must_say`` (not only one's)
     own_corpus: bool = False       #: a copy of the corpus in the case folder (``{prefix}``), to damage
     timeout_s: float = 120.0
 
@@ -310,6 +311,8 @@ def broken_promises(case: Case, out: Outcome, folder: Path) -> list[str]:
             problems += _stderr_problems(f"{case.name} {who}", text, None)
         if case.must_say and not said:
             problems.append(f"{case.name}: no worker's error says {case.must_say!r}: {out.worker_stderr}")
+        if case.every_worker and len(said) != len(out.worker_stderr):
+            problems.append(f"{case.name}: not every worker's error says {case.must_say!r}: {out.worker_stderr}")
         if case.worker_codes is not None:
             codes = worker_codes(out.stderr[0])
             if not codes or not set(codes) <= case.worker_codes:

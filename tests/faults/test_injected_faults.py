@@ -52,10 +52,10 @@ CASES = [
          torchrun=True, must_say="rank 1 (last heard", within_s=RANK_TIMEOUT + 10),
     Case("torchrun-agent-sigkilled", TRAIN + ON_TWO + steps(200),
          Fault("signal", signal.SIGKILL, after_ms=200, when_exists=FIRST_CKPT, target="leader"),
-         frozenset({-9}), torchrun=True, must_say="the torchrun agent", within_s=10),
+         frozenset({-9}), torchrun=True, must_say="the torchrun agent", every_worker=True, within_s=10),
     Case("torchrun-ctrl-c", TRAIN + ON_TWO + steps(200),
          Fault("signal", signal.SIGINT, after_ms=200, when_exists=FIRST_CKPT), frozenset({1}),
-         torchrun=True, must_say="interrupted (Ctrl-C)", within_s=10),
+         torchrun=True, must_say="interrupted (Ctrl-C)", every_worker=True, within_s=10),
     Case("torchrun-config-error", TRAIN + ON_TWO + steps(2) + ("trainer.rank_timeout_s=-1",), Fault("none"),
          frozenset({1}), torchrun=True, worker_codes=frozenset({2, -15}), must_say="trainer.rank_timeout_s"),
 ]

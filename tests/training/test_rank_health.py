@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -100,3 +101,32 @@ def test_a_gone_agent_is_one_line():
     health._parent = -1                  # as if this process had been re-parented: its agent exited
     with pytest.raises(TrainingError, match="the torchrun agent .* is gone at step 2 \\(its process exited\\)"):
         health.enter(2)
+
+
+def test_a_store_that_is_gone_leaves_no_cpp_frames_on_stderr(tmp_path):
+    """A real TCPStore whose server process was killed: torch logs a ~20-line C++ warning on fd 2
+    before it raises; RankHealth's write keeps that off stderr and says its own line."""
+    script = tmp_path / "gone.py"
+    script.write_text(
+        "import socket, subprocess, sys, time\n"
+        "from datetime import timedelta\n"
+        "import torch.distributed as dist\n"
+        "from labsupport.training.faults import RankHealth, TrainingError\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]; s.close()\n"
+        "srv = subprocess.Popen([sys.executable, '-c', 'import sys, time, torch.distributed as d; "
+        "from datetime import timedelta; st = d.TCPStore(\"127.0.0.1\", int(sys.argv[1]), is_master=True, "
+        "wait_for_workers=False, timeout=timedelta(seconds=30)); print(1, flush=True); time.sleep(60)', str(port)],"
+        " stdout=subprocess.PIPE)\n"
+        "srv.stdout.readline()\n"
+        "store = dist.TCPStore('127.0.0.1', port, is_master=False, timeout=timedelta(seconds=5))\n"
+        "health = RankHealth(store, 1, 2, 5.0)\n"
+        "health.enter(1)\n"
+        "srv.kill(); srv.wait(); time.sleep(0.3)\n"
+        "try:\n"
+        "    health.enter(2)\n"
+        "except TrainingError as exc:\n"
+        "    print('error:', exc, file=sys.stderr)\n")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "the torchrun agent" in lines[0] and "is gone at step 2" in lines[0], done.stderr
