@@ -122,11 +122,14 @@ def test_a_store_that_is_gone_leaves_no_cpp_frames_on_stderr(tmp_path):
         "health = RankHealth(store, 1, 2, 5.0)\n"
         "health.enter(1)\n"
         "srv.kill(); srv.wait(); time.sleep(0.3)\n"
-        "try:\n"
-        "    health.enter(2)\n"
-        "except TrainingError as exc:\n"
-        "    print('error:', exc, file=sys.stderr)\n")
+        "for step in range(2, 12):  # the kernel may accept one write into the dead socket before it fails\n"
+        "    try:\n"
+        "        health.enter(step)\n"
+        "    except TrainingError as exc:\n"
+        "        print('error:', exc, file=sys.stderr)\n"
+        "        break\n"
+        "    time.sleep(0.2)\n")
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "the torchrun agent" in lines[0] and "is gone at step 2" in lines[0], done.stderr
+    assert len(lines) == 1 and "the torchrun agent" in lines[0] and "is gone at step " in lines[0], done.stderr
