@@ -38,6 +38,7 @@ SLOW_FILES = {
     "project/test_versions.py",             # make and .ci/run
     "faults/test_injected_faults.py",       # issue #32's fault injector: train under signals, strace, flips
     "training/test_faults.py",              # python -m labsupport train, faults injected
+    "training/test_launch.py",              # train --nproc-per-node: torchrun in-process
     "training/test_torchrun_restart.py",    # torchrun, a rank killed
     "training/test_trainer.py",             # fresh processes, torchrun
 }
@@ -77,6 +78,8 @@ SLOW_TESTS = {
     "training/test_locks.py::test_the_lock_of_a_killed_holder_is_taken_over",
     "training/test_locks.py::test_a_save_dir_locked_by_a_killed_trainer_is_taken_over",
     "training/test_locks.py::test_a_forked_child_does_not_keep_its_parents_lock",
+    "training/test_rank_health.py::test_a_rank_stopped_inside_the_collective_on_this_machine_is_named_and_killed",
+    "training/test_rank_health.py::test_a_store_that_is_gone_leaves_no_cpp_frames_on_stderr",
 }
 
 

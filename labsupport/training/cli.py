@@ -3,6 +3,7 @@
     python -m labsupport train --config configs/megatron_gpt_tiny.yaml trainer.max_steps=50 \\
         --save-dir work/runs/a --save-every 10 --log work/runs/a/log.jsonl
     torchrun --nproc-per-node 2 -m labsupport train --config configs/megatron_gpt_tiny.yaml trainer.devices=2
+    python -m labsupport train --nproc-per-node 2 --config configs/megatron_gpt_tiny.yaml   # the same, one-line errors
 
 Options may come before or after the ``key=value`` overrides.  Under torchrun spell ``--log`` as
 ``--log-file``: torchrun's parser sees every argument and rejects ``--log`` as an ambiguous
@@ -18,7 +19,12 @@ empty dataset, a zero blend weight, a token id outside the vocabulary), a checkp
 be resumed or a changed data plan · 1 the environment or a failed run: a save dir or log that
 cannot be written, no space left, a save dir or log in use by another run (locked: see
 docs/training.md), a NaN/inf loss, a rank that stopped responding · 130 Ctrl-C.
-Each is one line on stderr: ``error: <what and where>: <what to do>``.
+Each is one line on stderr: ``error: <what and where>: <what to do>``.  Under torchrun the config
+is checked before the process group starts (each rank: one line, status 2); a Ctrl-C is
+one line per worker and 130; a killed agent is one line per worker and 1
+(:class:`~labsupport.training.faults.RankHealth`).  torchrun's own report follows a failure
+(docs/training.md, "Under plain torchrun: what you see"); ``--nproc-per-node N`` launches the same
+workers without it (:mod:`~labsupport.training.launch`).
 """
 from __future__ import annotations
 
@@ -36,6 +42,7 @@ from labsupport.training.settings import DEFAULT_CONFIG
 __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_USAGE", "EXIT_ENV", "EXIT_INTERRUPTED"]
 
 EXIT_OK, EXIT_ENV, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+INTERRUPTED = "interrupted (Ctrl-C); the checkpoints already written are intact — continue with --resume"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -60,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop-after", type=int, default=None,
                    help="stop after N steps of this run (simulate an interruption)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--nproc-per-node", type=int, default=None, metavar="N",
+                   help="start N data-parallel workers on this machine, as torchrun --standalone does, and end "
+                        "with their one-line errors only (labsupport.training.launch)")
     p.add_argument("overrides", nargs="*", help="Hydra-style key=value overrides, e.g. trainer.max_steps=20")
     return p
 
@@ -107,28 +117,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
     except KeyboardInterrupt:
-        print("error: interrupted (Ctrl-C); the checkpoints already written are intact — continue with --resume",
-              file=sys.stderr)
+        print(f"error: {INTERRUPTED}", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_intermixed_args(argv)
-    for flag, value, low in (("--save-every", args.save_every, 0), ("--stop-after", args.stop_after, 1)):
+    for flag, value, low in (("--save-every", args.save_every, 0), ("--stop-after", args.stop_after, 1),
+                             ("--nproc-per-node", args.nproc_per_node, 1)):
         if value is not None and value < low:
             print(f"error: {flag} {value}: must be ≥ {low}", file=sys.stderr)
             return EXIT_USAGE
+    if args.nproc_per_node is not None and "WORLD_SIZE" not in os.environ:
+        from labsupport.training.launch import launch  # noqa: PLC0415 - torch start-up: --help, usage errors without torch
+
+        return launch(args.nproc_per_node, _without_nproc(list(argv if argv is not None else sys.argv[1:])))
     import torch.distributed as dist  # noqa: PLC0415 - torch start-up: --help, usage errors without torch
 
     from labsupport.training.checkpoint import ResumeError  # noqa: PLC0415 - torch start-up: --help, usage errors without torch
     from labsupport.training.faults import TrainingError, rank_timeout  # noqa: PLC0415 - torch start-up: --help, usage errors without torch
     from labsupport.training.trainer import train  # noqa: PLC0415 - torch start-up: --help, usage errors without torch
 
-    _init_distributed(rank_timeout(args.config or DEFAULT_CONFIG, args.overrides))  # before the settings exist
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    status = EXIT_OK
+    config = args.config or DEFAULT_CONFIG
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    # the config, checked before any process group exists: one line and status 2 from every rank
+    # (each worker's own; torchrun stops the others with SIGTERM as soon as one has failed)
+    who = f"rank {os.environ.get('RANK', '0')}: " if world > 1 else ""
     try:
-        res = train(args.config or DEFAULT_CONFIG, args.overrides, save_dir=args.save_dir, save_every=args.save_every,
+        timeout = rank_timeout(config, args.overrides, world)
+    except ConfigError as exc:
+        return _report(f"{who}{exc}", EXIT_USAGE)
+    except OSError as exc:
+        return _report(f"{who}{_os_error(exc)}", EXIT_ENV)
+    _init_distributed(timeout)
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    status, message = EXIT_OK, ""
+    try:
+        res = train(config, args.overrides, save_dir=args.save_dir, save_every=args.save_every,
                     resume=args.resume, log_file=args.log, stop_after=args.stop_after,
                     show_progress=not args.no_progress, resume_if_exists=args.resume_if_exists)
     except (ConfigError, ResumeError, DataError) as exc:   # DataError: a .bin/.idx, sidecar or blend unreadable
@@ -137,17 +162,42 @@ def _main(argv: Sequence[str] | None) -> int:
         message, status = str(exc), EXIT_ENV
     except OSError as exc:
         message, status = _os_error(exc), EXIT_ENV
+    except KeyboardInterrupt:
+        if not dist.is_initialized():
+            raise
+        message, status = f"rank {rank}: {INTERRUPTED}", EXIT_INTERRUPTED   # every worker had the Ctrl-C
     finally:
         if dist.is_initialized() and status == EXIT_OK:
             dist.destroy_process_group()
     if status != EXIT_OK:
-        if rank == 0 or "stopped responding" in message:
-            print(f"error: {message}", file=sys.stderr, flush=True)
         if dist.is_initialized():  # a failed group cannot be torn down cleanly: leave at once
+            # rank 0 speaks for the group; every rank says what happened to itself (a Ctrl-C, its
+            # agent gone) and who it waited for
+            shown = rank == 0 or message.startswith(f"rank {rank}: ") or "stopped responding" in message
+            if shown:
+                os.write(2, f"error: {message}\n".encode())   # not print(): os._exit would drop a buffered line
             os._exit(status)
-        return status
+        return _report(message, status)
     if rank == 0 and res.log:
         last = res.log[-1]
         print(f"step {last['step']} · loss {last['loss']:.4f} · consumed_samples {last['consumed_samples']}"
               + (f" · checkpoint {os.path.basename(res.checkpoints[-1])}" if res.checkpoints else ""))
     return EXIT_OK
+
+
+def _without_nproc(argv: list[str]) -> list[str]:
+    """``argv`` without ``--nproc-per-node N`` / ``--nproc-per-node=N`` (what each worker is given)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--nproc-per-node":
+            skip = True
+        elif not arg.startswith("--nproc-per-node="):
+            out.append(arg)
+    return out
+
+
+def _report(message: str, status: int) -> int:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    return status

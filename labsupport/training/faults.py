@@ -9,10 +9,14 @@
   optimizer updates anything or a checkpoint is written (Megatron's
   ``check_for_nan_in_loss_and_grad`` does the same); :func:`check_finite_weights` — weights an
   update made NaN/inf (a huge learning rate) stop the run before a checkpoint is written;
-* :class:`RankHealth` — a heartbeat per rank in the process group's store; when a collective
-  times out, the ranks that stopped beating are named (not the rank that waited for them).  Its
-  keys carry ``TORCHELASTIC_RESTART_COUNT``: torchrun keeps its store across restarts, and a
-  restarted worker must never read a dead worker's entries;
+* :func:`rank_timeout` — the config checked before the process group starts (under torchrun a
+  config error is then one line and status 2 from every rank, with no group to tear down), and its
+  ``trainer.rank_timeout_s``;
+* :class:`RankHealth` — before every collective each rank writes where it is to the process
+  group's store; when a collective fails or times out, the ranks that did not get there are named
+  (not the rank that waited for them), and a killed torchrun agent is one line.  Its keys carry
+  ``TORCHELASTIC_RESTART_COUNT``: torchrun keeps its store across restarts, and a restarted worker
+  must never read a dead worker's entries;
 * :func:`resume_source` — ``--resume-if-exists``: the newest checkpoint of the save dir, or a
   fresh start when there is none yet (what a job restarted by torchrun needs);
 * fault injection for tests: ``LABSUPPORT_FAULT=kill:rank=1:step=3`` (SIGKILL itself),
@@ -26,6 +30,7 @@ import datetime
 import math
 import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -35,7 +40,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from labsupport.config import ConfigError, load_config
+from labsupport.config import ConfigError
 from labsupport.datasets.blending import BlendError
 from labsupport.datasets.indexed import IndexedDataset
 from labsupport.datasets.tokenizer import Tokenizer
@@ -43,6 +48,7 @@ from labsupport.fileio import LockHeld, hold_lock
 from labsupport.training import checkpoint as ckpt
 from labsupport.training.data import build_blend
 from labsupport.training.schema import read_run_config
+from labsupport.training.settings import read_config
 
 __all__ = ["TrainingError", "preflight", "checked_blend", "check_finite", "check_finite_weights", "RankHealth",
            "resume_source", "run_lock", "inject_rank_fault", "inject_nan", "restart_count",
@@ -58,17 +64,14 @@ def restart_count() -> int:
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
 
 
-def rank_timeout(source: Any = None, overrides: Sequence[str] = ()) -> float:
-    """Seconds a rank waits for the others in a collective: ``trainer.rank_timeout_s`` of the
-    config ``source`` with ``overrides`` (300, torch's default for gloo, without a config or when
-    it cannot be read: ``train()`` then reports why, naming the field)."""
+def rank_timeout(source: Any = None, overrides: Sequence[str] = (), world_size: int | None = None) -> float:
+    """The config ``source`` with ``overrides``, checked (every field's rule, and
+    ``trainer.devices × trainer.num_nodes`` = ``world_size`` when given), before any process group
+    exists; returns its ``trainer.rank_timeout_s``: the seconds a rank waits for the others in a
+    collective (300 without a config).  Raises ConfigError naming the field or the file."""
     if source is None:
         return 300.0
-
-    try:
-        return float(read_run_config(load_config(source, overrides))[0].trainer.rank_timeout_s)
-    except Exception:  # noqa: BLE001 - an unreadable or invalid config is reported by train() itself
-        return 300.0
+    return float(read_run_config(read_config(source, overrides), world_size)[0].trainer.rank_timeout_s)
 
 
 # --------------------------------------------------------------------------- before training
@@ -220,12 +223,38 @@ def inject_nan(loss: torch.Tensor, step: int) -> torch.Tensor:
     return loss
 
 
+def _stopped_here(host: str, pid: int) -> bool:
+    """Is ``pid`` a stopped (SIGSTOP, state T) labsupport process on this machine?"""
+    if host != socket.gethostname() or pid == os.getpid():
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            state = fh.read().rsplit(b")", 1)[1].split()[0]
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            ours = b"labsupport" in fh.read()
+    except (OSError, IndexError):
+        return False
+    return state in (b"T", b"t") and ours
+
+
 class RankHealth:
-    """Heartbeats in the process group's store: ``labsupport/<restart>/beat/<rank>`` = step, time."""
+    """Where each rank is, in the process group's store: before every collective a rank writes
+    ``labsupport/restart<N>/at/<rank>`` = ``<count> <step> <time> <host> <pid>`` (``count``: the
+    collectives it has entered).  When a collective fails or times out, the ranks that have entered
+    fewer collectives than this one are the ones that stopped (mid-step: a rank stopped anywhere
+    before the collective is named, not only one stopped between steps); one stopped (SIGSTOP) on
+    this machine inside the collective is found by its process state and SIGKILLed, so that torchrun
+    (which waits 30 s for a stopped process to handle its SIGTERM) ends or restarts the job at once.
+    Every write also checks that the torchrun agent (this process's parent, which holds the store)
+    is still there: when it is gone, one line and status 1 (:meth:`agent_gone`).  All of it runs in
+    the training thread, between steps: no thread shares the store with the collectives."""
 
     def __init__(self, store: Any, rank: int, world: int, timeout: float) -> None:
         self.store, self.rank, self.world, self.timeout = store, rank, world, timeout
-        self.prefix = f"labsupport/restart{restart_count()}/beat/"   # also under the group's own prefix
+        self.prefix = f"labsupport/restart{restart_count()}/at/"   # also under the group's own prefix
+        self.entered = 0
+        self.step = 0
+        self._parent = os.getppid()
 
     @classmethod
     def create(cls, run: Any) -> "RankHealth | None":
@@ -235,41 +264,84 @@ class RankHealth:
             return None
         return cls(store, run.rank, run.world, run.settings.config.trainer.rank_timeout_s)
 
-    def beat(self, step: int) -> None:
-        """Say "rank r has started step ``step``" (one store write)."""
-        self.store.set(f"{self.prefix}{self.rank}", f"{step} {time.time():.3f}")
+    def agent_gone(self, why: str) -> TrainingError:
+        """The error for a torchrun agent that went away (killed: the store went with it)."""
+        where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+        return TrainingError(f"rank {self.rank}: the torchrun agent (pid {self._parent}, the store at {where}) is "
+                             f"gone at step {self.step} ({why}); the checkpoints already written are intact — "
+                             "start the job again with --resume-if-exists")
 
-    def silent_ranks(self, step: int) -> list[str]:
-        """The ranks that have not started ``step``: "rank 1 (last at step 3, 12 s ago)"."""
+    def enter(self, step: int) -> None:
+        """Say "rank r enters its next collective, in step ``step``" (one store write)."""
+        self.step = step
+        if os.getppid() != self._parent:
+            raise self.agent_gone("its process exited")
+        self.entered += 1
+        try:
+            with _no_cpp_warnings():
+                self.store.set(f"{self.prefix}{self.rank}",
+                               f"{self.entered} {step} {time.time():.3f} {socket.gethostname()} {os.getpid()}")
+        except RuntimeError as exc:  # DistNetworkError, DistStoreError: the store's host is gone
+            raise self.agent_gone(_first_line(exc)) from None
+
+    def silent_ranks(self) -> list[str]:
+        """The ranks that stopped: fewer collectives entered than this rank, or stopped (SIGSTOP) on
+        this machine — "rank 1 (last heard at step 3, 12 s ago)"."""
         out = []
-        old = self.store.timeout if hasattr(self.store, "timeout") else None
         with contextlib.suppress(Exception):
             self.store.set_timeout(datetime.timedelta(seconds=5))
         for r in range(self.world):
             if r == self.rank:
                 continue
             try:
-                last, when = self.store.get(f"{self.prefix}{r}").decode().split()
+                with _no_cpp_warnings():
+                    count, step, when, host, pid = self.store.get(f"{self.prefix}{r}").decode().split()
             except Exception:  # noqa: BLE001 - no key (never started) or the store is gone
                 out.append(f"rank {r} (never heard from)")
                 continue
-            if int(last) < step:
-                out.append(f"rank {r} (last heard at step {last}, {time.time() - float(when):.0f} s ago)")
-        if old is not None:
-            with contextlib.suppress(Exception):
-                self.store.set_timeout(old)
+            stopped = pid.isdigit() and _stopped_here(host, int(pid))
+            if int(count) < self.entered or stopped:
+                killed = ""
+                if stopped:
+                    with contextlib.suppress(OSError):
+                        os.kill(int(pid), signal.SIGKILL)
+                        killed = f"; it was stopped (SIGSTOP): killed pid {pid} so that torchrun ends the job"
+                out.append(f"rank {r} (last heard at step {step}, {time.time() - float(when):.0f} s ago{killed})")
         return out
 
     @contextlib.contextmanager
     def collective(self, step: int, what: str) -> Iterator[None]:
         """Run a collective; a timeout or a lost peer becomes TrainingError naming the silent ranks."""
+        self.enter(step)
         try:
             yield
         except RuntimeError as exc:  # DistBackendError and gloo's timeout are RuntimeErrors
-            silent = self.silent_ranks(step)
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
+            if os.getppid() != self._parent:    # the peers left because the agent did: its store is gone
+                raise self.agent_gone("its process exited") from None
+            silent = self.silent_ranks()
             who = ", ".join(silent) if silent else "another rank"
             raise TrainingError(f"step {step}: {who} stopped responding — rank {self.rank} waited in {what} "
                                 f"(trainer.rank_timeout_s={self.timeout:g}; "
-                                f"{first}); under torchrun --max-restarts the job restarts from the last "
-                                "checkpoint") from None
+                                f"{_first_line(exc)}); under torchrun --max-restarts the job restarts from the "
+                                "last checkpoint") from None
+
+
+@contextlib.contextmanager
+def _no_cpp_warnings() -> Iterator[None]:
+    """File descriptor 2 on /dev/null for one store call: a failed call makes torch's C++ side log
+    a ~20-line warning with its stack frames (``TCPStore.cpp … sendBytes failed``) before it
+    raises, and the raise is what this module turns into its one line."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]

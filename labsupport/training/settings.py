@@ -38,7 +38,7 @@ from labsupport.datasets.tokenizer import Tokenizer, workbook_tokenizer
 from labsupport.paths import DOMAINS, REPO_ROOT, work_dir
 from labsupport.training.schema import RunConfig, read_run_config
 
-__all__ = ["Settings", "load_settings", "settings_from_config", "ConfigError", "DEFAULT_CONFIG",
+__all__ = ["Settings", "load_settings", "read_config", "settings_from_config", "ConfigError", "DEFAULT_CONFIG",
            "resolve_prefix", "config_fingerprint", "model_dict", "RunConfig"]
 
 #: The chapter's config.
@@ -158,13 +158,17 @@ def _cache_dir(value: str | None) -> str | None:
 
 def load_settings(source: str | os.PathLike = DEFAULT_CONFIG, overrides: Sequence[str] = (),
                   world_size: int | None = None) -> Settings:
-    """``load_config`` (unknown override keys refused) + :func:`settings_from_config`."""
+    """:func:`read_config` + :func:`settings_from_config`."""
+    return settings_from_config(read_config(source, overrides), world_size)
+
+
+def read_config(source: str | os.PathLike = DEFAULT_CONFIG, overrides: Sequence[str] = ()) -> DictConfig:
+    """``load_config`` (unknown override keys refused), a missing or unreadable file as ConfigError."""
     try:
-        cfg = load_config(source, overrides)
+        return load_config(source, overrides)
     except FileNotFoundError as exc:
         raise ConfigError(f"--config: {exc}") from None
     except (OmegaConfBaseException, yaml.YAMLError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"{os.fspath(source)}: not a readable YAML config ({first}); "
                           "check its indentation and quoting") from None
-    return settings_from_config(cfg, world_size)

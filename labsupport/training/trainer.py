@@ -412,8 +412,6 @@ def _train_locked(run: _Run, *, save_dir: Any, save_every: int, resume: Any, log
         while run.step < end:
             t_step = time.perf_counter()
             faults.inject_rank_fault(run.rank, run.step + 1)
-            if run.health is not None:
-                run.health.beat(run.step + 1)
             for group in run.optimizer.param_groups:
                 group["lr"] = _lr(run.settings, run.step)
             run.optimizer.zero_grad(set_to_none=True)

@@ -1,9 +1,14 @@
 """The cases of issue #32 as data: each row is a command, a fault and the exit statuses the docs
 allow; :mod:`tests.faults.inject` runs it and lists the promises it broke (none, or the test fails).
 
-CASES holds 7 cases of ``python -m labsupport train`` on a 12-document corpus with chapter 6's tiny
-GPT on CPU (the torchrun cases wait for the per-rank heartbeat: see inject.py); the module also has
-one fast test of the checker itself.  Measured times are in docs/training.md ("Faults injected").
+CASES holds 11 cases (7 of ``python -m labsupport train``, 4 under torchrun with 2 workers), on a
+12-document corpus with chapter 6's tiny GPT on CPU; the module also has one fast test of the
+checker itself.  Measured on the 2-core development machine while three other engineers' tests
+ran on it (load average 6): 12 passed in 278 s wall, 116 s user + 14 s system CPU; a second run
+(load average 3-5) took 222 s for the 11 cases — so about 2 to 2.5 minutes on an idle 2-core
+machine.  The costliest: the SIGKILL at a rename (42 s: strace
+stops at every syscall, since ``--seccomp-bpf`` loses injected signals), the flipped checkpoint
+(38 s: a setup run first) and the SIGSTOPped rank (36 s: ``trainer.rank_timeout_s=5`` + 2 s).
 """
 from __future__ import annotations
 
@@ -17,7 +22,9 @@ from tests.faults.inject import Case, Fault, broken_promises, run_case
 
 TRAIN = ("-m", "labsupport", "train", "model.data.data_prefix=[1.0,{prefix}]", "--save-dir", "{dir}/s",
          "--save-every", "1", "--no-progress", "--log-file", "{dir}/s/log.jsonl")
+ON_TWO = ("trainer.devices=2",)
 FIRST_CKPT = "s/*.ckpt"
+RANK_TIMEOUT = 5     # trainer.rank_timeout_s of the SIGSTOP case
 
 
 def steps(n: int) -> tuple[str, ...]:
@@ -40,6 +47,17 @@ CASES = [
     Case("flipped-byte-in-the-idx-header", TRAIN + steps(2), Fault("flip", file="corpus/*.idx", offset=0),
          frozenset({2}), own_corpus=True, must_say=".idx"),
     Case("two-runs-in-one-save-dir", TRAIN + steps(6), Fault("concurrent"), frozenset({0, 1, 2})),
+    Case("torchrun-sigstop-rank-1-mid-step", TRAIN + ON_TWO + steps(200) + (f"trainer.rank_timeout_s={RANK_TIMEOUT}",),
+         Fault("signal", signal.SIGSTOP, after_ms=200, when_exists=FIRST_CKPT, target="rank1"), frozenset({1}),
+         torchrun=True, must_say="rank 1 (last heard", within_s=RANK_TIMEOUT + 10),
+    Case("torchrun-agent-sigkilled", TRAIN + ON_TWO + steps(200),
+         Fault("signal", signal.SIGKILL, after_ms=200, when_exists=FIRST_CKPT, target="leader"),
+         frozenset({-9}), torchrun=True, must_say="the torchrun agent", every_worker=True, within_s=10),
+    Case("torchrun-ctrl-c", TRAIN + ON_TWO + steps(200),
+         Fault("signal", signal.SIGINT, after_ms=200, when_exists=FIRST_CKPT), frozenset({1}),
+         torchrun=True, must_say="interrupted (Ctrl-C)", every_worker=True, within_s=10),
+    Case("torchrun-config-error", TRAIN + ON_TWO + steps(2) + ("trainer.rank_timeout_s=-1",), Fault("none"),
+         frozenset({1}), torchrun=True, worker_codes=frozenset({2, -15}), must_say="trainer.rank_timeout_s"),
 ]
 
 
