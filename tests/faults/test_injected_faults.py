@@ -3,12 +3,10 @@ allow; :mod:`tests.faults.inject` runs it and lists the promises it broke (none,
 
 CASES holds 11 cases (7 of ``python -m labsupport train``, 4 under torchrun with 2 workers), on a
 12-document corpus with chapter 6's tiny GPT on CPU; the module also has one fast test of the
-checker itself.  Measured on the 2-core development machine while three other engineers' tests
-ran on it (load average 6): 12 passed in 278 s wall, 116 s user + 14 s system CPU; a second run
-(load average 3-5) took 222 s for the 11 cases — so about 2 to 2.5 minutes on an idle 2-core
-machine.  The costliest: the SIGKILL at a rename (42 s: strace
-stops at every syscall, since ``--seccomp-bpf`` loses injected signals), the flipped checkpoint
-(38 s: a setup run first) and the SIGSTOPped rank (36 s: ``trainer.rank_timeout_s=5`` + 2 s).
+checker itself.  Measured on the 2-core development machine with other test runs beside it (load
+average 6–8, 2026-12-02): 12 passed in 165 s wall, 50 s user + 9 s system CPU.  The costliest: the
+SIGKILL at a rename (strace stops at every syscall, since ``--seccomp-bpf`` loses injected signals),
+the flipped checkpoint (a setup run first) and the SIGSTOPped rank (``trainer.rank_timeout_s=5``).
 """
 from __future__ import annotations
 
