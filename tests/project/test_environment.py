@@ -58,5 +58,6 @@ def test_ci_runs_the_readme_test_command():
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     ci = (REPO_ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert "make test" in readme
-    assert re.search(r"^\s*make test \"\$@\"", ci, re.M)   # the default Python, then Python 3.12 where one exists
+    # the default Python, then Python 3.12 where one exists; only pytest's --durations report added
+    assert re.search(r'^\s*make test PYTEST_ARGS="--durations=15\$\{PYTEST_ARGS:\+ \$PYTEST_ARGS\}" "\$@"', ci, re.M)
     assert re.search(r'^\s*suite "default Python"', ci, re.M) and 'suite "Python 3.12" PYTHON="$py312"' in ci
