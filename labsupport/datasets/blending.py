@@ -188,7 +188,7 @@ def _check_prefix_files(prefix: str, where: str) -> None:
     missing = [ext for ext in (".bin", ".idx") if not os.path.isfile(prefix + ext)]
     if not missing:
         return
-    hint = "preprocess the corpus first (chapter 2: python -m labsupport preprocess … --output-prefix)"
+    hint = "preprocess the corpus first (chapter 2: .venv/bin/python -m labsupport preprocess … --output-prefix)"
     stem, ext = os.path.splitext(prefix)
     if ext in (".bin", ".idx") and os.path.isfile(stem + ".bin") and os.path.isfile(stem + ".idx"):
         hint = f"a prefix has no extension: write {stem!r}"

@@ -193,7 +193,7 @@ def read_header(idx_path: PathLike) -> IndexHeader:
     idx_path = os.fspath(idx_path)
     if not os.path.isfile(idx_path):
         raise FileNotFoundError(f"{idx_path}: index file not found (expected <prefix>.idx next to "
-                                "<prefix>.bin; build it with `python -m labsupport preprocess`)")
+                                "<prefix>.bin; build it with `.venv/bin/python -m labsupport preprocess`)")
     with open(idx_path, "rb") as fh:
         head = fh.read(HEADER_SIZE)
     if len(head) < len(MAGIC) or head[: len(MAGIC)] != MAGIC:
@@ -201,7 +201,7 @@ def read_header(idx_path: PathLike) -> IndexHeader:
             idx_path,
             f"bad magic {head[:9]!r}, expected {MAGIC!r}: not a Megatron MMIDIDX index "
             "(Megatron says \"Index file doesn't match expected format\"); rebuild it with "
-            "`python -m labsupport preprocess`",
+            "`.venv/bin/python -m labsupport preprocess`",
         )
     if len(head) < HEADER_SIZE:
         raise TruncatedIndexError(

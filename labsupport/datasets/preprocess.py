@@ -631,7 +631,7 @@ def _sidecar_extra(key: str, tok, append_eod: bool, files: list[Path], shown: li
 # ----------------------------------------------------------------------------------- CLI
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2 (argparse prints the whole usage too)
-        fail(f"preprocess: error: {message}: see python -m labsupport preprocess --help", 2)
+        fail(f"preprocess: error: {message}: see .venv/bin/python -m labsupport preprocess --help", 2)
         raise SystemExit(2)
 
 

@@ -96,7 +96,7 @@ def resolve_prefix(prefix: str, where: str) -> str:
     if missing:
         raise ConfigError(
             f"{where}: prefix {text!r} has no {' or '.join(missing)} file; preprocess the corpus first "
-            f"(python -m labsupport preprocess --input FILE.jsonl --output-prefix ... ), or use one of the "
+            f"(.venv/bin/python -m labsupport preprocess --input FILE.jsonl --output-prefix ... ), or use one of the "
             f"workbook's prefixes {', '.join(_WORKBOOK_PREFIX + d + '_text_document' for d in DOMAINS)}")
     return str(path)
 

@@ -7,8 +7,8 @@
 The table lists chapter, seconds and status; it is also written to ``<out>/summary.md``.
 A ``-p NAME`` that a chapter's ``parameters`` cell does not define, or a value of another type than
 its default (``-p seed abc`` where the cell says ``seed = 0``), is refused before anything runs
-(papermill itself would only warn and run).  Each run is written under a temporary name and renamed
-when it ends, so a Ctrl-C never leaves a half-run notebook that looks finished.
+(papermill itself would only warn and run); ``--dry-run`` stops there.  Each run is written under a
+temporary name and renamed when it ends, so a Ctrl-C never leaves a half-run notebook that looks finished.
 
 Exit status: 0 every notebook ran; 1 a notebook failed, or an error (no such chapter, an output
 folder that cannot be written — one line on stderr); 2 a usage error (a bad option, an unknown
@@ -173,6 +173,8 @@ def _main(argv: list[str] | None) -> int:
     ap.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                     help="papermill parameter (YAML-typed value); repeatable")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="find the chapters and check the parameters, run nothing (exit 0 when a run would start)")
     args = ap.parse_args(argv)
 
     notebooks = _notebooks(args.targets, REPO_ROOT / "notebooks")
@@ -183,6 +185,10 @@ def _main(argv: list[str] | None) -> int:
     if args.in_place and params:
         raise UsageError("--in-place regenerates committed outputs with default parameters; drop -p")
     _check_parameters(notebooks, params)
+    if args.dry_run:
+        for nb in notebooks:
+            print(f"would run {nb.parent.name}/{nb.name} with {params or 'its default parameters'}")
+        return 0
     results: list[RunResult] = []
     out_dir = Path(args.out)
     if not args.in_place:

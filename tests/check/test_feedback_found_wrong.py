@@ -124,6 +124,32 @@ def test_ch03_q1_float_rounding_leads_with_rounding_and_shows_short_numbers(caps
     capsys.readouterr()
 
 
+def _ffd_argsort_reversed(lengths, pack_size):
+    """The learner's first-fit decreasing as reported: np.argsort(lengths)[::-1] (ties reversed, and numpy's
+    default sort is not stable), every pack lengths-right."""
+    bins, room = [], []
+    for i in (int(i) for i in np.argsort(lengths)[::-1]):
+        fits = [b for b in range(len(bins)) if room[b] >= lengths[i]]
+        if fits:
+            bins[fits[0]].append(i)
+            room[fits[0]] -= lengths[i]
+        else:
+            bins.append([i])
+            room.append(pack_size - lengths[i])
+    return bins
+
+
+def test_ch04_q2_argsort_reversed_names_the_tie_order_then_the_stable_sort():
+    from labsupport.check import ch04
+
+    first, second = _twice(ch04.q2, _ffd_argsort_reversed)
+    assert "same packs" not in first.message
+    assert re.search(r"examples (\d+) and (\d+) are equally long \(\d+ tokens?\), and your packs take \2 before \1",
+                     first.message), first.message
+    assert "which one does NeMo's sort take first" in first.hint and "stable" not in first.hint
+    assert "index order" in second.hint and 'kind="stable"' in second.hint and "[::-1]" in second.hint
+
+
 def test_ch04_q3_a_right_step_1_is_not_a_failure(capsys):
     from tests.check.test_hint_tiers import _positions_and_mask
     from labsupport.check import ch04

@@ -20,7 +20,7 @@ from labsupport.workbook.grading import codec, sandbox
 from labsupport.workbook.grading.exercise import discover
 from labsupport.workbook.grading.flags import static_flags
 from labsupport.workbook.grading.grader import Options, grade_file, identify
-from labsupport.workbook.grading.similarity import normalise, similar_pairs
+from labsupport.workbook.grading.similarity import MIN_TOKENS, SHORT, normalise, similar_pairs, token_count
 from labsupport.workbook.grading.submissions import collect
 
 
@@ -408,9 +408,14 @@ def test_the_sandbox_binds_the_environment_in_use_whatever_its_name(tmp_path, mo
 
 
 def test_no_op_lines_do_not_hide_a_copied_answer():
-    copied = "def f(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total\n"
-    padded = ("def g(values):\n    _unused = None\n    acc = 0\n    'note'\n    for v in values:\n"
-              "        acc += v\n        pass\n        _x = acc\n    _y: int = 3\n    return acc\n_z = 1\n")
+    copied = ("def f(xs, lo, hi):\n    total = 0\n    for x in xs:\n        if lo <= x < hi:\n"
+              "            total += x * x - lo\n        elif x >= hi:\n            total -= (x - hi) // 2\n"
+              "    return total, len(xs)\n")
+    padded = ("def g(values, a, b):\n    _unused = None\n    acc = 0\n    'note'\n    for v in values:\n"
+              "        if a <= v < b:\n            acc += v * v - a\n            pass\n        elif v >= b:\n"
+              "            acc -= (v - b) // 2\n        _x = acc\n    _y: int = 3\n    return acc, len(values)\n"
+              "_z = 1\n")
+    assert token_count(normalise(copied)) >= MIN_TOKENS     # long enough to be scored, not only matched
     assert normalise(copied) == normalise(padded)
     # an assignment somebody reads is kept, and so is a call (it has an effect)
     assert len(normalise("a = 1\nprint(a)")) == 2 and len(normalise("f()\nx = None")) == 1
@@ -424,6 +429,40 @@ def test_short_answers_are_compared_for_identity_and_marked_short_canonical():
                            ("cid", "ch03"): {"q1": "def f(w):\n    return int(np.argmin(w))\n"}})
     found = [(p.student_a, p.student_b, p.similarity, p.note) for p in pairs]
     assert found == [("ann", "bob", 1.0, "short, canonical")]
+
+
+def _solution_tokens() -> dict[tuple[str, str], int]:
+    from labsupport.workbook.grading.grader import solution_answers
+
+    return {(number, q): token_count(normalise(src)) for number, chapter in discover().items()
+            for q, src in solution_answers(chapter).items() if src}
+
+
+def test_the_short_threshold_is_measured_on_the_shortest_solutions():
+    """docs/grading.md: the six shortest computed answers in solutions/ fall under MIN_TOKENS (24–50 tokens), the
+    shortest with control flow of its own (ch00 q1) does not."""
+    tokens = _solution_tokens()
+    short = [("04", "q1"), ("06", "q1"), ("03", "q2"), ("01", "q2"), ("00", "q3"), ("02", "q2")]
+    assert [tokens[k] for k in short] == sorted(tokens[k] for k in short) and tokens[short[0]] == 24
+    assert max(tokens[k] for k in short) < MIN_TOKENS <= tokens[("00", "q1")], tokens
+
+
+def test_similarity_csv_marks_a_short_canonical_pair_and_scores_a_long_copy(tmp_path):
+    """Two students and solutions/ give chapter 4's one-line padding_share independently: listed only as identical,
+    note "short, canonical"; a near-identical short answer is not listed; a long copy is scored with no note."""
+    one = "def padding_share(lengths, seq_length):\n    return 1 - sum(lengths) / (len(lengths) * seq_length)\n"
+    near = "def padding_share(lengths, seq_length):\n    return 1 - sum(lengths) / len(lengths) / seq_length\n"
+    long_a = ("def f(xs, lo, hi):\n    total = 0\n    for x in xs:\n        if lo <= x < hi:\n"
+              "            total += x * x - lo\n        elif x >= hi:\n            total -= (x - hi) // 2\n"
+              "    return total, len(xs)\n")
+    answers = {("ann", "ch04"): {"q1": one, "q2": long_a}, ("bob", "ch04"): {"q1": one.replace("lengths", "ls"),
+                                                                           "q2": long_a.replace("total", "acc")},
+               ("cid", "ch04"): {"q1": near}}
+    out = tmp_path / "grades.csv"
+    grade._write_similarity(out, answers, {}, 0.9)
+    rows = list(csv.DictReader(out.with_name("similarity.csv").open(encoding="utf-8")))
+    assert [(r["question"], r["student_a"], r["student_b"], r["similarity"], r["note"]) for r in rows] == [
+        ("q1", "ann", "bob", "1.000", SHORT), ("q2", "ann", "bob", "1.000", "")]
 
 
 def test_a_config_reply_is_literal_text_in_the_grader(monkeypatch):

@@ -73,6 +73,19 @@ def test_make_exercises_bad_markup_is_one_line_exit_1(tmp_path, capsys):
     assert exc.value.code == 2
 
 
+def test_runall_dry_run_checks_and_runs_nothing(tmp_path, capsys):
+    """--dry-run (what tests/notebooks/test_try_this.py appends to a page's runall command): the same refusals,
+    exit 0 when a run would start, and nothing written."""
+    from labsupport.workbook import runall
+
+    status = runall.main(["--out", str(tmp_path / "out"), "--dry-run", "-p", "vocab_size", "16000", "01"])
+    out = capsys.readouterr().out
+    assert status == 0 and out == "would run notebooks/01_tokenization.ipynb with {'vocab_size': 16000}\n", out
+    assert not list(tmp_path.iterdir()), "nothing ran, no output folder"
+    assert runall.main(["--dry-run", "-p", "vocab_size", "big", "01"]) == 2    # a value of another type
+    assert runall.main(["--dry-run", "99"]) == 2
+
+
 def test_runall_refuses_an_unknown_parameter_and_a_missing_chapter(tmp_path, capsys):
     from labsupport.workbook import runall
 

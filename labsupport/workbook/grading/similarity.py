@@ -8,16 +8,22 @@ the code is printed back by :func:`ast.unparse`, which removes comments and form
 students whose normalised answers to a question are at least ``threshold`` similar
 (:class:`difflib.SequenceMatcher` over lines) are listed with the matching lines.
 
-Answers shorter than ``min_lines`` normalised lines are compared too, but only for being
+Answers shorter than ``min_tokens`` normalised tokens (:func:`token_count`: names, operators,
+literals of the normalised code, the ``def`` line included) are compared too, but only for being
 identical, and such a pair is marked ``short, canonical``: a one-line answer is often the one way
 to write it, so two students (or a student and ``solutions/``) matching there says little.
+:data:`MIN_TOKENS` (51) is taken from ``solutions/``: the six shortest computed answers (ch04 q1,
+ch06 q1, ch03 q2, ch01 q2, ch00 q3, ch02 q2) have 24–50 tokens, the shortest with control flow of
+its own (ch00 q1, a ``raise`` under an ``if``) 52; ``tests/grading/test_grader_pieces.py`` measures them.
 """
 from __future__ import annotations
 
 import ast
 import builtins
 import difflib
+import io
 import itertools
+import tokenize
 from dataclasses import dataclass
 
 from labsupport.workbook.make_exercises import STUB
@@ -95,6 +101,23 @@ def normalise(source: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
+_LAYOUT = {tokenize.NEWLINE, tokenize.NL, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
+
+
+def token_count(lines: list[str]) -> int:
+    """Python tokens of normalised ``lines`` (layout tokens not counted; the lines' own word count when
+    they are not Python, as :func:`normalise` falls back to for a cell that does not parse)."""
+    try:
+        tokens = tokenize.generate_tokens(io.StringIO("\n".join(lines) + "\n").readline)
+        return sum(1 for t in tokens if t.type not in _LAYOUT)
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return sum(len(line.split()) for line in lines)
+
+
+#: answers under this many normalised tokens are only listed when identical, as "short, canonical"
+MIN_TOKENS = 51
+
+
 @dataclass
 class Pair:
     chapter: str
@@ -110,20 +133,21 @@ SHORT = "short, canonical"
 
 
 def similar_pairs(answers: dict[tuple[str, str], dict[str, str]], threshold: float = 0.9,
-                  min_lines: int = 3) -> list[Pair]:
-    """``answers[(student, chapter)][question] = source`` → pairs at or above ``threshold``."""
-    by_question: dict[tuple[str, str], list[tuple[str, list[str]]]] = {}
+                  min_tokens: int = MIN_TOKENS) -> list[Pair]:
+    """``answers[(student, chapter)][question] = source`` → pairs at or above ``threshold`` (a ratio of
+    matching normalised lines, 0–1), and identical answers under ``min_tokens`` tokens marked short."""
+    by_question: dict[tuple[str, str], list[tuple[str, list[str], int]]] = {}
     for (student, chapter), questions in answers.items():
         for question, source in questions.items():
             if not source or STUB in source:
                 continue
             lines = normalise(source)
             if lines:
-                by_question.setdefault((chapter, question), []).append((student, lines))
+                by_question.setdefault((chapter, question), []).append((student, lines, token_count(lines)))
     pairs: list[Pair] = []
     for (chapter, question), entries in sorted(by_question.items()):
-        for (a, la), (b, lb) in itertools.combinations(sorted(entries), 2):
-            if min(len(la), len(lb)) < min_lines:
+        for (a, la, na), (b, lb, nb) in itertools.combinations(sorted(entries), 2):
+            if min(na, nb) < min_tokens:
                 if la == lb:
                     pairs.append(Pair(chapter, question, a, b, 1.0, la, SHORT))
                 continue
