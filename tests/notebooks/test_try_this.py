@@ -74,7 +74,8 @@ def _page_commands(path: Path) -> list[str]:
             found += [line.split("  #")[0].strip() for line in block.replace("\\\n", " ").splitlines()
                       if ("python" in line or "torchrun" in line) and not line.lstrip().startswith("#")]
     prose = re.sub(r"```.*?```", "", text, flags=re.S)
-    return found + [s for s in _spans(prose) if "-m labsupport" in s or BARE.search(s)]
+    # a span that quotes an error line ("error: rank R: the torchrun agent …") shows output, not a command
+    return found + [s for s in _spans(prose) if ("-m labsupport" in s or BARE.search(s)) and not s.startswith("error:")]
 
 
 def _bound_names(path: Path) -> set[str]:
