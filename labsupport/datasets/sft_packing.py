@@ -38,7 +38,8 @@ from labsupport.datasets.bin_packing import lower_bound, pack
 from labsupport.datasets.gpt_samples import position_ids_from_cu_seqlens
 
 __all__ = ["SFTRecord", "SFTFormatError", "read_sft_jsonl", "TokenizedSFT", "tokenize_sft",
-           "TOO_LONG_POLICIES", "PackedSFT", "pack_sft", "pad_seq_to_mult", "padded_cu_seqlens", "pad_cu_seqlens"]
+           "TOO_LONG_POLICIES", "PackedSFT", "pack_sft", "pad_seq_to_mult", "padded_cu_seqlens",
+           "cuda_graph_cu_seqlens"]
 
 TOO_LONG_POLICIES: tuple[str, ...] = ("error", "truncate", "split")
 _FORMAT = "labsupport.packed_sft/1"
@@ -529,7 +530,7 @@ def padded_cu_seqlens(seq_lengths: Iterable[int], multiple: int) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(aligned)]).astype(np.int32)
 
 
-def pad_cu_seqlens(cu_seqlens: Iterable[int], max_sequences_per_pack: int, pack_size: int) -> np.ndarray:
+def cuda_graph_cu_seqlens(cu_seqlens: Iterable[int], max_sequences_per_pack: int, pack_size: int) -> np.ndarray:
     """``cu_seqlens`` of one static shape, ``max_sequences_per_pack + 2`` entries, for CUDA graphs.
 
     A captured graph replays fixed shapes, so every pack gets the same number of boundaries: the missing ones

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from labsupport.datasets.sft_packing import pad_cu_seqlens, pad_seq_to_mult, padded_cu_seqlens
+from labsupport.datasets.sft_packing import cuda_graph_cu_seqlens, pad_seq_to_mult, padded_cu_seqlens
 
 
 @pytest.mark.parametrize("cp, tp, sp, want", [
@@ -31,12 +31,12 @@ def test_padded_offsets_align_every_sequence_and_keep_order():
     assert padded_cu_seqlens([5, 3], 1).tolist() == [0, 5, 8]     # multiple 1: the logical offsets
 
 
-def test_pad_cu_seqlens_gives_one_shape_for_every_pack():
+def test_cuda_graph_cu_seqlens_give_one_shape_for_every_pack():
     packs = [[0, 5, 8, 16], [0, 16], [0, 3, 7]]
-    shaped = [pad_cu_seqlens(cu, max_sequences_per_pack=4, pack_size=16) for cu in packs]
+    shaped = [cuda_graph_cu_seqlens(cu, max_sequences_per_pack=4, pack_size=16) for cu in packs]
     assert {len(c) for c in shaped} == {6}
     assert shaped[0].tolist() == [0, 5, 8, 16, 16, 16]
     assert shaped[2].tolist() == [0, 3, 7, 16, 16, 16]              # trailing padding closes the pack
     assert all((np.diff(c) >= 0).all() and c[-1] == 16 for c in shaped)
     with pytest.raises(ValueError):
-        pad_cu_seqlens([0, 2, 4, 6, 8, 10, 16], max_sequences_per_pack=4, pack_size=16)
+        cuda_graph_cu_seqlens([0, 2, 4, 6, 8, 10, 16], max_sequences_per_pack=4, pack_size=16)
