@@ -19,7 +19,7 @@ H100_BF16_DENSE_TFLOPS = 989.0
 
 
 #: (parameters, layers L, width d = heads × head size) of GPT-3's models (Brown et al. 2020, table 2.1: 125M–13B)
-#: and Llama 2 70B (Touvron et al. 2023, table 1 and its config): the shapes the attention term needs.
+#: and Llama 2 70B (80 layers, hidden size 8192, its released config): the shapes the attention term needs.
 MODEL_SHAPES: tuple[tuple[float, int, int], ...] = (
     (125e6, 12, 768), (350e6, 24, 1024), (1.3e9, 24, 2048), (6.7e9, 32, 4096), (13e9, 40, 5140), (70e9, 80, 8192))
 #: Sequence length T of the GPU runs the starvation figure models (tokens), not the loader's ``seq_length``.
