@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import zipfile
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +38,8 @@ from labsupport.datasets.bin_packing import lower_bound, pack
 from labsupport.datasets.gpt_samples import position_ids_from_cu_seqlens
 
 __all__ = ["SFTRecord", "SFTFormatError", "read_sft_jsonl", "TokenizedSFT", "tokenize_sft",
-           "TOO_LONG_POLICIES", "PackedSFT", "pack_sft"]
+           "TOO_LONG_POLICIES", "PackedSFT", "pack_sft", "pad_seq_to_mult", "padded_cu_seqlens",
+           "cuda_graph_cu_seqlens"]
 
 TOO_LONG_POLICIES: tuple[str, ...] = ("error", "truncate", "split")
 _FORMAT = "labsupport.packed_sft/1"
@@ -496,3 +498,50 @@ def pack_sft(data: TokenizedSFT, pack_size: int, algorithm: str = "first_fit_dec
                        data.line[ex], pack_size, algorithm, stats)
     packed.validate()
     return packed
+
+
+# ------------------------------------------------------------------ THD under context / sequence parallelism
+# Megatron-Bridge v0.6.0: docs/training/packed-sequences.md (the rule), src/megatron/bridge/data/packing/gpt_sft.py
+# (collate_fn: cu_seqlens_padded, pad_cu_seqlens) and packing/config.py (PackedSequenceSpecs).
+def pad_seq_to_mult(context_parallel_size: int = 1, tensor_parallel_size: int = 1,
+                    sequence_parallel: bool = False) -> int:
+    """The multiple (tokens) each packed sequence's length is padded to: ``lcm(2·CP, CP·TP)``.
+
+    Context parallelism splits every sequence into 2·CP chunks (load-balanced causal attention), so its length
+    must divide by 2·CP when CP > 1; sequence parallelism splits the tokens over the CP·TP ranks, so with SP and
+    TP > 1 it must also divide by CP·TP. Bridge's ``PackedSequenceSpecs.pad_seq_to_mult``."""
+    cp, tp = int(context_parallel_size), int(tensor_parallel_size)
+    if cp < 1 or tp < 1:
+        raise ValueError(f"context_parallel_size={cp}, tensor_parallel_size={tp}: both must be >= 1")
+    cp_multiple = 2 * cp if cp > 1 else 1
+    sp_multiple = cp * tp if sequence_parallel and tp > 1 else 1
+    return math.lcm(cp_multiple, sp_multiple)
+
+
+def padded_cu_seqlens(seq_lengths: Iterable[int], multiple: int) -> np.ndarray:
+    """Physical offsets (tokens, int32) of sequences each padded up to ``multiple``: Bridge's ``cu_seqlens_padded``.
+
+    The logical ``cu_seqlens`` keep the real lengths (the loss and the attention see only those); the
+    padded offsets say where each sequence starts in the pack once aligned."""
+    lengths = np.asarray(list(seq_lengths), dtype=np.int64)
+    if multiple < 1 or (lengths < 0).any():
+        raise ValueError(f"multiple={multiple} must be >= 1 and lengths >= 0")
+    aligned = -(-lengths // multiple) * multiple
+    return np.concatenate([[0], np.cumsum(aligned)]).astype(np.int32)
+
+
+def cuda_graph_cu_seqlens(cu_seqlens: Iterable[int], max_sequences_per_pack: int, pack_size: int) -> np.ndarray:
+    """``cu_seqlens`` of one static shape, ``max_sequences_per_pack + 2`` entries, for CUDA graphs.
+
+    A captured graph replays fixed shapes, so every pack gets the same number of boundaries: the missing ones
+    are zero-length sequences at ``pack_size`` (Bridge's ``pad_cu_seqlens=True``, which also needs
+    ``pad_to_max_length`` and the packing metadata's ``max_samples_per_bin``)."""
+    cu = [int(x) for x in cu_seqlens]
+    if not cu or cu[0] != 0 or any(b < a for a, b in zip(cu, cu[1:])) or cu[-1] > pack_size:
+        raise ValueError(f"cu_seqlens {cu} must start at 0, not decrease and end <= pack_size={pack_size}")
+    if cu[-1] != pack_size:
+        cu.append(pack_size)             # trailing padding is one more sequence, as in Bridge's collate
+    extra = max_sequences_per_pack + 2 - len(cu)
+    if extra < 0:
+        raise ValueError(f"{len(cu) - 1} sequences do not fit max_sequences_per_pack={max_sequences_per_pack}")
+    return np.asarray(cu + [pack_size] * extra, dtype=np.int32)

@@ -3,7 +3,7 @@
 * :func:`draw_idx_into_bin` — the ``.idx`` arrays (lengths, pointers, document indices) with an
   arrow from each pointer to the bytes of the ``.bin`` it names.
 * :func:`gpu_tokens_per_second` and :func:`draw_starvation` — tokens per second a GPU consumes
-  for a model of N parameters (6·N FLOPs per token at an MFU and a peak) against what one loader
+  for a model of N parameters (a model: 6·N + 12·L·d·T FLOPs per token at an MFU and a peak) against what one loader
   core delivers, and where the lines cross.
 
 Each draw function returns the Axes; the notebook calls ``plt.show()``.
@@ -18,21 +18,50 @@ import numpy as np
 H100_BF16_DENSE_TFLOPS = 989.0
 
 
-def gpu_tokens_per_second(n_params, *, mfu: float = 0.4, peak_tflops: float = H100_BF16_DENSE_TFLOPS):
-    """Training tokens per second one GPU consumes: mfu × peak / (6 · N).
+#: (parameters, layers L, width d = heads × head size) of GPT-3's models (Brown et al. 2020, table 2.1: 125M–13B)
+#: and Llama 2 70B (80 layers, hidden size 8192, its released config): the shapes the attention term needs.
+MODEL_SHAPES: tuple[tuple[float, int, int], ...] = (
+    (125e6, 12, 768), (350e6, 24, 1024), (1.3e9, 24, 2048), (6.7e9, 32, 4096), (13e9, 40, 5140), (70e9, 80, 8192))
+#: Sequence length T of the GPU runs the starvation figure models (tokens), not the loader's ``seq_length``.
+TRAIN_SEQ_LENGTH = 4096
 
-    6·N FLOPs per token = forward 2·N + backward 4·N (attention's extra FLOPs ignored).
-    Example: N = 7e9 at 40 % of 989 TFLOPS → 9.4 thousand tokens/s per GPU.
+
+def flops_per_token(n_params, *, seq_length: int = TRAIN_SEQ_LENGTH):
+    """Training FLOPs per token, a model: 6·N + 12·L·d·T (FLOPs).
+
+    PaLM's count (Chowdhery et al. 2022, appendix B: 6N + 12·L·H·Q·T, with H·Q = d): 6·N for the weight
+    matrices (2·N forward, 4·N backward) plus the attention scores and their weighted sum over T positions.
+    L and d are interpolated (log–log) between :data:`MODEL_SHAPES`, clamped outside them; no recomputation.
     """
     n = np.asarray(n_params, dtype=np.float64)
-    return mfu * peak_tflops * 1e12 / (6.0 * n)
+    log_n = np.log([shape[0] for shape in MODEL_SHAPES])
+    layers = np.exp(np.interp(np.log(n), log_n, np.log([shape[1] for shape in MODEL_SHAPES])))
+    width = np.exp(np.interp(np.log(n), log_n, np.log([shape[2] for shape in MODEL_SHAPES])))
+    return 6.0 * n + 12.0 * layers * width * seq_length
+
+
+def gpu_tokens_per_second(n_params, *, mfu: float = 0.4, peak_tflops: float = H100_BF16_DENSE_TFLOPS,
+                          seq_length: int = TRAIN_SEQ_LENGTH):
+    """Training tokens per second one GPU consumes (a model): mfu × peak / :func:`flops_per_token`.
+
+    Example: N = 6.7e9 (L = 32, d = 4096), T = 4096, 40 % of 989 TFLOPS → 8.0 thousand tokens/s per GPU.
+    """
+    return mfu * peak_tflops * 1e12 / flops_per_token(n_params, seq_length=seq_length)
 
 
 def crossing_params(loader_tokens_per_s: float, *, gpus: int = 1, mfu: float = 0.4,
-                    peak_tflops: float = H100_BF16_DENSE_TFLOPS) -> float:
+                    peak_tflops: float = H100_BF16_DENSE_TFLOPS, seq_length: int = TRAIN_SEQ_LENGTH) -> float:
     """Model size N at which ``gpus`` GPUs consume exactly what the loader delivers; smaller
-    models starve (the GPUs want more tokens than the loader makes)."""
-    return mfu * peak_tflops * 1e12 * gpus / (6.0 * loader_tokens_per_s)
+    models starve (the GPUs want more tokens than the loader makes). Bisection on log N in [1e5, 1e14]; NaN
+    when even N = 1e5 consumes less than the loader delivers (the attention term bounds what a GPU eats)."""
+    lo, hi = np.log(1e5), np.log(1e14)
+    if gpus * gpu_tokens_per_second(1e5, mfu=mfu, peak_tflops=peak_tflops, seq_length=seq_length) < loader_tokens_per_s:
+        return float("nan")
+    for _ in range(200):          # consumption falls as N grows: keep the bracket around the crossing
+        mid = 0.5 * (lo + hi)
+        eats = gpus * gpu_tokens_per_second(np.exp(mid), mfu=mfu, peak_tflops=peak_tflops, seq_length=seq_length)
+        lo, hi = (mid, hi) if eats > loader_tokens_per_s else (lo, mid)
+    return float(np.exp(0.5 * (lo + hi)))
 
 
 def draw_starvation(loaders: dict[str, float], *, mfu: float = 0.4, peak_tflops: float = H100_BF16_DENSE_TFLOPS,
@@ -46,7 +75,7 @@ def draw_starvation(loaders: dict[str, float], *, mfu: float = 0.4, peak_tflops:
     n = np.geomspace(min(sizes) / 1.5, max(sizes) * 1.5, 200)
     one = gpu_tokens_per_second(n, mfu=mfu, peak_tflops=peak_tflops)
     ax.plot(n, one, color="black", lw=2,
-            label=f"one H100 consumes ({mfu:.0%} of {peak_tflops:.0f} TFLOPS, 6·N FLOPs/token)")
+            label=f"one H100, a model ({mfu:.0%} of {peak_tflops:.0f} TFLOPS, 6N+12LdT FLOPs/token)")
     ax.plot(n, one * gpus_per_node, color="gray", lw=1.5, ls="--", label=f"one {gpus_per_node}-GPU node consumes")
     ax.scatter(sizes, gpu_tokens_per_second(np.array(sizes), mfu=mfu, peak_tflops=peak_tflops), color="black", zorder=3)
     for s in sizes:   # model sizes, on a white box so that a loader line passing behind never covers them

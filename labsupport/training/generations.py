@@ -36,8 +36,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-__all__ = ["Row", "ROWS", "VERSIONS", "upstream", "key_table", "render_nemo1", "render_nemo2", "render_bridge",
-           "UPSTREAM_FILE", "DOCUMENT_MASKING", "masking_gaps"]
+__all__ = ["Row", "ROWS", "VERSIONS", "upstream", "key_table", "bridge_mixed_precision", "render_nemo1", "render_nemo2",
+           "render_bridge", "UPSTREAM_FILE", "DOCUMENT_MASKING", "masking_gaps"]
 
 UPSTREAM_FILE = Path(__file__).with_name("upstream_fields.json")
 
@@ -177,10 +177,20 @@ def _nemo2_text(row: Row) -> str:
     return f"{name}({arg}=...)"
 
 
+def bridge_mixed_precision(precision: Any) -> str:
+    """Megatron-Bridge's ``ConfigContainer.mixed_precision`` (as Python source) for a NeMo 1.x ``trainer.precision``.
+
+    ``"bf16_mixed"`` (a recipe of ``mixed_precision.py``) for a bf16 setting; ``None`` otherwise: Bridge v0.6.0's
+    default (``config.py``), no mixed-precision recipe, the model in fp32 — what ``trainer.precision=32`` means."""
+    return '"bf16_mixed"' if str(precision).startswith("bf16") else "None"
+
+
 def _bridge_text(row: Row) -> str:
     if row.bridge is None:
         return f"– ({row.note})" if row.note else "–"
     attr, _, fld = row.bridge
+    if attr == "mixed_precision":
+        return f"{attr}={bridge_mixed_precision(32)} for 32 (fp32), {row.note} for bf16-mixed"
     if fld is None:
         return f"{attr}={row.note}"
     return f"{attr}.{fld}" + (f" ({row.note})" if row.note else "")
@@ -326,7 +336,7 @@ def render_bridge(cfg: Any) -> str:
     v = _values(cfg)
     prefixes, weights = _blend(v)
     tf = lambda x: "True" if x else "False"  # noqa: E731
-    mp = '"bf16_mixed"' if str(v["trainer.precision"]).startswith("bf16") else "None"
+    mp = bridge_mixed_precision(v["trainer.precision"])
     return "\n".join([
         "from megatron.bridge.models import GPTModelProvider",
         "from megatron.bridge.training.config import (CheckpointConfig, ConfigContainer, GPTDatasetConfig, "

@@ -106,6 +106,16 @@ def test_q4_exercise_3():
     assert check.q4(stub).status == "not attempted"
 
 
+def test_q4_boundary_loss_is_asked_for_sft_and_called_a_choice_in_pretraining():
+    """Issue #30: Megatron-LM (--eod-mask-loss) and NeMo (eod_mask_loss=False) leave the boundary loss on in
+    pre-training; the question is about SFT examples, where masking it is required — the option and the model
+    answer say both, and the key still requires it."""
+    option = check.MUST_DO_OPTIONS["boundary_loss"]
+    assert "SFT" in option and "eod_mask_loss" in option and "off by default" in option
+    assert "for SFT" in check.MODEL_ANSWER_Q4 and "eod_mask_loss is a choice" in check.MODEL_ANSWER_Q4
+    assert check.q4(lambda: {**GOOD_Q4, "c_must_do": ["block_mask"]}).status == "failed"
+
+
 def test_q5_sample_documents():
     from labsupport.datasets.gpt_samples import build_sample_idx, sample_segments
 

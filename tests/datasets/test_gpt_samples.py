@@ -247,6 +247,19 @@ def test_dataset_separate_final_epoch(corpus):
     assert g2.num_epochs == 2 and not g2.separate_final_epoch
 
 
+def test_crossing_the_80_percent_threshold_moves_trained_samples_at_the_same_epoch_count(corpus):
+    """Issue #30: with 2 epochs both times, a run built for a last epoch under 80 % of an epoch
+    (separate_final_epoch, Megatron's gpt_dataset.py) reads other samples first than one built above it."""
+    ds, _ = corpus
+    per_epoch = (int(ds.sequence_lengths.sum()) - 1) // 16
+    cfg = GPTDatasetConfig(seq_length=16, seed=0, reset_position_ids=False, reset_attention_mask=False,
+                           eod_mask_loss=False, eod_token=EOD)
+    under, over = GPTDataset(ds, None, per_epoch + 3, cfg), GPTDataset(ds, None, 2 * per_epoch, cfg)
+    assert under.num_epochs == over.num_epochs == 2
+    assert under.separate_final_epoch and not over.separate_final_epoch
+    assert not all(torch.equal(under[i]["tokens"], over[i]["tokens"]) for i in range(8))
+
+
 def test_dataset_dense_mask_option_and_bounds(corpus):
     ds, _ = corpus
     g = GPTDataset(ds, None, 10, GPTDatasetConfig(seq_length=24, seed=0, reset_position_ids=True,

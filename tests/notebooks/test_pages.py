@@ -107,7 +107,7 @@ def test_starvation_note_is_in_the_legend_below_the_plot():
     fig.canvas.draw()
     r = fig.canvas.get_renderer()
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert any("crosses one GPU at N ≈ 193M" in t for t in labels), labels
+    assert any("crosses one GPU at N ≈ 118M" in t for t in labels), labels
     assert not any("crosses" in t.get_text() for t in ax.texts), "no crossing note printed on the plot"
     legend = ax.get_legend().get_window_extent(r)
     assert legend.y1 <= ax.get_window_extent(r).y0 + 1, "the legend sits below the axes, off the data"

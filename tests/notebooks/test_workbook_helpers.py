@@ -48,8 +48,13 @@ def test_mmap_loaders_share_one_page_cache_and_loaders_that_load_each_hold_a_cop
 
 
 def test_starvation_arithmetic():
-    # 6·N FLOPs per token at 40 % of 989 TFLOPS
-    assert figures.gpu_tokens_per_second(7e9) == pytest.approx(0.4 * 989e12 / 42e9)
-    n = figures.crossing_params(1.0e6)
-    assert figures.gpu_tokens_per_second(n) == pytest.approx(1.0e6)
-    assert figures.crossing_params(1.0e6, gpus=8) == pytest.approx(8 * n)
+    # 6·N + 12·L·d·T FLOPs per token (PaLM appendix B) at 40 % of 989 TFLOPS; GPT-3 6.7B: L = 32, d = 4096
+    assert figures.flops_per_token(6.7e9) == pytest.approx(6 * 6.7e9 + 12 * 32 * 4096 * 4096)
+    assert figures.gpu_tokens_per_second(6.7e9) == pytest.approx(0.4 * 989e12 / (6 * 6.7e9 + 12 * 32 * 4096 ** 2))
+    assert figures.flops_per_token(125e6, seq_length=2048) == pytest.approx(6 * 125e6 + 12 * 12 * 768 * 2048)
+    assert figures.flops_per_token(70e9) > 6 * 70e9                        # the attention term is never dropped
+    n = figures.crossing_params(3.0e5)
+    assert figures.gpu_tokens_per_second(n) == pytest.approx(3.0e5)
+    n8 = figures.crossing_params(3.0e5, gpus=8)
+    assert 8 * figures.gpu_tokens_per_second(n8) == pytest.approx(3.0e5) and n8 > n
+    assert np.isnan(figures.crossing_params(1.0e9))                    # faster than any GPU model eats

@@ -77,6 +77,14 @@ def test_bridge_fields_exist():
     assert precision.note.strip('"') in _names("bridge:mixed_precision")
 
 
+def test_bridge_precision_of_32_is_fp32_not_a_bf16_recipe():
+    """Bridge v0.6.0: mixed_precision defaults to None (fp32); trainer.precision=32 must not read as bf16_mixed."""
+    assert G.bridge_mixed_precision(32) == "None" and G.bridge_mixed_precision("bf16-mixed") == '"bf16_mixed"'
+    spelled = dict((row[0], row[4]) for row in G.key_table())["trainer.precision"]
+    assert spelled.startswith("mixed_precision=None for 32 (fp32)"), spelled
+    assert "mixed_precision=None" in G.render_bridge(load_config(DEFAULT_CONFIG))
+
+
 @pytest.mark.parametrize("version", ["0.16", "0.19"])
 def test_mcore_fields_are_in_the_recorded_gpt_dataset_config(version):
     recorded = _names(f"mcore-{version}:GPTDatasetConfig")
