@@ -19,7 +19,9 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU 
 
 HERE = f"{sys.version_info[0]}.{sys.version_info[1]}"
 # what an outer `make test PYTHON=...` passes down (environment and MAKEFLAGS) must not leak in
-_MAKE_VARS = ("PYTHON", "PY_VERSION", "VENV", "MEGATRON", "TORCH_SPEC", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")
+# PYTEST_ARGS: make test exports what .ci/run passes it (--durations=15), and .ci/run adds its own
+_MAKE_VARS = ("PYTHON", "PY_VERSION", "VENV", "MEGATRON", "TORCH_SPEC", "PYTEST_ARGS", "MAKEFLAGS", "MFLAGS",
+              "MAKELEVEL")
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
