@@ -54,7 +54,7 @@ from typing import IO, Any, Iterator, Union
 PathLike = Union[str, os.PathLike]
 
 __all__ = ["PathLike", "atomic_open", "atomic_write", "fsync_folder", "remove_stale_temporaries", "process_alive",
-           "process_started_after", "writer_gone", "LockHeld", "HeldLock", "hold_lock", "holder_of"]
+           "process_stat", "process_started_after", "writer_gone", "LockHeld", "HeldLock", "hold_lock", "holder_of"]
 
 
 @contextmanager
@@ -125,13 +125,25 @@ def process_alive(pid: int) -> bool:
 _TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)-[^.]+\.tmp$")
 
 
+def process_stat(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (``[0]`` the state, e.g. ``b"T"``
+    stopped; ``[19]`` the start time in clock ticks after boot); None when unknown (no such process,
+    no ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def process_started_after(pid: int, when: float) -> bool:
     """True when process ``pid`` started after the time ``when`` (seconds since the epoch), so it
     cannot have written a file last modified then: its pid was reused.  False when unknown (no
     ``/proc``)."""
+    fields = process_stat(pid)
+    if fields is None:
+        return False
     try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            fields = fh.read().rsplit(b")", 1)[1].split()
         with open("/proc/stat", "rb") as fh:
             boot = next(int(x.split()[1]) for x in fh if x.startswith(b"btime "))
         started = boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")

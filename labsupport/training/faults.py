@@ -44,7 +44,7 @@ from labsupport.config import ConfigError
 from labsupport.datasets.blending import BlendError
 from labsupport.datasets.indexed import IndexedDataset
 from labsupport.datasets.tokenizer import Tokenizer
-from labsupport.fileio import LockHeld, hold_lock
+from labsupport.fileio import LockHeld, hold_lock, process_stat
 from labsupport.training import checkpoint as ckpt
 from labsupport.training.data import build_blend
 from labsupport.training.schema import read_run_config
@@ -227,14 +227,14 @@ def _stopped_here(host: str, pid: int) -> bool:
     """Is ``pid`` a stopped (SIGSTOP, state T) labsupport process on this machine?"""
     if host != socket.gethostname() or pid == os.getpid():
         return False
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            state = fh.read().rsplit(b")", 1)[1].split()[0]
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            ours = b"labsupport" in fh.read()
-    except (OSError, IndexError):
+    fields = process_stat(pid)
+    if not fields or fields[0] not in (b"T", b"t"):
         return False
-    return state in (b"T", b"t") and ours
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return b"labsupport" in fh.read()
+    except OSError:
+        return False
 
 
 class RankHealth:
@@ -255,6 +255,7 @@ class RankHealth:
         self.entered = 0
         self.step = 0
         self._parent = os.getppid()
+        self._where = f"{socket.gethostname()} {os.getpid()}"   # written with every entry
 
     @classmethod
     def create(cls, run: Any) -> "RankHealth | None":
@@ -280,7 +281,7 @@ class RankHealth:
         try:
             with _no_cpp_warnings():
                 self.store.set(f"{self.prefix}{self.rank}",
-                               f"{self.entered} {step} {time.time():.3f} {socket.gethostname()} {os.getpid()}")
+                               f"{self.entered} {step} {time.time():.3f} {self._where}")
         except RuntimeError as exc:  # DistNetworkError, DistStoreError: the store's host is gone
             raise self.agent_gone(_first_line(exc)) from None
 
