@@ -11,7 +11,8 @@ Every chapter notebook starts with ``labsupport.setup()``. The package has four 
 Beside them: :mod:`labsupport.models` (the tiny model of ch4), :mod:`labsupport.training` (ch6's
 sampler, trainer and checkpoints; ``python -m labsupport train``), :mod:`labsupport.check` (exercise
 checks), and the base modules every layer may import (``env``, ``paths``, ``progress``,
-``config``, ``fileio``).  ``python -m labsupport <command>`` (:mod:`labsupport.__main__`) runs the
+``config``, ``fileio``, ``stack_facts`` with its data file ``stack.toml``).
+``python -m labsupport <command>`` (:mod:`labsupport.__main__`) runs the
 commands ``preprocess``, ``runall``, ``grade``, ``make-exercises`` and ``train`` from the sub-packages.
 """
 from __future__ import annotations

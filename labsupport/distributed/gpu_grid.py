@@ -77,7 +77,8 @@ def tp_step_cost(cfg, layout, *, micro_batch: int = MICRO_BATCH, micro_batches: 
     3.4 µs on NVLink, 14 µs on the network, Simple protocol) + bus bytes / busbw, busbw = one
     GPU's NVLink inside a node, and across nodes the NICs of the group's GPUs on a node (NCCL puts
     channels on different NICs: min(450, 8 × 50) = 400 GB/s for a group that fills its nodes).
-    ``compute_s`` = 6·N·tokens / (TP·PP) FLOPs at ``mfu`` × the node's dense bf16 peak.
+    ``compute_s`` = (6·N + 12·L·d·T)·tokens / (TP·PP) FLOPs at ``mfu`` × the node's dense bf16 peak: the
+    weight matrices and attention's scores and weighted sum (PaLM's count, the model chapter 2's figure uses).
     N = 12·layers·hidden² + vocab·hidden (blocks + embedding), as in chapter 5.
     """
     node = H100_SXM_NODE if node is None else node
@@ -97,7 +98,8 @@ def tp_step_cost(cfg, layout, *, micro_batch: int = MICRO_BATCH, micro_batches: 
     nvlink = sum(r["ops_per_step"] * T.collective_seconds(r["collective"], r["message_bytes"], tp, 1, node.nvlink_GBps)
                  for r in tp_rows)
     tokens = micro_batch * micro_batches * seq                    # one DP replica's tokens per step
-    compute = 6 * params * tokens / (tp * pp) / (mfu * node.bf16_dense_tflops * 1e12)
+    flops_per_token = 6 * params + 12 * layers * h * seq
+    compute = flops_per_token * tokens / (tp * pp) / (mfu * node.bf16_dense_tflops * 1e12)
     return TpCost(sum(r["bytes_per_rank"] for r in tp_rows), ops, nodes, busbw, latency, bandwidth, nvlink,
                   compute, tokens)
 

@@ -7,7 +7,9 @@ Kubernetes.
 ``fact_check_exports(script)`` parses any such block and returns one row per variable with its
 status (exists / exists, debug only / deprecated / obsolete / does not exist / PyTorch's / not NCCL's)
 and the fact, checked against NCCL's documentation and source at :data:`FACTS_SOURCE` on the day
-:data:`FACTS_CHECKED` (the date to renew when NCCL moves on) and PyTorch's ProcessGroupNCCL.
+:data:`FACTS_CHECKED` and PyTorch's ProcessGroupNCCL. The rows, their source and that date live in
+``labsupport/stack.toml`` (``[[nccl_variable]]``), with the other stack facts that go stale: the next
+review edits that file and re-runs chapter 5.
 "exists, debug only" is NCCL's own split: ``docs/userguide/source/env.rst`` lists the variable under
 "Debugging" ("should generally not be set for production code"), not under "System configuration".
 ``nccl_environment()`` reports the NCCL version
@@ -20,13 +22,10 @@ import re
 from datetime import date
 from typing import Mapping
 
+from labsupport.stack_facts import load_nccl_variables
+
 __all__ = ["GUIDE_NCCL_SCRIPT", "NCCL_ENV_FACTS", "FACTS_SOURCE", "FACTS_CHECKED", "fact_check_exports",
            "nccl_environment", "STATUSES"]
-
-#: Where :data:`NCCL_ENV_FACTS` was read, and when (renew both together).
-FACTS_SOURCE = ("NVIDIA/nccl v2.30.7-1 (commit 73cf112295): docs/userguide/source/env.rst ('System configuration' "
-                "and 'Debugging' sections), src/init.cc, src/graph/tuning.cc; pytorch/pytorch ProcessGroupNCCL")
-FACTS_CHECKED = date(2026, 12, 2)
 
 GUIDE_NCCL_SCRIPT = """\
 # NCCL 환경 변수 완벽 가이드
@@ -75,34 +74,13 @@ export NCCL_COMM_WAIT_TIMEOUT=0 # 0 = 무한 대기
 
 STATUSES = ("exists", "exists, debug only", "deprecated", "obsolete", "does not exist", "PyTorch's", "not NCCL's")
 
-#: variable → (status, fact).  "debug only": NCCL's docs say not to set it in production scripts.
-NCCL_ENV_FACTS: dict[str, tuple[str, str]] = {
-    "NCCL_ALGO": ("exists, debug only",
-                  "values Ring, Tree, CollnetDirect, CollnetChain, NVLS, NVLSTree, PAT ('^' excludes); "
-                  "unset = NCCL's tuner picks per call, so 'Ring (default)' is wrong"),
-    "NCCL_ALGO_ALL": ("does not exist", "per-collective choice is written inside NCCL_ALGO, e.g. 'allreduce:tree'"),
-    "NCCL_ALGO_TREE": ("does not exist", "an internal constant of NCCL, not a variable; use NCCL_ALGO=Tree"),
-    "NCCL_PROTO": ("exists, debug only",
-                   "values LL, LL128, Simple; unset = tuner picks; NVIDIA discourages setting it"),
-    "NCCL_MIN_NCHANNELS": ("deprecated", "deprecated since NCCL 2.17: use NCCL_MIN_CTAS"),
-    "NCCL_MAX_NCHANNELS": ("deprecated", "deprecated since NCCL 2.17: use NCCL_MAX_CTAS"),
-    "NCCL_BUFFSIZE": ("exists, debug only", "default 4 MiB (4194304), not 2 MB"),
-    "NCCL_DEBUG": ("exists", "levels VERSION, WARN, INFO, TRACE (there is no DEBUG level)"),
-    "NCCL_DEBUG_FILE": ("exists", "file name pattern for NCCL's log"),
-    "NCCL_DEBUG_SUBSYS": ("exists", "subsystems to log with NCCL_DEBUG=INFO, e.g. INIT,COLL or ALL"),
-    "NCCL_SOCKET_IFNAME": ("exists", "network interfaces NCCL's sockets may use"),
-    "NCCL_IB_DISABLE": ("exists, debug only", "1 disables InfiniBand/RoCE (NCCL falls back to IP sockets); unset "
-                        "allows it. NCCL's docs list it under 'Debugging': leave it unset in production"),
-    "NCCL_CHECKS_DISABLE": ("obsolete", "deprecated in NCCL 2.2.12 and no longer read"),
-    "NCCL_COMM_BLOCKING_WAIT": ("does not exist", "most likely meant: NCCL_COMM_BLOCKING (since NCCL 2.14, "
-                                "'Debugging'; 0 makes every communicator nonblocking, unset = each one's config); "
-                                "PyTorch's wait is TORCH_NCCL_BLOCKING_WAIT (old name NCCL_BLOCKING_WAIT)"),
-    "NCCL_ASYNC_ERROR_HANDLING": ("PyTorch's", "read by PyTorch, not NCCL; now TORCH_NCCL_ASYNC_ERROR_HANDLING "
-                                  "(the old name is a deprecated alias)"),
-    "NCCL_P2P_DISABLE": ("exists, debug only", "1 disables peer-to-peer (NVLink/PCIe) transfers"),
-    "NCCL_P2P_LEVEL": ("exists, debug only", "levels LOC, NVL, PIX, PXB, PHB, SYS (the guide names only LOC and SYS)"),
-    "NCCL_COMM_WAIT_TIMEOUT": ("does not exist", "timeouts are PyTorch's: init_process_group(timeout=...)"),
-}
+_TABLE = load_nccl_variables(statuses=STATUSES)
+#: variable → (status, fact), from labsupport/stack.toml.  "debug only": NCCL's docs say not to set it in
+#: production scripts.
+NCCL_ENV_FACTS: dict[str, tuple[str, str]] = _TABLE.facts
+#: where :data:`NCCL_ENV_FACTS` was read, and when (labsupport/stack.toml's [nccl_variables])
+FACTS_SOURCE: str = _TABLE.source
+FACTS_CHECKED: date = _TABLE.checked
 
 _EXPORT = re.compile(r"^\s*export\s+([A-Za-z_][A-Za-z0-9_]*)=(\S*)\s*(?:#\s*(.*))?$")
 

@@ -13,7 +13,7 @@ import platform
 import shutil
 from typing import Any
 
-from labsupport.pages.stack_facts import load_stack
+from labsupport.stack_facts import load_stack
 from labsupport.paths import REPO_ROOT
 import psutil
 

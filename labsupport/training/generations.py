@@ -36,6 +36,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from labsupport.stack_facts import load_defaults
+
 __all__ = ["Row", "ROWS", "VERSIONS", "upstream", "key_table", "bridge_mixed_precision", "render_nemo1", "render_nemo2",
            "render_bridge", "UPSTREAM_FILE", "DOCUMENT_MASKING", "masking_gaps"]
 
@@ -217,8 +219,10 @@ NEMO1_MASK_NOTE = (f"# and an unfused path: model.transformer_engine=false model
                    f"({_TE_NOTE})")
 NEMO2_MASK_NOTE = (f"# and an unfused path: GPTConfig(transformer_layer_spec=<local spec, no TE>, "
                    f"masked_softmax_fusion=False) ({_TE_NOTE})")
+#: the defaults these notes name are data: labsupport/stack.toml's [[default]] rows (source, date)
+_BRIDGE_SKIP = load_defaults()["bridge-skip-mask"]
 BRIDGE_MASK_NOTE = ("# megatron-core >= 0.19: cu_seqlens per sample (packed THD); without it Bridge drops the dense "
-                    "mask (skip_getting_attention_mask_from_dataset=True)")
+                    f"mask ({_BRIDGE_SKIP.setting.rsplit('.', 1)[-1]}={_BRIDGE_SKIP.value})")
 
 
 def _resets(text: str) -> list[str]:

@@ -25,7 +25,7 @@ INTERRUPTED = {
     "make-exercises": "make_exercises: interrupted (Ctrl-C)",
     "train": "error: interrupted (Ctrl-C) while starting; nothing was written",
 }
-BASE_MODULES = {"__init__", "__main__", "cli", "config", "env", "fileio", "paths", "progress"}
+BASE_MODULES = {"__init__", "__main__", "cli", "config", "env", "fileio", "paths", "progress", "stack_facts"}
 
 
 def _run(*args: str, cwd=REPO_ROOT, **env: str) -> subprocess.CompletedProcess:

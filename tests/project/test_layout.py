@@ -13,7 +13,7 @@ import pytest
 from labsupport.paths import REPO_ROOT
 
 PKG = REPO_ROOT / "labsupport"
-BASE = {"env", "paths", "progress", "config", "fileio", "cli"}
+BASE = {"env", "paths", "progress", "config", "fileio", "cli", "stack_facts"}
 ENTRY = {"__main__"}                        # the one entry point (it imports its commands by name)
 #: layer of each part; a module may import only from parts of its own layer or below.  A part whose
 #: folder does not exist (yet) is simply never looked up.

@@ -1,6 +1,7 @@
-"""The dated stack facts of ``labsupport/stack.toml`` — chapter 0's map of the stack and its "as of" line.
+"""The dated stack facts of ``labsupport/stack.toml`` (chapters 0 and 5): ch 0's map and defaults, ch 5's NCCL table.
 
-What goes stale (versions, dates, what moved where) lives in one data file; chapter 0 renders its table
+What goes stale (versions, dates, what moved where, NCCL's variable table, the stack defaults a statement
+rests on) lives in one data file; chapter 0 renders its table
 of the stack from it (:func:`map_rows`, :func:`as_of_line`), and ``tests/project/test_stack_facts.py``
 uses :func:`unknown_versions` to fail when a chapter notebook states a version that the file does not
 list.
@@ -32,9 +33,10 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 __all__ = ["STACK_FILE", "StackEntry", "StackFacts", "load_stack", "version_mentions", "unknown_versions",
-           "map_rows", "as_of_line", "provenance_rows"]
+           "map_rows", "as_of_line", "provenance_rows", "VariableTable", "load_nccl_variables",
+           "StackDefault", "load_defaults", "default_rows"]
 
-STACK_FILE = Path(__file__).resolve().parents[1] / "stack.toml"
+STACK_FILE = Path(__file__).resolve().with_name("stack.toml")
 FIELDS = ("id", "name", "names", "role", "versions", "book", "status", "source", "checked")
 #: how far after a stack's name a bare vX.Y.Z still belongs to it (characters, same line)
 NEAR = 40
@@ -103,6 +105,79 @@ def load_stack(path: str | Path = STACK_FILE) -> StackFacts:
         raise ValueError(f"error: {path.name}: duplicate ids {sorted({i for i in ids if ids.count(i) > 1})}: "
                          "give each entry its own id")
     return StackFacts(entries)
+
+
+@dataclass(frozen=True)
+class VariableTable:
+    """NCCL's environment variables as chapter 5 checks them: ``facts`` maps name → (status, fact)."""
+
+    source: str
+    checked: date
+    facts: dict[str, tuple[str, str]]
+
+
+def load_nccl_variables(path: str | Path = STACK_FILE, statuses: tuple[str, ...] | None = None) -> VariableTable:
+    """Read the ``[nccl_variables]`` header and the ``[[nccl_variable]]`` rows (name, status, fact) of the file.
+
+    ``statuses``, when given, are the only status values a row may carry."""
+    path = Path(path)
+    with open(path, "rb") as handle:
+        data = tomllib.load(handle)
+    head, rows = data.get("nccl_variables", {}), data.get("nccl_variable", [])
+    if not isinstance(head.get("checked"), date) or not str(head.get("source", "")).strip() or not rows:
+        raise ValueError(f"error: {path.name} [nccl_variables]: give a source, a TOML date as checked and "
+                         "[[nccl_variable]] rows")
+    facts: dict[str, tuple[str, str]] = {}
+    for i, row in enumerate(rows):
+        where = f"{path.name} nccl_variable {i} ({row.get('name', '?')})"
+        if sorted(row) != ["fact", "name", "status"]:
+            raise ValueError(f"error: {where}: fields {sorted(row)}: give exactly name, status and fact")
+        if statuses is not None and row["status"] not in statuses:
+            raise ValueError(f"error: {where}: status {row['status']!r}: use one of {list(statuses)}")
+        if row["name"] in facts:
+            raise ValueError(f"error: {where}: {row['name']} is listed twice: keep one row")
+        facts[row["name"]] = (row["status"], row["fact"])
+    return VariableTable(str(head["source"]), head["checked"], facts)
+
+
+DEFAULT_FIELDS = ("id", "stack", "setting", "value", "effect", "source", "checked")
+
+
+@dataclass(frozen=True)
+class StackDefault:
+    """A setting's value when nobody sets it, which a chapter's statement rests on."""
+
+    id: str
+    stack: str
+    setting: str
+    value: str
+    effect: str
+    source: str
+    checked: date
+
+
+def load_defaults(path: str | Path = STACK_FILE) -> dict[str, StackDefault]:
+    """The ``[[default]]`` rows of the file by id (every field given, ``checked`` a TOML date)."""
+    path = Path(path)
+    with open(path, "rb") as handle:
+        rows = tomllib.load(handle).get("default", [])
+    out: dict[str, StackDefault] = {}
+    for i, row in enumerate(rows):
+        where = f"{path.name} default {i} ({row.get('id', '?')})"
+        if sorted(row) != sorted(DEFAULT_FIELDS):
+            raise ValueError(f"error: {where}: fields {sorted(row)}: give exactly {list(DEFAULT_FIELDS)}")
+        if not isinstance(row["checked"], date):
+            raise ValueError(f"error: {where} checked = {row['checked']!r}: write a TOML date such as 2026-12-01")
+        if row["id"] in out:
+            raise ValueError(f"error: {where}: the id is used twice: give each default its own id")
+        out[row["id"]] = StackDefault(**{f: row[f] for f in DEFAULT_FIELDS})
+    return out
+
+
+def default_rows(path: str | Path = STACK_FILE) -> list[tuple[str, str, str, str]]:
+    """(stack, setting = default, effect, source @ checked) for chapter 0's appendix."""
+    return [(d.stack, f"{d.setting} = {d.value}", d.effect, f"{d.source} ({d.checked.isoformat()})")
+            for d in load_defaults(path).values()]
 
 
 @lru_cache(maxsize=1)
