@@ -284,8 +284,12 @@ def _escapes(book: Path, classmate: Path) -> dict[str, str]:
     return out
 
 
-def build_class(folder: Path, book: Path | None = None) -> dict[str, Expected]:
-    """The class in ``folder``; ``book`` is the gradebook folder the escape attempts aim at."""
+def build_class(folder: Path, book: Path | None = None, grader_is_root: bool | None = None) -> dict[str, Expected]:
+    """The class in ``folder``; ``book`` is the gradebook folder the escape attempts aim at; ``grader_is_root``
+    (default: whether this process is root) decides the grade of the mode-000 notebook (root reads it)."""
+    import os
+
+    grader_is_root = os.geteuid() == 0 if grader_is_root is None else grader_is_root
     folder = Path(folder)
     book = Path(book) if book is not None else folder.parent / "book"
     subs: dict[str, tuple[str | bytes, Expected]] = {}
@@ -503,10 +507,16 @@ def build_class(folder: Path, book: Path | None = None) -> dict[str, Expected]:
         subs[odd] = ((_all() if i % 2 == 0 else _Notebook()).text(),
                      exp((1, 1, 1, 1, 1) if i % 2 == 0 else (0, 0, 0, 0, 0), why="the same student on every run"))
 
+    grader_attacks, layouts = _grader_attacks(grader_is_root)
+    subs.update(grader_attacks)
+
     only = subset()
     if only is not None:
         subs = {k: v for k, v in subs.items() if k in only}
     for student, (content, _) in subs.items():
+        if student in layouts:
+            layouts[student](folder, content)
+            continue
         target = folder / student / NAME
         target.parent.mkdir(parents=True, exist_ok=True)
         if isinstance(content, bytes):
@@ -521,6 +531,150 @@ def build_class(folder: Path, book: Path | None = None) -> dict[str, Expected]:
 
 
 MARKER = REPO_ROOT / "labsupport" / "_adversary_was_here.py"
+
+#: the environment values a leaked message would show (tests/grading/test_adversarial_class.py sets them)
+SECRET_ENV = {"LABSUPPORT_ADVERSARY_TOKEN": "index-token-8d1f"}
+#: issue #31's attacks on the grader's own process (N01–N23, A09, A23) as students of the class; they are
+#: also graded by an ordinary user (test_adversarial_class.py, ``graded_as_user``)
+GRADER_ATTACKS = ("n01_dev_fill", "n02_memfd", "n03_terminal_escapes", "n04_env_config_reply", "n05_helper_reference",
+                  "n06_root_only_files", "n07_lone_surrogate", "n08_parser_exhaustion", "n09_empty_2_40",
+                  "n10_huge_literal", "n11_mallory", "n12_symlink_to_solutions", "n13_bom", "n14_h\ufffdi",
+                  "n15_folder_named_notebook", "n16_mode_000", "n17_symlink_root_only", "n18_nested_reply",
+                  "n19_huge_int")
+
+
+def _grader_attacks(grader_is_root: bool):
+    """Issue #31's attacks: ``({student: (content, Expected)}, {student: layout(folder, content)})`` — a layout
+    writes that student's files itself (links, nested folders, odd names, modes)."""
+    import os
+
+    exp, subs, layouts = Expected, {}, {}
+    subs["n01_dev_fill"] = (_attack("""
+        def _fill_dev():
+            total, chunk = 0, b"x" * (8 << 20)
+            for i in range(160):
+                try:
+                    with open(f"/dev/fill{i}", "wb") as fh:
+                        fh.write(chunk)
+                        total += len(chunk)
+                except OSError:
+                    break
+            for i in range(160):
+                try:
+                    os.unlink(f"/dev/fill{i}")
+                except OSError:
+                    pass
+            return total >= 1200 << 20
+        _try("1.2 GB in /dev", _fill_dev)
+    """), exp((1, 1, 1, 1, 1), why="/dev is not a writable, unbounded tmpfs (N01)"))
+    subs["n02_memfd"] = (_attack("""
+        import subprocess
+
+        def _memfd_child():  # memory no address space holds: memfd, then SysV shared memory (N02)
+            code = ("import os, ctypes; open('/proc/self/oom_score_adj', 'w').write('1000'); "
+                    "fd = os.memfd_create('hold'); chunk = b'x' * (64 << 20)\\n"
+                    "for _ in range(36): os.write(fd, chunk)\\n"
+                    "libc = ctypes.CDLL(None, use_errno=True); libc.shmget.restype = ctypes.c_int\\n"
+                    "shm = libc.shmget(0, ctypes.c_size_t(1 << 30), 0o1600)\\n"
+                    "print('ok' if shm >= 0 else 'no shm', flush=True)")
+            kid = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+            return b"ok" in kid.stdout
+        _try("2.3 GB in memfd + 1 GB SysV", _memfd_child)
+    """), exp((1, 1, 1, 1, 1), why="bounded by the cgroup, or refused without one (N02)"))
+    escapes = "\\x1b]52;c;ZXZpbA==\\x07\\x1b]0;pwned\\x07\\x1b[2J\\x1b[1;1H"
+    subs["n03_terminal_escapes"] = (_all().prepend("q1", f"""
+        import warnings
+        warnings.warn("{escapes} clipboard")
+        print("{escapes} screen")
+    """).text(), exp((1, 1, 1, 1, 1), why="escapes stripped from everything echoed (N03, A23)"))
+    subs["n04_env_config_reply"] = (_all().set("q2", f"""
+        from omegaconf import OmegaConf
+
+        def epochs(weights, dataset_tokens, total_tokens):
+            return OmegaConf.create([{", ".join(repr("${oc.env:" + k + ",unset}") for k in (
+                "LABSUPPORT_CHECK_SEED", "HOME", "PWD", *SECRET_ENV))}])
+    """).text(), exp((1, 0, 1, 1, 1), {"q2": "failed"}, why="a config reply is literal text, never resolved (N04)"))
+    subs["n05_helper_reference"] = (_all().set("q1", """
+        from labsupport.datasets import blending_loop as _loop
+
+        def greedy_step(weights, counts, step):
+            datasets, _, _ = _loop.sequential_steps(list(weights), 1, list(counts), step)
+            return datasets[0]
+    """).text(), exp((0, 1, 1, 1, 0), {"q1": "flagged"}, flags={"q1": "reference"},
+                     why="a helper the check's reference calls is a reference too (N08)"))
+    # the host's /proc/cmdline is the root grader's to hide; any ordinary user may read it anyway
+    cmdline = '_try("/proc/cmdline", lambda: len(open("/proc/cmdline").read()) > 0)' if grader_is_root else ""
+    subs["n06_root_only_files"] = (_attack(f"""
+        {cmdline}
+        _try("/etc/shadow", lambda: len(open("/etc/shadow").read()) > 0)
+        _try("/etc/ssl/private", lambda: os.listdir("/etc/ssl/private") is not None)
+        _try("pip.conf", lambda: len(open(sys.prefix + "/pip.conf").read()) >= 0)
+    """), exp((1, 1, 1, 1, 1), why="as root the student is uid 65534 outside too (N06)"))
+    nb = _all()
+    cell = nb.answer_cell("q4")
+    cell["source"] = _source(cell).replace('"The blend is the distribution', '"\\ud800 The blend is the distribution')
+    subs["n07_lone_surrogate"] = (nb.text(), exp((1, 1, 1, 1, 1), why="a lone surrogate is written as U+FFFD (N10)"))
+    subs["n08_parser_exhaustion"] = (_all().add_cell(1, "x = a" + ".b" * 100_000).text(),
+                                     exp((1, 1, 1, 1, 1), why="a cell ast.parse cannot take is no tree (N12)"))
+    subs["n09_empty_2_40"] = (_all().set("q2", """
+        import numpy as np
+
+        def epochs(weights, dataset_tokens, total_tokens):
+            return np.empty((2**40, 0))
+    """).text(), exp((1, 0, 1, 1, 1), {"q2": "failed"}, why="no structure proportional to a claimed shape (N11)"))
+    subs["n10_huge_literal"] = (_all().add_cell(1, "_big = [" + "0," * 2_000_000 + "]").text(),
+                                exp((1, 1, 1, 1, 1), why="a huge literal is parsed once, bounded (N13)"))
+    subs["n11_mallory"] = (_Notebook().text(), exp((0, 0, 0, 0, 0), {q: "not attempted" for q in QUESTIONS},
+                                                   why="mallory/a01_correct/… is mallory's, not a01_correct's (N14)"))
+
+    def _nested(folder: Path, content: str) -> None:
+        target = folder / "n11_mallory" / "a01_correct" / NAME
+        target.parent.mkdir(parents=True)
+        target.write_text(content, encoding="utf-8")
+    layouts["n11_mallory"] = _nested
+
+    def _link_to(target: Path):
+        def make(folder: Path, content: str, student: str) -> None:
+            (folder / student).mkdir(parents=True)
+            (folder / student / NAME).symlink_to(target)
+        return make
+    unreadable = exp((0, 0, 0, 0, 0), {"q1": "unreadable"})
+    subs["n12_symlink_to_solutions"] = ("", unreadable)
+    layouts["n12_symlink_to_solutions"] = lambda f, c: _link_to(REPO_ROOT / "solutions" / NAME)(
+        f, c, "n12_symlink_to_solutions")
+    subs["n17_symlink_root_only"] = ("", unreadable)
+    layouts["n17_symlink_root_only"] = lambda f, c: _link_to(Path("/etc/shadow"))(f, c, "n17_symlink_root_only")
+    subs["n13_bom"] = (b"\xef\xbb\xbf" + _all().text().encode("utf-8"), exp((1, 1, 1, 1, 1), why="a BOM is read (N16)"))
+
+    def _odd_name(folder: Path, content: str) -> None:
+        where = os.fsencode(folder) + b"/n14_h\xffi"
+        os.makedirs(where)
+        Path(os.fsdecode(where), NAME).write_text(content, encoding="utf-8")
+    subs["n14_h\ufffdi"] = (_all().text(), exp((1, 1, 1, 1, 1), why="a folder name that is not UTF-8 (N17)"))
+    layouts["n14_h\ufffdi"] = _odd_name
+    subs["n15_folder_named_notebook"] = ("", unreadable)
+    layouts["n15_folder_named_notebook"] = lambda f, c: (f / "n15_folder_named_notebook" / NAME).mkdir(parents=True)
+
+    def _mode_000(folder: Path, content: str) -> None:
+        target = folder / "n16_mode_000" / NAME
+        target.parent.mkdir(parents=True)
+        target.write_text(content, encoding="utf-8")
+        target.chmod(0)
+    subs["n16_mode_000"] = (_all().text(), exp((1, 1, 1, 1, 1), why="root reads it") if grader_is_root else unreadable)
+    layouts["n16_mode_000"] = _mode_000
+    subs["n18_nested_reply"] = (_all().set("q2", """
+        def epochs(weights, dataset_tokens, total_tokens):
+            deep = []
+            for _ in range(100_000):
+                deep = [deep]
+            return deep
+    """).text(), exp((1, 0, 1, 1, 1), {"q2": "failed"}, why="refused as too deep, not a RecursionError (N19)"))
+    subs["n19_huge_int"] = (_all().set("q2", """
+        def epochs(weights, dataset_tokens, total_tokens):
+            return [10**400] * len(weights)
+    """).text(), exp((1, 0, 1, 1, 1), {"q2": "failed"}, why="the student's answer, not a bug in the checker (A09)"))
+    assert set(subs) == set(GRADER_ATTACKS)
+    return subs, layouts
 
 
 def memory_per_submission() -> bool:

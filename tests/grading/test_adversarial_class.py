@@ -23,8 +23,8 @@ import pytest
 from labsupport.paths import REPO_ROOT
 from labsupport.workbook import grade
 from labsupport.workbook.grading.sandbox import sandbox_mode
-from tests.grading.adversarial_class import (ABSTRACT, MARKER, NAME, ODD_IDS, QUESTIONS, SOCKET, build_class,
-                                             memory_per_submission, student_names)
+from tests.grading.adversarial_class import (ABSTRACT, GRADER_ATTACKS, MARKER, NAME, ODD_IDS, QUESTIONS, SECRET_ENV,
+                                             SOCKET, SUBSET_ENV, build_class, memory_per_submission, student_names)
 
 STUDENTS = student_names()
 ARGS = ["--seed", "class-test", "--jobs", "2", "--cell-timeout", "8", "--timeout", "10", "--memory-mb", "1536"]
@@ -49,6 +49,13 @@ def _fingerprint() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as env:
+        for key, value in SECRET_ENV.items():   # what a leak would show (n04_env_config_reply)
+            env.setenv(key, value)
+        yield _grade_the_class(tmp_path_factory)
+
+
+def _grade_the_class(tmp_path_factory):
     folder = tmp_path_factory.mktemp("class")
     book = folder / "book"
     expected = build_class(folder / "submissions", book)
@@ -193,3 +200,122 @@ def test_feedback_and_executed_notebooks_are_kept(graded):
     assert (out.parent / "executed" / "a01_correct__ch03.ipynb").is_file()
     huge = (out.parent / "executed" / "a27_huge_output__ch03.ipynb").stat().st_size
     assert huge < 200_000
+
+
+# ------------------------------------------------------------ issue #31: attacks on the grader's own process
+
+def _leaks(text: str) -> list[str]:
+    """What must never reach a student's feedback or a row: the seed and the grader's environment."""
+    secrets = {"the seed": ARGS[ARGS.index("--seed") + 1], **{k: v for k, v in SECRET_ENV.items()}}
+    return [name for name, value in secrets.items() if value in text]
+
+
+def _feedback(out: Path, student: str) -> str:
+    return (out.parent / "feedback" / f"{grade._safe(student)}__ch03.txt").read_text(encoding="utf-8")
+
+
+def test_the_grader_attacks_leak_nothing_and_name_nothing(graded):
+    """N04: the config reply is literal text; N08: the blocked helper is not named; N19/A09: the student's
+    own answer, not a RecursionError or "a bug in the checker"; N03: no escape reaches the terminal."""
+    _need(graded, "n04_env_config_reply", "n05_helper_reference", "n18_nested_reply", "n19_huge_int",
+          "n03_terminal_escapes", "n07_lone_surrogate")
+    expected, rows, _, out = _unpack(graded)
+    for student in (s for s in GRADER_ATTACKS if s in expected):
+        text = _feedback(out, student) + "".join(r["reason"] + r["flags"] for r in rows if r["student"] == student)
+        assert _leaks(text) == [], (student, _leaks(text))
+    home = os.environ.get("HOME", "")
+    assert len(home) < 2 or home not in _feedback(out, "n04_env_config_reply")   # ${oc.env:HOME} not resolved
+    assert "sequential_steps" not in _feedback(out, "n05_helper_reference")
+    reasons = {r["student"]: r["reason"] for r in rows if r["question"] == "q2"}
+    assert "RecursionError" not in reasons["n18_nested_reply"] and "checker" not in reasons["n19_huge_int"]
+    assert not any(c in _feedback(out, "n03_terminal_escapes") for c in "\x1b\x07")
+    assert "\x1b" not in graded["printed"] and "\x07" not in graded["printed"]
+
+
+def _ordinary_user() -> int:
+    import pwd
+
+    try:
+        return pwd.getpwnam("learner").pw_uid
+    except KeyError:
+        return 65534
+
+
+def _as_user(uid: int, command: list[str]) -> list[str]:
+    """``command`` run by ``uid`` (setpriv). Where the Python environment lives under /root (0700: no ordinary
+    user may enter it, as with pyenv), it runs in a private mount namespace in which /root holds only the
+    folders this environment and checkout need, bound read-only as they are, so the user can start them."""
+    import shlex
+
+    drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *command]
+    needed = sorted({Path(p).relative_to("/root").parts[0] for p in (sys.base_prefix, sys.prefix, REPO_ROOT)
+                     if Path(p).is_relative_to("/root") and Path(p) != Path("/root")})
+    if not needed:
+        return drop
+    stage = "/tmp/labsupport-class-root-stage"
+    binds = " && ".join(f"mkdir -p /root/{shlex.quote(n)} && mount --rbind {stage}/{shlex.quote(n)} "
+                        f"/root/{shlex.quote(n)}" for n in needed)
+    script = (f"mkdir -p {stage} && mount --rbind /root {stage} && mount -t tmpfs -o mode=755 tmpfs /root && "
+              f"{binds} && umount -l {stage} && exec {shlex.join(drop)}")
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script]
+
+
+@pytest.fixture(scope="module")
+def graded_as_user(tmp_path_factory):
+    """Issue #31's attacks (and an honest classmate) graded by an ordinary user: root starts the grader as
+    ``learner`` (or uid 65534) with setpriv; an ordinary user's run of the whole class above is already one."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("this suite runs as an ordinary user: the class above was graded as one")
+    if shutil.which("setpriv") is None or shutil.which("unshare") is None:
+        pytest.skip("needs setpriv and unshare (util-linux) to start the grader as an ordinary user")
+    uid = _ordinary_user()
+    probe = subprocess.run(_as_user(uid, [sys.executable, "-c", "import labsupport.workbook.grade"]),
+                           cwd=REPO_ROOT, capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"uid {uid} cannot read this checkout or its environment ({probe.stderr.strip()[-200:]})")
+    folder = Path(tempfile.mkdtemp(prefix="labsupport-class-user-"))
+    try:
+        folder.chmod(0o755)
+        who = ["a01_correct", *GRADER_ATTACKS]
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv(SUBSET_ENV, ",".join(who))
+            expected = build_class(folder / "submissions", folder / "book", grader_is_root=False)
+        for owned in (folder / "book", folder / "home"):
+            owned.mkdir()
+            os.chown(owned, uid, uid)
+        before = _fingerprint()
+        out = folder / "book" / "grades.csv"
+        command = [sys.executable, "-m", "labsupport", "grade", str(folder / "submissions"), "--out", str(out), *ARGS]
+        run = subprocess.run(_as_user(uid, command), cwd=REPO_ROOT, capture_output=True, text=True,
+                             env={**os.environ, **SECRET_ENV, "HOME": str(folder / "home")}, timeout=900)
+        rows = list(csv.DictReader(out.open(encoding="utf-8"))) if out.exists() else []
+        feedback = {p.name: p.read_text(encoding="utf-8") for p in (out.parent / "feedback").glob("*.txt")} \
+            if out.exists() else {}
+        yield {"run": run, "expected": expected, "rows": rows, "feedback": feedback, "before": before,
+               "after": _fingerprint(), "uid": uid}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_as_an_ordinary_user_every_attack_gets_the_honest_grade(graded_as_user):
+    g = graded_as_user
+    assert g["run"].returncode == 0, (g["run"].stdout[-1500:], g["run"].stderr[-1500:])
+    assert "isolation: bwrap" in g["run"].stdout and f"your uid {g['uid']} on the host" in g["run"].stdout
+    wrong = {}
+    for student, want in g["expected"].items():
+        mine = {r["question"]: r for r in g["rows"] if grade.restore(r["student"]) == student}
+        got = tuple(float(mine[q]["points"]) for q in QUESTIONS) if set(mine) == set(QUESTIONS) else None
+        statuses_ok = all(mine.get(q, {}).get("status") in ((s,) if isinstance(s, str) else s)
+                          for q, s in want.status.items())
+        flags_ok = all(text in mine.get(q, {}).get("flags", "") for q, text in want.flags.items())
+        if got != tuple(float(p) for p in want.points) or not statuses_ok or not flags_ok:
+            wrong[student] = {q: (r["points"], r["status"], r["reason"][:120]) for q, r in mine.items()}
+    assert wrong == {}, wrong
+    assert g["after"] == g["before"]
+    assert "\x1b" not in g["run"].stdout + g["run"].stderr
+    leaked = {name: _leaks(text) for name, text in g["feedback"].items() if _leaks(text)}
+    assert leaked == {} and len(g["feedback"]) == len(g["expected"])

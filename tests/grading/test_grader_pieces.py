@@ -489,6 +489,39 @@ def test_a_reply_nested_too_deep_is_refused_not_a_recursion_error():
         codec.decode(deep)
 
 
+def test_text_with_a_lone_surrogate_travels_and_an_integer_no_float_holds_is_refused():
+    """N10: a free-text answer with a lone surrogate arrives with U+FFFD (JSON in UTF-8 cannot hold it);
+    A09: 10**400 is refused as the student's value before a check converts it to a float."""
+    assert roundtrip("why \ud800 it holds \udcff") == "why \ufffd it holds \ufffd"
+    assert roundtrip(["\ud800"]) == ["\ufffd"] and roundtrip("한국어") == "한국어"
+    assert roundtrip(10**300) == 10**300 and roundtrip(-(10**300)) == -(10**300)
+    with pytest.raises(codec.EncodeError, match="an integer of 401 digits"):
+        roundtrip(10**400)
+
+
+def test_a_reply_the_grader_refuses_is_the_students_error_not_the_checkers():
+    """What the student's function returned and the grader cannot rebuild is blamed on the student's code."""
+    from labsupport.check import _core
+    from labsupport.workbook.grading import grader
+
+    class _Worker:
+        def request(self, message, timeout):
+            return {"ok": True, "output": "", "warnings": [], "args": codec.encode([]),
+                    "result": {"$t": "nd", "dtype": "<f8", "shape": [2 ** 40, 0], "data": ""}}
+
+    class _Session:
+        echo, call_output, submission_deadline = 0, {}, float("inf")
+
+        def worker_ready(self):
+            return _Worker()
+    remote = grader._Remote(_Session(), "epochs", "q2", float("inf"))
+    with pytest.raises(TypeError) as caught:
+        remote()
+    said = _core.blame(caught.value)
+    assert said.startswith("your code raised TypeError: the value it returned cannot be graded: an array of shape")
+    assert "bug in the checker" not in said
+
+
 def _dead_pid() -> int:
     """A pid no process has (from the top of the pid range, where none has been handed out yet)."""
     top = int(Path("/proc/sys/kernel/pid_max").read_text()) - 1

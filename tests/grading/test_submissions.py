@@ -136,6 +136,25 @@ def test_a_name_that_is_not_utf8_and_an_empty_notebook_are_rows_not_a_crash(tmp_
     assert "h\ufffdi" in capsys.readouterr().out
 
 
+def test_a_name_that_is_not_utf8_is_graded_once_and_two_such_names_are_one_student_reported(tmp_path, capsys):
+    """The id is what the gradebook writes (U+FFFD), so a re-run skips the student; two folders that differ only
+    in undecodable bytes are one id: two notebooks of one student, neither graded."""
+    subs = tmp_path / "subs"
+    for raw in (b"/h\xffi", b"/k\xffo", b"/k\xfeo"):
+        where = Path(os.fsdecode(os.fsencode(subs) + raw))
+        _put(where / EXERCISE.name)
+    book = tmp_path / "book" / "grades.csv"
+    assert _run(tmp_path, subs, book) == 0
+    first = list(csv.DictReader(open(book, newline="", encoding="utf-8")))
+    assert {r["student"] for r in first} == {"h\ufffdi", "k\ufffdo"}
+    assert {r["status"] for r in first if r["student"] == "k\ufffdo"} == {"error"}
+    assert all("2 notebooks are student" in r["reason"] for r in first if r["student"] == "k\ufffdo")
+    capsys.readouterr()
+    assert _run(tmp_path, subs, book) == 0
+    again = list(csv.DictReader(open(book, newline="", encoding="utf-8")))
+    assert len(again) == len(first) and "grading 0 submission" in capsys.readouterr().out
+
+
 def test_one_gradebook_per_folder(tmp_path, capsys):
     subs = tmp_path / "subs"
     (subs / "ivan").mkdir(parents=True)

@@ -14,13 +14,16 @@ only — so a student's object with an overridden ``__eq__`` compares like a for
 (``np.empty((2**40, 0))`` holds no element but would make 2^40 lists in a message), and an
 OmegaConf config whose strings are literal text — an interpolation such as
 ``${oc.env:LABSUPPORT_CHECK_SEED}`` is escaped, so nothing of the grader's environment is resolved
-into a message.
+into a message — and integers of at most ``MAX_INT_DIGITS`` digits (``10**400`` is no answer any check
+takes; a float conversion of it would be reported as the checker's error).  :func:`encode` writes a
+string's lone surrogates (text no UTF-8 file can hold) as U+FFFD, so such an answer is still read.
 """
 from __future__ import annotations
 
 import base64
 import itertools
 import math
+import re
 import types
 from typing import Any
 
@@ -29,6 +32,8 @@ from labsupport.datasets.tokenizer import Tokenizer
 
 MAX_DEPTH = 64
 MAX_ITEMS = 10_000_000
+MAX_INT_DIGITS = 308    # the largest float is about 1.8e308
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _LAZY = (types.GeneratorType, map, filter, zip, range, reversed, enumerate,
          type({}.keys()), type({}.values()), type({}.items()))
 
@@ -67,13 +72,24 @@ def _array(arr: np.ndarray) -> dict:
     return {"$t": "nd", "dtype": arr.dtype.str, "shape": shape, "data": _b64(np.ascontiguousarray(arr).tobytes())}
 
 
+def _utf8(text: str) -> str:
+    """``text`` with any lone surrogate written as U+FFFD (what JSON in UTF-8 can carry)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+    return text
+
+
 def encode(value: Any, _depth: int = 0) -> Any:
     """``value`` as JSON-able plain data (see the module docstring)."""
     if _depth > MAX_DEPTH:
         raise EncodeError("value nested too deeply")
     kind = type(value)
-    if value is None or kind is bool or kind is str:
+    if value is None or kind is bool:
         return value
+    if kind is str:
+        return _utf8(value)
     if kind is int:
         return value if abs(value) < 2 ** 53 else {"$t": "bigint", "v": str(value)}
     if kind is float:
@@ -118,7 +134,7 @@ def encode(value: Any, _depth: int = 0) -> Any:
     if isinstance(value, float):
         return encode(float.__float__(value), _depth)
     if isinstance(value, str):
-        return str.__str__(value)
+        return _utf8(str.__str__(value))
     if isinstance(value, dict):
         return {"$t": "dict", "v": [[encode(k, d), encode(v, d)] for k, v in dict.items(value)]}
     if isinstance(value, (list, tuple)):
@@ -182,6 +198,9 @@ def decode(data: Any, _depth: int = 0) -> Any:
     if tag == "bytes":
         return _unb64(data["v"])
     if tag == "bigint":
+        digits = str(data["v"]).lstrip("-")
+        if len(digits) > MAX_INT_DIGITS:
+            raise EncodeError(f"an integer of {len(digits)} digits (at most {MAX_INT_DIGITS}: no answer needs more)")
         return int(data["v"])
     if tag == "float":
         return float(data["v"])

@@ -134,8 +134,12 @@ class _Remote:
             warnings.warn(plain(str(w.get("message", "")))[:2000], category, stacklevel=2)  # no escapes, bounded
         if not reply.get("ok"):
             raise_learner_exception(reply.get("raise") or {"type": "RuntimeError", "message": reply.get("error", "")})
-        result = codec.decode(reply["result"])
-        for original, changed in zip(args, codec.decode(reply["args"])):
+        try:
+            result, changed_args = codec.decode(reply["result"]), codec.decode(reply["args"])
+        except codec.EncodeError as exc:   # what the student's code returned: its error, not the checker's
+            raise_learner_exception({"type": "TypeError", "bases": ["TypeError"], "where": "its return value",
+                                     "message": f"the value it returned cannot be graded: {exc}"})
+        for original, changed in zip(args, changed_args):
             codec.write_back(original, changed)
         return result
 

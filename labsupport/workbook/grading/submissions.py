@@ -11,19 +11,26 @@ A student's id comes from where the notebook was found, so that ids are unique b
 Two files that give the same student and chapter are never merged and neither silently wins: both
 are reported, and the student gets ``error`` rows that say which files to keep one of.  The same
 file reached twice (a folder and the file itself) counts once.  The gradebook's own ``executed/``
-folder and ``.ipynb_checkpoints`` are passed over.  Names that are not UTF-8 are kept as the
-operating system gives them and printed with a replacement character.
+folder and ``.ipynb_checkpoints`` are passed over.  A name that is not UTF-8 gives the id the gradebook
+writes: each undecodable byte is U+FFFD (so a re-run finds the student graded), and two folders that
+differ only in such bytes are one id, reported as two notebooks of one student, never merged.
 """
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from labsupport.workbook.grading.grader import identify
 from labsupport.workbook.grading.terminal import printable
 
+_UNDECODABLE = re.compile("[\udc80-\udcff]")   # what os.fsdecode makes of a byte that is not UTF-8
 
+
+def student_id(name: str) -> str:
+    """The id a folder name gives (undecodable bytes as U+FFFD, as the gradebook writes it)."""
+    return _UNDECODABLE.sub("\ufffd", name)
 
 
 @dataclass(frozen=True)
@@ -47,7 +54,7 @@ def _found(raw: str, skip: Path | None) -> list[tuple[Path, str | None]]:
         rel = path.relative_to(given)
         if ".ipynb_checkpoints" in rel.parts or (skip is not None and _inside(path, skip)):
             continue
-        out.append((path, rel.parts[0] if len(rel.parts) > 1 else None))
+        out.append((path, student_id(rel.parts[0]) if len(rel.parts) > 1 else None))
     return out
 
 
@@ -69,7 +76,7 @@ def collect(paths: list[str], book: Path | None, forced: str | None) -> list[Sub
             if key in seen:
                 continue
             student, number = identify(path, forced)
-            seen[key] = Submission(path, folder_student or student, number)
+            seen[key] = Submission(path, folder_student or student_id(student), number)
     groups: dict[tuple[str, str | None], list[Submission]] = {}
     for sub in seen.values():
         groups.setdefault((sub.student, sub.number), []).append(sub)
