@@ -284,9 +284,11 @@ def _escapes(book: Path, classmate: Path) -> dict[str, str]:
     return out
 
 
-def build_class(folder: Path, book: Path | None = None, grader_is_root: bool | None = None) -> dict[str, Expected]:
+def build_class(folder: Path, book: Path | None = None, grader_is_root: bool | None = None,
+                cgroup_memory: bool | None = None) -> dict[str, Expected]:
     """The class in ``folder``; ``book`` is the gradebook folder the escape attempts aim at; ``grader_is_root``
-    (default: whether this process is root) decides the grade of the mode-000 notebook (root reads it)."""
+    (default: whether this process is root) decides the grade of the mode-000 notebook (root reads it);
+    ``cgroup_memory`` (default: :func:`memory_per_submission` here) whether the grader has a memory cgroup."""
     import os
 
     grader_is_root = os.geteuid() == 0 if grader_is_root is None else grader_is_root
@@ -470,12 +472,12 @@ def build_class(folder: Path, book: Path | None = None, grader_is_root: bool | N
         slow = student == "e06_memory_children"  # reclaim at the memory limit can outlast the cell limit
         subs[student] = (text, exp((1, 1, 1, 1, 1), {} if slow else {q: "passed" for q in QUESTIONS},
                                    why="the attempt fails", if_timed_out=(0, 1, 1, 1, 0) if slow else None))
-    if "e06_memory_children" in subs and not memory_per_submission():
-        # no writable cgroup (an ordinary user): memory is limited per process, as the run's header
-        # says, so three children under that limit each succeed; q1 and q5 fail naming the attempt
+    if "e06_memory_children" in subs and not (memory_per_submission() if cgroup_memory is None else cgroup_memory):
+        # no writable cgroup (an ordinary user): the grader adds up the processes' memory (memwatch) and stops
+        # the whole submission past the limit, so q1's cell fails at the memory limit and q5 with it
         subs["e06_memory_children"] = (subs["e06_memory_children"][0], exp(
             (0, 1, 1, 1, 0), {"q1": ("failed", "timed out")},
-            why="memory is per process without a cgroup (the header's memory line)", if_timed_out=(0, 1, 1, 1, 0)))
+            why="stopped by the grader's sum over processes (the header's memory line)", if_timed_out=(0, 1, 1, 1, 0)))
 
     subs["e09_reference_in_a_thread"] = (_all().set("q1", """
         import importlib, inspect, threading

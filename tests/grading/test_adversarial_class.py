@@ -280,10 +280,10 @@ def graded_as_user(tmp_path_factory):
     folder = Path(tempfile.mkdtemp(prefix="labsupport-class-user-"))
     try:
         folder.chmod(0o755)
-        who = ["a01_correct", *GRADER_ATTACKS]
+        who = ["a01_correct", "e06_memory_children", *GRADER_ATTACKS]
         with pytest.MonkeyPatch.context() as env:
             env.setenv(SUBSET_ENV, ",".join(who))
-            expected = build_class(folder / "submissions", folder / "book", grader_is_root=False)
+            expected = build_class(folder / "submissions", folder / "book", grader_is_root=False, cgroup_memory=False)
         for owned in (folder / "book", folder / "home"):
             owned.mkdir()
             os.chown(owned, uid, uid)
@@ -305,6 +305,7 @@ def test_as_an_ordinary_user_every_attack_gets_the_honest_grade(graded_as_user):
     g = graded_as_user
     assert g["run"].returncode == 0, (g["run"].stdout[-1500:], g["run"].stderr[-1500:])
     assert "isolation: bwrap" in g["run"].stdout and f"your uid {g['uid']} on the host" in g["run"].stdout
+    assert "MiB across the submission's processes" in g["run"].stdout    # no cgroup: e06's grade follows
     wrong = {}
     for student, want in g["expected"].items():
         mine = {r["question"]: r for r in g["rows"] if grade.restore(r["student"]) == student}

@@ -150,3 +150,29 @@ def test_without_a_cgroup_memfd_and_sysv_memory_are_refused(tmp_path, monkeypatc
     assert "memfd_create" in line and "shmget" in line
     reply, _ = _run(tmp_path, _HOLD, sandbox.Limits(memory_mb=1024))
     assert reply.get("output", "").strip() == "memfd PermissionError sysv PermissionError", reply
+
+
+_CHILDREN = """
+import subprocess, sys
+code = ("b = bytearray(600 << 20); b[::4096] = b'x' * len(b[::4096]); print('ok', flush=True); "
+        "import time; time.sleep(20)")
+kids = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE) for _ in range(3)]
+print(sum(b"ok" in k.stdout.readline() for k in kids), "children hold 600 MiB each")
+for k in kids:
+    k.wait()
+"""
+
+
+def test_without_a_cgroup_the_submissions_processes_are_bounded_together(tmp_path, monkeypatch):
+    """Each child is under the per-process limit; together they pass the submission's: the grader's sampling
+    of their Pss (memwatch) stops the submission and says it was memory."""
+    from labsupport.workbook.grading import memwatch
+
+    monkeypatch.setattr(cgroup, "available", lambda: {})
+    line = next(x for x in sandbox.enforcement(sandbox.Limits(memory_mb=1024)) if x.startswith("memory:"))
+    assert "1024 MiB across the submission's processes" in line
+    reply, out_of_memory = _run(tmp_path, _CHILDREN, sandbox.Limits(memory_mb=1024))
+    assert reply.get("died") and out_of_memory, reply
+    assert "children hold" not in reply.get("output", "")     # stopped before the cell could finish
+    assert os.getpid() in memwatch.submission_processes(os.getpid())
+    assert memwatch.pss_bytes(os.getpid()) > 0 and memwatch.pss_bytes(2 ** 22 + 7) == 0

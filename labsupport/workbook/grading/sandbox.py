@@ -44,6 +44,7 @@ from typing import Any
 
 from labsupport.paths import REPO_ROOT
 from labsupport.workbook.grading import cgroup, seccomp
+from labsupport.workbook.grading.memwatch import MemoryWatch
 from labsupport.workbook.grading.stubs import hidden_references, strip_references, write_check_stubs
 
 _HEADER = struct.Struct("<Q")
@@ -259,7 +260,8 @@ def enforcement(limits: Limits | None = None, mode: str | None = None) -> list[s
         lines.append(f"memory: {limits.memory_mb} MiB for the whole submission (cgroup v{groups['version']})")
     else:
         slack = CUDA_ADDRESS_SLACK_MB if _cuda_torch() else 0
-        line = (f"memory: NOT per submission (no writable cgroup) — {limits.memory_mb + slack} MiB of address "
+        line = (f"memory: no writable cgroup — {limits.memory_mb} MiB across the submission's processes, sampled "
+                f"(the grader adds up their Pss every 0.25 s), and {limits.memory_mb + slack} MiB of address "
                 f"space per process" + (" (--memory-mb + room for CUDA torch's mappings)" if slack else ""))
         if mode == "bwrap" and seccomp.supported():
             line += (f"; memory outside address spaces refused ({', '.join(seccomp.refused_calls())} fail with "
@@ -323,6 +325,7 @@ class Worker:
         self.group: cgroup.Group | None = None
         self.out_of_memory = False   # the kernel killed one of its processes at the submission's memory limit
         self.proc: subprocess.Popen | None = None
+        self.watch: MemoryWatch | None = None
         self._to = self._from = -1
 
     # ------------------------------------------------------------------
@@ -393,6 +396,8 @@ class Worker:
                 os.close(filter_fd)
         self._to, self._from = req_w, resp_r
         os.set_blocking(self._to, False)
+        # no memory cgroup: the grader adds up the memory of all the submission's processes (memwatch)
+        self.watch = None if per_submission_memory else MemoryWatch(self.proc.pid, limits.memory_mb * 1024 * 1024)
 
     @property
     def alive(self) -> bool:
@@ -452,14 +457,20 @@ class Worker:
         return json.loads(data)
 
     def _wait(self, fd: int, deadline: float, write: bool) -> None:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            self.kill()
-            raise WorkerTimeout
-        ready = select.select([], [fd], [], left) if write else select.select([fd], [], [], left)
-        if not (ready[1] if write else ready[0]):
-            self.kill()
-            raise WorkerTimeout
+        """Until ``fd`` is ready; without a memory cgroup, the submission's processes are watched meanwhile."""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.kill()
+                raise WorkerTimeout
+            step = min(left, self.watch.interval) if self.watch is not None else left
+            ready = select.select([], [fd], [], step) if write else select.select([fd], [], [], step)
+            if ready[1] if write else ready[0]:
+                return
+            if self.watch is not None and self.watch.over():
+                self.kill()
+                self.out_of_memory = True
+                raise WorkerDied(f"the submission's processes held more than {self.limits.memory_mb} MiB")
 
     def _write(self, data: bytes, deadline: float) -> None:
         view = memoryview(data)
