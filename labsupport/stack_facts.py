@@ -78,13 +78,22 @@ class StackFacts:
         return {v for e in self.entries if name in e.names for v in e.versions}
 
 
+def _read(path: Path) -> dict:
+    with open(path, "rb") as handle:
+        return tomllib.load(handle)
+
+
+def _dated(raw: dict, where: str) -> None:
+    if not isinstance(raw["checked"], date):
+        raise ValueError(f"error: {where} checked = {raw['checked']!r}: write a TOML date such as 2026-12-01")
+
+
 def _entry(raw: dict, where: str) -> StackEntry:
     missing = [f for f in FIELDS if f not in raw]
     unknown = sorted(set(raw) - set(FIELDS))
     if missing or unknown:
         raise ValueError(f"error: {where}: missing {missing} / unknown {unknown} fields: give exactly {list(FIELDS)}")
-    if not isinstance(raw["checked"], date):
-        raise ValueError(f"error: {where} checked = {raw['checked']!r}: write a TOML date such as 2026-12-01")
+    _dated(raw, where)
     if not raw["source"].strip():
         raise ValueError(f"error: {where}: empty source: name the URL or repository file @ version read")
     return StackEntry(raw["id"], raw["name"], tuple(raw["names"]), raw["role"], tuple(raw["versions"]),
@@ -94,9 +103,7 @@ def _entry(raw: dict, where: str) -> StackEntry:
 def load_stack(path: str | Path = STACK_FILE) -> StackFacts:
     """Read and check the stack file (each entry needs every field, a dated ``checked`` and a source)."""
     path = Path(path)
-    with open(path, "rb") as handle:
-        data = tomllib.load(handle)
-    raw = data.get("entry", [])
+    raw = _read(path).get("entry", [])
     if not raw:
         raise ValueError(f"error: {path}: no [[entry]] tables: add one per part of the stack")
     entries = tuple(_entry(r, f"{path.name} entry {i} ({r.get('id', '?')})") for i, r in enumerate(raw))
@@ -121,8 +128,7 @@ def load_nccl_variables(path: str | Path = STACK_FILE, statuses: tuple[str, ...]
 
     ``statuses``, when given, are the only status values a row may carry."""
     path = Path(path)
-    with open(path, "rb") as handle:
-        data = tomllib.load(handle)
+    data = _read(path)
     head, rows = data.get("nccl_variables", {}), data.get("nccl_variable", [])
     if not isinstance(head.get("checked"), date) or not str(head.get("source", "")).strip() or not rows:
         raise ValueError(f"error: {path.name} [nccl_variables]: give a source, a TOML date as checked and "
@@ -159,15 +165,13 @@ class StackDefault:
 def load_defaults(path: str | Path = STACK_FILE) -> dict[str, StackDefault]:
     """The ``[[default]]`` rows of the file by id (every field given, ``checked`` a TOML date)."""
     path = Path(path)
-    with open(path, "rb") as handle:
-        rows = tomllib.load(handle).get("default", [])
+    rows = _read(path).get("default", [])
     out: dict[str, StackDefault] = {}
     for i, row in enumerate(rows):
         where = f"{path.name} default {i} ({row.get('id', '?')})"
         if sorted(row) != sorted(DEFAULT_FIELDS):
             raise ValueError(f"error: {where}: fields {sorted(row)}: give exactly {list(DEFAULT_FIELDS)}")
-        if not isinstance(row["checked"], date):
-            raise ValueError(f"error: {where} checked = {row['checked']!r}: write a TOML date such as 2026-12-01")
+        _dated(row, where)
         if row["id"] in out:
             raise ValueError(f"error: {where}: the id is used twice: give each default its own id")
         out[row["id"]] = StackDefault(**{f: row[f] for f in DEFAULT_FIELDS})

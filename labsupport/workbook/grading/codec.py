@@ -23,17 +23,16 @@ from __future__ import annotations
 import base64
 import itertools
 import math
-import re
 import types
 from typing import Any
 
 import numpy as np
 from labsupport.datasets.tokenizer import Tokenizer
+from labsupport.workbook.grading.terminal import printable
 
 MAX_DEPTH = 64
 MAX_ITEMS = 10_000_000
 MAX_INT_DIGITS = 308    # the largest float is about 1.8e308
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _LAZY = (types.GeneratorType, map, filter, zip, range, reversed, enumerate,
          type({}.keys()), type({}.values()), type({}.items()))
 
@@ -72,15 +71,6 @@ def _array(arr: np.ndarray) -> dict:
     return {"$t": "nd", "dtype": arr.dtype.str, "shape": shape, "data": _b64(np.ascontiguousarray(arr).tobytes())}
 
 
-def _utf8(text: str) -> str:
-    """``text`` with any lone surrogate written as U+FFFD (what JSON in UTF-8 can carry)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return _SURROGATE.sub("\ufffd", text)
-    return text
-
-
 def encode(value: Any, _depth: int = 0) -> Any:
     """``value`` as JSON-able plain data (see the module docstring)."""
     if _depth > MAX_DEPTH:
@@ -89,7 +79,7 @@ def encode(value: Any, _depth: int = 0) -> Any:
     if value is None or kind is bool:
         return value
     if kind is str:
-        return _utf8(value)
+        return printable(value)
     if kind is int:
         return value if abs(value) < 2 ** 53 else {"$t": "bigint", "v": str(value)}
     if kind is float:
@@ -134,7 +124,7 @@ def encode(value: Any, _depth: int = 0) -> Any:
     if isinstance(value, float):
         return encode(float.__float__(value), _depth)
     if isinstance(value, str):
-        return _utf8(str.__str__(value))
+        return printable(str.__str__(value))
     if isinstance(value, dict):
         return {"$t": "dict", "v": [[encode(k, d), encode(v, d)] for k, v in dict.items(value)]}
     if isinstance(value, (list, tuple)):

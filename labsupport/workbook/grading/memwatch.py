@@ -19,8 +19,8 @@ __all__ = ["submission_processes", "pss_bytes", "MemoryWatch"]
 
 def submission_processes(root: int) -> list[int]:
     """``root`` and every process that descends from it or is in its session (pids, host view)."""
-    parents: dict[int, int] = {}
-    members = {root}
+    children: dict[int, list[int]] = {}
+    members, alive = {root}, set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -28,17 +28,17 @@ def submission_processes(root: int) -> list[int]:
         if fields is None or len(fields) < 5:
             continue
         pid, ppid, sid = int(entry), int(fields[1]), int(fields[4])
-        parents[pid] = ppid
+        alive.add(pid)
+        children.setdefault(ppid, []).append(pid)
         if sid == root:
             members.add(pid)
-    changed = True
-    while changed:                       # descendants: whose parent is already a member
-        changed = False
-        for pid, ppid in parents.items():
-            if ppid in members and pid not in members:
-                members.add(pid)
-                changed = True
-    return sorted(p for p in members if p in parents)
+    todo = list(members)
+    while todo:                          # descendants of every member
+        for child in children.get(todo.pop(), ()):
+            if child not in members:
+                members.add(child)
+                todo.append(child)
+    return sorted(members & alive)
 
 
 def pss_bytes(pid: int) -> int:

@@ -18,20 +18,11 @@ differ only in such bytes are one id, reported as two notebooks of one student, 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from labsupport.workbook.grading.grader import identify
 from labsupport.workbook.grading.terminal import printable
-
-_UNDECODABLE = re.compile("[\udc80-\udcff]")   # what os.fsdecode makes of a byte that is not UTF-8
-
-
-def student_id(name: str) -> str:
-    """The id a folder name gives (undecodable bytes as U+FFFD, as the gradebook writes it)."""
-    return _UNDECODABLE.sub("\ufffd", name)
-
 
 @dataclass(frozen=True)
 class Submission:
@@ -54,7 +45,7 @@ def _found(raw: str, skip: Path | None) -> list[tuple[Path, str | None]]:
         rel = path.relative_to(given)
         if ".ipynb_checkpoints" in rel.parts or (skip is not None and _inside(path, skip)):
             continue
-        out.append((path, student_id(rel.parts[0]) if len(rel.parts) > 1 else None))
+        out.append((path, printable(rel.parts[0]) if len(rel.parts) > 1 else None))
     return out
 
 
@@ -76,7 +67,7 @@ def collect(paths: list[str], book: Path | None, forced: str | None) -> list[Sub
             if key in seen:
                 continue
             student, number = identify(path, forced)
-            seen[key] = Submission(path, folder_student or student_id(student), number)
+            seen[key] = Submission(path, folder_student or printable(student), number)
     groups: dict[tuple[str, str | None], list[Submission]] = {}
     for sub in seen.values():
         groups.setdefault((sub.student, sub.number), []).append(sub)
