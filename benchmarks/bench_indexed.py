@@ -79,6 +79,7 @@ from labsupport.paths import REPO_ROOT
 from labsupport.datasets.preprocess import AUTO_NUMBA_BYTES_PER_WORKER
 from labsupport.datasets.indexed import IndexedDataset
 from labsupport.datasets.tokenizer import workbook_tokenizer
+from labsupport.datasets.preprocess_eod import megatron_tokenizer
 
 RESULTS = Path(__file__).resolve().parent / "results" / "indexed.json"
 
@@ -95,16 +96,28 @@ def _megatron():
 
 # ----------------------------------------------------------------------------- Megatron's method
 class MegatronEncoder:
-    """The ``Encoder`` of Megatron's ``tools/preprocess_data.py`` (no sentence splitting)."""
+    """The ``Encoder`` of Megatron's ``tools/preprocess_data.py`` (no sentence splitting).
 
-    tokenizer = None
+    A SentencePiece model is encoded with labsupport's ``Tokenizer`` (``tests/crosscheck/test_tokenizer.py``
+    proves its ids equal megatron-core's wrapper's); a Hugging Face tokenizer (``tokenizer_type``
+    "HuggingFaceTokenizer") with megatron-core's own tokenizer, built as the script builds it
+    (:func:`labsupport.datasets.preprocess_eod.megatron_tokenizer`: ``transformers.AutoTokenizer`` inside).
+    """
 
-    def __init__(self, model_path: str, json_keys: list[str], append_eod: bool) -> None:
+    tokenize = eod = None
+
+    def __init__(self, model_path: str, json_keys: list[str], append_eod: bool,
+                 tokenizer_type: str = "SentencePieceTokenizer") -> None:
         self.model_path, self.json_keys, self.append_eod = model_path, json_keys, append_eod
+        self.tokenizer_type = tokenizer_type
 
     def initializer(self) -> None:
-
-        MegatronEncoder.tokenizer = Tokenizer(self.model_path)
+        if self.tokenizer_type == "SentencePieceTokenizer":
+            tok = Tokenizer(self.model_path)
+            MegatronEncoder.tokenize, MegatronEncoder.eod = tok.encode, tok.eod
+        else:
+            tok, _ = megatron_tokenizer(self.model_path, self.tokenizer_type)
+            MegatronEncoder.tokenize, MegatronEncoder.eod = tok.tokenize, tok.eod
 
     def encode(self, json_line: str):
         data = json.loads(json_line)
@@ -114,24 +127,26 @@ class MegatronEncoder:
             sentences = text if isinstance(text, list) else [text]
             doc_ids, sentence_lens = [], []
             for sentence in sentences:
-                sentence_ids = MegatronEncoder.tokenizer.encode(sentence)
+                sentence_ids = MegatronEncoder.tokenize(sentence)
                 if len(sentence_ids) > 0:
                     doc_ids.extend(sentence_ids)
                     sentence_lens.append(len(sentence_ids))
             if len(doc_ids) > 0 and self.append_eod:
-                doc_ids.append(MegatronEncoder.tokenizer.eod)
+                doc_ids.append(MegatronEncoder.eod)
                 sentence_lens[-1] += 1
             ids[key], lens[key] = doc_ids, sentence_lens
         return ids, lens, len(json_line)
 
 
 def megatron_preprocess(input_path: str, model_path: str, output_prefix: str, workers: int,
-                        json_keys=("text",), append_eod: bool = True) -> dict:
+                        json_keys=("text",), append_eod: bool = True,
+                        tokenizer_type: str = "SentencePieceTokenizer") -> dict:
     """Megatron's ``process_json_file`` with megatron-core's builder; returns counts."""
     mc = _megatron()
 
-    encoder = MegatronEncoder(model_path, list(json_keys), append_eod)
-    vocab = Tokenizer(model_path).vocab_size
+    encoder = MegatronEncoder(model_path, list(json_keys), append_eod, tokenizer_type)
+    vocab = (Tokenizer(model_path).vocab_size if tokenizer_type == "SentencePieceTokenizer"
+             else megatron_tokenizer(model_path, tokenizer_type)[0].vocab_size)
     tokens = docs = 0
     with open(input_path, "r", encoding="utf-8") as fin:
         pool = multiprocessing.Pool(workers, initializer=encoder.initializer)

@@ -46,6 +46,9 @@ SLOW_FILES = {
 SLOW_TESTS = {
     "check/test_feedback_training.py::test_the_grader_gives_the_solutions_full_marks_and_flags_the_reference",
     "crosscheck/test_indexed.py::test_cli_output_byte_identical_to_megatron_script",
+    "crosscheck/test_hf_tokenizer.py::test_cli_output_byte_identical_to_megatron_script",
+    "datasets/test_hf_tokenizer.py::test_the_cli_writes_each_document_as_encode_plus_eod",
+    "datasets/test_hf_tokenizer.py::test_one_worker_and_two_write_the_same_bytes",
     "crosscheck/test_indexed.py::test_cli_two_keys_byte_identical_to_megatron_script",
     "datasets/test_preprocess.py::test_last_line_without_newline_and_long_lines",
     "datasets/test_preprocess.py::test_order_preserved_across_files_globs_workers_and_blocks",

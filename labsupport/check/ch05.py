@@ -2,7 +2,8 @@
 
 q1 the reduce-scatter phase of the ring · q2 busbw from a measured time · q3 which collective for DP, TP and
 ZeRO · q4 the NCCL guide's "global std" snippet, corrected · q5 the time a TP group spends in its collectives
-per step, from the chapter's traffic table and a busbw (transfer).  Each check compares the learner's function
+per step, from the chapter's traffic table and a busbw (transfer) · q6 all-to-all from scratch (MoE token
+dispatch).  Each check compares the learner's function
 with ``labsupport.distributed.collectives`` on fresh random inputs; the mistakes it names are :data:`RULES`.
 """
 from __future__ import annotations
@@ -351,6 +352,62 @@ def q5(comm_seconds_per_step: Callable) -> str:
     return f"{cases} random collectives, group sizes and links"
 
 
+#: q6's smallest case: 2 ranks of 2 elements each
+_Q6_SMALL = [np.array([0, 1]), np.array([10, 11])]
+
+
+def _q6_own_chunk(buffers: list) -> list:
+    n = len(buffers)
+    return [np.split(np.asarray(b), n)[r] for r, b in enumerate(buffers)]
+
+
+def _q6_facts(fn: Callable, buffers: list, got: list, rule: Rule) -> dict[str, Any]:
+    """Show the mistake on _Q6_SMALL when the learner makes it there too, else on the failing case."""
+    try:
+        small = fn([b.copy() for b in _Q6_SMALL])
+        if _q6_same(small, rule.wrong(_Q6_SMALL)):
+            buffers, got = _Q6_SMALL, small
+    except Exception:  # noqa: BLE001 - the learner's code on the small case: fall back to the failing case
+        pass
+    want = C.all_to_all(buffers)
+    return {"call": f"all_to_all({short([b.tolist() for b in buffers], 80)})", "n": len(buffers),
+            "got": short([np.asarray(g).tolist() for g in got], 80), "want": short([w.tolist() for w in want], 80)}
+
+
+def _q6_same(got: Any, want: list) -> bool:
+    try:
+        return len(got) == len(want) and all(np.array_equal(np.asarray(g), w) for g, w in zip(got, want))
+    except TypeError:
+        return False
+
+
+@check(CHAPTER, "q6", hint=TEXTS["q6"].hint)
+def q6(all_to_all: Callable) -> str:
+    """``all_to_all(buffers)``: n 1-D arrays whose length divides by n → n arrays, rank j's holding chunk j of
+    every rank in rank order (``dist.all_to_all_single`` with equal splits)."""
+    rng = np.random.default_rng(check_seed())
+    cases = 0
+    for n in [1, 2, 3, 4, 8] + [int(k) for k in rng.integers(2, 9, size=5)]:
+        k = int(rng.integers(1, 5))
+        buffers = [rng.integers(-99, 99, size=n * k) for _ in range(n)]
+        copies = [b.copy() for b in buffers]
+        got = all_to_all([b for b in buffers])
+        expect(all(np.array_equal(b, c) for b, c in zip(buffers, copies)),
+               "your function changed the input buffers; work on copies")
+        want = C.all_to_all(copies)
+        expect(isinstance(got, (list, tuple)) and len(got) == n,
+               f"{n} ranks: expected a list of {n} arrays (one per rank), got {short(got)}")
+        if not _q6_same(got, want):
+            for rule in RULES["q6"].values():
+                if _q6_same(got, rule.wrong(copies)):
+                    rule.fail(**_q6_facts(all_to_all, copies, got, rule))
+            r = next(r for r in range(n) if not np.array_equal(np.asarray(got[r]), want[r]))
+            expect(False, f"{n} ranks of {n * k} elements: rank {r} holds {short(np.asarray(got[r]).tolist(), 60)}, "
+                   f"expected {short(want[r].tolist(), 60)} (chunk {r} of each rank, in rank order)")
+        cases += 1
+    return f"{cases} random all-to-alls, every rank's buffer as dist.all_to_all_single leaves it"
+
+
 # The named mistakes, by question: Rule(name, symptom, ask, fix, wrong=a wrong implementation); formulas per table.
 RULES: dict[str, Rules] = {
     "q1": Rules(
@@ -394,6 +451,13 @@ RULES: dict[str, Rules] = {
         Rule("units", wrong=lambda c, s, o, n, b: _q5_time(c, s, o, n, b) * 1e9),     # GB/s taken for bytes/s
         formula="t = ops_per_step × S × factor / (busbw_GBps × 1e9); factor " + _FACTORS,
         texts=TEXTS["q5"]),
+    "q6": Rules(
+        Rule("returned_input", wrong=lambda buffers: [np.asarray(b).copy() for b in buffers]),
+        Rule("own_chunk_only", wrong=_q6_own_chunk),
+        Rule("all_gathered", wrong=lambda buffers: [np.concatenate(buffers) for _ in buffers]),
+        formula=("cut each buffer into n equal chunks; rank j's output = chunk j of rank 0, chunk j of rank 1, …, "
+                 "chunk j of rank n − 1, concatenated"),
+        texts=TEXTS["q6"]),
 }
 #: further wrong implementations a rule names (the same mistake written another way)
 _ALSO: dict[str, tuple[Callable, ...]] = {

@@ -83,6 +83,7 @@ from labsupport.fileio import PathLike, writer_gone
 from labsupport.fileio import LockHeld, hold_lock
 from labsupport.paths import DOMAINS, data_file, shown_path, work_dir
 from labsupport.datasets.tokenizer import Tokenizer, workbook_tokenizer
+from labsupport.datasets.hf_tokenizer import HFTokenizer, is_hf_tokenizer_path
 from labsupport.progress import progress
 
 #: Raw input bytes per work item (a block of whole lines).
@@ -96,6 +97,8 @@ MAX_REPORTED = 20
 AUTO_NUMBA_BYTES_PER_WORKER = 32_000_000
 #: Bump when the output of the same inputs would change (invalidates workbook_prefixes' cache).
 FORMAT_REVISION = 1
+#: The tokenizer families: the book's ``--tokenizer-library`` name → Megatron's ``--tokenizer-type`` name.
+TOKENIZER_LIBRARIES = {"sentencepiece": "SentencePieceTokenizer", "huggingface": "HuggingFaceTokenizer"}
 
 
 class PreprocessError(ValueError):
@@ -263,18 +266,23 @@ def _encode_block(task: tuple[int, int, bytes]) -> tuple:
 
 
 # ----------------------------------------------------------------------------------- main loop
-def _load_tokenizer(tokenizer):
-
-    if isinstance(tokenizer, Tokenizer):
+def load_tokenizer(tokenizer, library: str | None = None) -> Tokenizer | HFTokenizer:
+    """A tokenizer object as it is, or the model at a path: ``library`` "sentencepiece" (a ``.model``) or
+    "huggingface" (a folder with ``tokenizer.json``, or that file); None tells them apart by the path.
+    PreprocessError when the file is not of that library."""
+    if isinstance(tokenizer, (Tokenizer, HFTokenizer)):
         return tokenizer
+    if library not in (None, *TOKENIZER_LIBRARIES):
+        raise PreprocessError(f"--tokenizer-library {library}: not one of {', '.join(TOKENIZER_LIBRARIES)}")
+    hf = is_hf_tokenizer_path(tokenizer) if library is None else library == "huggingface"
     try:
-        return Tokenizer(tokenizer)
-    except (FileNotFoundError, ValueError) as exc:
+        return HFTokenizer(tokenizer) if hf else Tokenizer(tokenizer)
+    except (FileNotFoundError, ValueError, ImportError) as exc:
         raise PreprocessError(f"--tokenizer-model: {exc}") from None
 
 
 def _checked_arguments(inputs: Sequence[PathLike], json_keys: Sequence[str], workers: int, tokenizer,
-                       append_eod: bool):
+                       append_eod: bool, library: str | None = None):
     """Phase 1: the input files, keys, worker count and tokenizer, or PreprocessError saying what is wrong."""
     files = expand_inputs(inputs)
     keys = tuple(json_keys)
@@ -283,7 +291,7 @@ def _checked_arguments(inputs: Sequence[PathLike], json_keys: Sequence[str], wor
     workers = int(workers)
     if workers < 1:
         raise PreprocessError(f"--workers must be >= 1, got {workers}")
-    tok = _load_tokenizer(tokenizer)
+    tok = load_tokenizer(tokenizer, library)
     if append_eod:
         try:
             tok.eod
@@ -328,12 +336,18 @@ def _start_pool(workers: int, init: tuple):
         _init_worker(*init)
         return None
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    # A forked worker cannot use the threads `tokenizers` may have started here: say so for the fork
+    # (each worker then encodes in its own process, as Megatron's do) instead of each child warning.
+    had = "TOKENIZERS_PARALLELISM" in os.environ
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # Ctrl-C while the pool is half-built would leave worker processes that block the exit:
     # hold SIGINT until the pool exists, so the caller's cleanup can terminate it.
     held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if hasattr(signal, "pthread_sigmask") else None
     try:
         return multiprocessing.get_context(method).Pool(workers, _init_worker, init + (True,))
     finally:
+        if not had:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
         if held is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
@@ -399,7 +413,7 @@ def choose_bpe_engine(engine: str, tok, input_bytes: int, cache_problem: str | N
     if engine not in ("auto",) + BPE_ENGINES:
         raise PreprocessError(f"--bpe-engine must be one of auto, {', '.join(BPE_ENGINES)}; got {engine!r}")
     if cache_problem is not None:
-        return "sentencepiece", "no word cache"
+        return tok.library, "no word cache"
     if engine == "sentencepiece":
         return "sentencepiece", "turned off (--bpe-engine sentencepiece)"
     if engine == "auto" and input_bytes < AUTO_NUMBA_BYTES_PER_WORKER * workers:
@@ -429,10 +443,13 @@ def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *
                json_keys: Sequence[str] = ("text",), append_eod: bool = False, workers: int = 1,
                strict: bool = False, show_progress: bool = True, log=None,
                chunk_bytes: int = CHUNK_BYTES, word_cache: bool = True,
-               fine_cut: bool = False, bpe_engine: str = "auto") -> PreprocessResult:
+               fine_cut: bool = False, bpe_engine: str = "auto",
+               tokenizer_library: str | None = None) -> PreprocessResult:
     """Tokenize jsonl ``inputs`` into ``<output_prefix>_<key>_document.{bin,idx,json}`` per key.
 
-    ``tokenizer``: a :class:`labsupport.datasets.tokenizer.Tokenizer` or the path of a ``.model``.
+    ``tokenizer``: a :class:`~labsupport.datasets.tokenizer.Tokenizer` or
+    :class:`~labsupport.datasets.hf_tokenizer.HFTokenizer`, or a path (:func:`load_tokenizer`: a ``.model``, or a
+    Hugging Face tokenizer folder; ``tokenizer_library`` "sentencepiece"/"huggingface" says which, None: by the path).
     ``workers``: processes that parse and tokenize (1 = in this process).  ``word_cache``: let
     each worker keep a word-level cache when the tokenizer allows it (same output, faster; see
     the module docstring); False = one SentencePiece call per document, as before.  ``fine_cut``:
@@ -449,7 +466,8 @@ def preprocess(inputs: Sequence[PathLike], output_prefix: PathLike, tokenizer, *
     refused) → open one builder per key → encode blocks (in a pool) and append them in input
     order → write each ``.idx`` and sidecar → move them into place together.
     """
-    files, keys, workers, tok = _checked_arguments(inputs, json_keys, workers, tokenizer, append_eod)
+    files, keys, workers, tok = _checked_arguments(inputs, json_keys, workers, tokenizer, append_eod,
+                                                   tokenizer_library)
     with lock_prefix(output_prefix):
         return _preprocess_locked(files, output_prefix, tok, keys=keys, append_eod=append_eod, workers=workers,
                                   strict=strict, show_progress=show_progress, log=sys.stderr if log is None else log,
@@ -618,7 +636,7 @@ def _sidecar_extra(key: str, tok, append_eod: bool, files: list[Path], shown: li
         "json_key": key,
         "append_eod": append_eod,
         "eod": tok.eod if append_eod else None,
-        "tokenizer": {"library": "sentencepiece", "model": shown_path(tok.path),
+        "tokenizer": {"library": tok.library, "model": shown_path(tok.path),
                       "fingerprint": tok.fingerprint, "vocab_size": tok.vocab_size},
         "sources": [{"path": s, "bytes": f.stat().st_size, "lines": n, "sha256": h.hexdigest()}
                     for f, s, h, n in zip(files, shown, hashers, lines_per_file)],
@@ -645,9 +663,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="jsonl files or globs (quote globs), read in the order given")
     p.add_argument("--json-keys", nargs="+", default=["text"], metavar="KEY",
                    help="keys to tokenize; one output per key (default: text)")
-    p.add_argument("--tokenizer-library", choices=["sentencepiece"], default="sentencepiece",
-                   help="only sentencepiece (as in the book's NeMo command)")
-    p.add_argument("--tokenizer-model", required=True, help="the SentencePiece .model file")
+    p.add_argument("--tokenizer-library", choices=list(TOKENIZER_LIBRARIES), default=None,
+                   help="sentencepiece (the book's NeMo command) or huggingface; default: a folder or .json "
+                        "is huggingface, a file sentencepiece")
+    p.add_argument("--tokenizer-type", choices=list(TOKENIZER_LIBRARIES.values()), default=None,
+                   help="Megatron's spelling of --tokenizer-library (tools/preprocess_data.py)")
+    p.add_argument("--tokenizer-model", required=True,
+                   help="the SentencePiece .model file, or a Hugging Face tokenizer folder (tokenizer.json)")
     p.add_argument("--output-prefix", required=True,
                    help="writes <prefix>_<key>_document.bin/.idx/.json")
     p.add_argument("--append-eod", action="store_true",
@@ -684,6 +706,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail("preprocess: interrupted (Ctrl-C); no output was written", 130)
     if args.workers < 1:
         return fail(f"preprocess: error: --workers {args.workers}: must be ≥ 1 (tokenizing processes)", 2)
+    by_type = {v: k for k, v in TOKENIZER_LIBRARIES.items()}.get(args.tokenizer_type)
+    if by_type and args.tokenizer_library and by_type != args.tokenizer_library:
+        return fail(f"preprocess: error: --tokenizer-type {args.tokenizer_type} names the {by_type} library but "
+                    f"--tokenizer-library says {args.tokenizer_library}: give one of them", 2)
+    args.tokenizer_library = args.tokenizer_library or by_type
     sys.stdout.flush()  # what the caller printed comes before the progress bar (stderr)
     return run_command("preprocess", lambda: _named(args), {PreprocessError: 1},
                        interrupted="interrupted (Ctrl-C); no output was written", shown=shown_path)
@@ -714,7 +741,7 @@ def _run(args) -> int:
                      json_keys=args.json_keys, append_eod=args.append_eod,
                      workers=args.workers, strict=args.strict,
                      show_progress=not args.no_progress, word_cache=not args.no_word_cache,
-                     bpe_engine=args.bpe_engine)
+                     bpe_engine=args.bpe_engine, tokenizer_library=args.tokenizer_library)
     sys.stderr.flush()
     side = next(iter(res.sidecars.values()))
     files = len(side["sources"])

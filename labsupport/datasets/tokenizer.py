@@ -272,7 +272,10 @@ class Tokenizer:
     ``Tokenizer(path)`` loads any SentencePiece ``.model`` (also one trained elsewhere).
     ``encode`` adds no BOS/EOS: special ids are added explicitly by whoever needs them
     (chapter 2 appends ``eod`` per document).  Ids are Python ints in ``0..vocab_size-1``.
+    :class:`labsupport.datasets.hf_tokenizer.HFTokenizer` is the same interface for a Hugging Face tokenizer.
     """
+
+    library = "sentencepiece"
 
     def __init__(self, model_path: PathLike):
         path = Path(model_path)

@@ -215,6 +215,8 @@ def word_cache_problem(tok: Tokenizer) -> str | None:
     fallback a "▁" piece.  Then the probe texts are encoded both ways, a guard against a
     SentencePiece version whose algorithm differs.  Cached per fingerprint.
     """
+    if getattr(tok, "library", "sentencepiece") != "sentencepiece":
+        return "a Hugging Face tokenizer: the tokenizers library encodes every document (and caches words itself)"
     if tok.fingerprint not in _PROBLEMS:
         _PROBLEMS[tok.fingerprint] = _check(tok)
     return _PROBLEMS[tok.fingerprint]
@@ -375,8 +377,8 @@ class WordCache:
     def __init__(self, tokenizer: Tokenizer, dtype=None, max_words: int = WORD_CACHE_MAX_WORDS,
                  num_threads: int = 1, *, enabled: bool = True, fine: bool = False,
                  bpe_engine: str = "sentencepiece", _proof: bool = False, _fine: bool = False):
-        if not isinstance(tokenizer, Tokenizer):
-            raise TypeError(f"WordCache needs a Tokenizer, got {type(tokenizer).__name__}")
+        if not isinstance(tokenizer, Tokenizer) and getattr(tokenizer, "library", None) != "huggingface":
+            raise TypeError(f"WordCache needs a Tokenizer or an HFTokenizer, got {type(tokenizer).__name__}")
         self.tokenizer = tokenizer
         self.dtype = np.dtype(tokenizer.dtype if dtype is None else dtype)
         if self.dtype.kind not in "iu" or np.iinfo(self.dtype).max < tokenizer.vocab_size - 1:
@@ -396,7 +398,7 @@ class WordCache:
         #: words that follow a space, keyed without it: "cat" → the ids of "▁cat" (or " cat")
         self._after_space: dict[str, bytes] = {}
         self._normalize = None
-        self._word_sp = tokenizer._sp
+        self._word_sp = getattr(tokenizer, "_sp", None)   # None for an HFTokenizer (never exact: plain encoding)
         self._findall = _WORD_RE.findall
         self._space = " "
         normalizes = self.exact and _normalizes(read_model_proto(tokenizer))
@@ -416,14 +418,15 @@ class WordCache:
         self._fine_findall = None
         if self.fine_problem is None:
             self._fine_findall = _fine_re(tokenizer, self._space).findall
-        if bpe_engine not in BPE_ENGINES:
+        if bpe_engine not in BPE_ENGINES + (tokenizer.library,):   # the library itself: its own encode
             raise ValueError(f"bpe_engine must be one of {', '.join(BPE_ENGINES)}; got {bpe_engine!r}")
         #: why new words do not go through the compiled loop (None: they do; ``bpe_engine`` says which runs)
-        self.bpe_problem: str | None = "turned off" if bpe_engine == "sentencepiece" else self.problem
+        self.bpe_problem: str | None = "turned off" if bpe_engine in ("sentencepiece", tokenizer.library) \
+            else self.problem
         self._bpe_tables = None
         if bpe_engine == "numba" and not _proof and self.exact:
             self.bpe_problem, self._bpe_tables = _bpe_state(tokenizer)
-        self.bpe_engine = "numba" if self._bpe_tables is not None else "sentencepiece"
+        self.bpe_engine = "numba" if self._bpe_tables is not None else tokenizer.library
 
     def __reduce__(self):
         return (_word_cache_from_state, (self.tokenizer, self.dtype, self.max_words, self.num_threads,

@@ -3,6 +3,8 @@ where each collective appears in training.
 
 * :func:`simulate_ring_allreduce` — the ring all-reduce in plain numpy, step by step (the
   figure of which chunk each rank holds), with the bytes each rank sends.
+* :func:`all_to_all`, :func:`moe_dispatch_counts` — all-to-all over numpy rank buffers, and the token counts
+  it moves when a mixture-of-experts layer dispatches tokens to the ranks holding their experts.
 * :func:`bus_bandwidth`, :func:`algo_bandwidth`, :func:`bus_factor` — nccl-tests' algbw/busbw.
 * :func:`alpha_beta_time`, :func:`fit_alpha_beta` — the latency–bandwidth (α–β) cost model.
 * :func:`training_traffic` — bytes each collective moves per rank per training step (DP, TP, PP,
@@ -22,7 +24,8 @@ import numpy as np
 from labsupport.distributed.launch import run_workers
 
 __all__ = [
-    "RingSimulation", "ring_schedule", "simulate_ring_allreduce", "ring_bytes_per_rank",
+    "RingSimulation", "ring_schedule", "simulate_ring_allreduce", "ring_bytes_per_rank", "all_to_all",
+    "moe_dispatch_counts",
     "COLLECTIVES", "bus_factor", "algo_bandwidth", "bus_bandwidth", "alpha_beta_time", "fit_alpha_beta",
     "measure_all_reduce", "measure_local_add", "training_traffic", "pipeline_traffic",
 ]
@@ -155,6 +158,46 @@ def ring_bytes_per_rank(nbytes: float, world_size: int, algorithm: str = "ring")
     raise ValueError(f"algorithm must be 'ring' or 'naive', got {algorithm!r}")
 
 
+# ----------------------------------------------------------------------------- all-to-all
+
+def all_to_all(buffers: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """All-to-all over per-rank arrays: rank r sends chunk j of its buffer to rank j, and rank j
+    stores it as its chunk r — a transpose of the (rank, chunk) grid.
+
+    buffers: one 1-D array per rank, all of the same length L and dtype (n = len(buffers)); L must
+        divide by n (each chunk L/n elements, as ``torch.distributed.all_to_all_single`` with equal splits).
+    Returns n arrays of length L: ``out[j] = concat(chunk j of buffers[0], …, chunk j of buffers[n−1])``.
+    Each rank sends (n−1)/n·L elements (its own chunk stays), nccl-tests' busbw factor.  Inputs unchanged.
+    """
+    arrays = _validate_buffers(buffers)
+    n = len(arrays)
+    if arrays[0].ndim != 1 or arrays[0].size % n:
+        raise ValueError(f"all_to_all: each buffer must be 1-D with a length that divides by n={n} ranks, "
+                         f"got shape {arrays[0].shape}")
+    chunks = [np.split(a, n) for a in arrays]                  # chunks[src][dst]
+    return [np.concatenate([chunks[src][dst] for src in range(n)]) for dst in range(n)]
+
+
+def moe_dispatch_counts(expert_of_token: Sequence[Sequence[int]], experts_per_rank: int) -> np.ndarray:
+    """Token counts of expert-parallel MoE dispatch: ``counts[src, dst]`` tokens rank src sends to rank dst.
+
+    expert_of_token: per rank, the expert id each of its tokens is routed to (top-1; ids 0 … E−1,
+        experts laid out in blocks: rank d holds experts d·experts_per_rank … (d+1)·experts_per_rank − 1).
+    Returns an (n, n) int64 array: row src is that rank's ``input_splits`` (Megatron's name in
+    ``MoEAlltoAllTokenDispatcher``), column dst that rank's ``output_splits``; the combine all-to-all
+    sends the transpose back.
+    """
+    n = len(expert_of_token)
+    counts = np.zeros((n, n), dtype=np.int64)
+    for src, experts in enumerate(expert_of_token):
+        dst = np.asarray(experts, dtype=np.int64) // experts_per_rank
+        if dst.size and (dst.min() < 0 or dst.max() >= n):
+            raise ValueError(f"moe_dispatch_counts: rank {src} routes a token to an expert outside 0 … "
+                             f"{n * experts_per_rank - 1}")
+        counts[src] = np.bincount(dst, minlength=n)
+    return counts
+
+
 # ----------------------------------------------------------------------------- cost model
 
 def _check_world(world_size: int) -> int:
@@ -165,7 +208,8 @@ def _check_world(world_size: int) -> int:
 
 def bus_factor(collective: str, world_size: int) -> float:
     """nccl-tests' busbw/algbw factor: all_reduce 2(n−1)/n; all_gather, reduce_scatter,
-    all_to_all (n−1)/n; broadcast, reduce 1."""
+    all_to_all (n−1)/n; broadcast, reduce 1.  For all_to_all S is one rank's whole send buffer
+    (nccl-tests v2.19.6 ``src/alltoall.cu``, ``AlltoAllGetBw``: ``count * nranks * typesize`` bytes)."""
     if collective not in _FACTORS:
         raise ValueError(f"collective {collective!r} is not one of {', '.join(COLLECTIVES)} "
                          "(spelled as in torch.distributed)")

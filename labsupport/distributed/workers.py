@@ -24,7 +24,7 @@ __all__ = [
     "whoami", "fail_on_rank", "hang_on_rank", "guide_collectives",
     "guide_all_reduce_snippet", "guide_all_gather_stats_snippet", "guide_reduce_scatter_snippet",
     "guide_broadcast_snippet", "ring_all_reduce", "naive_ring_all_reduce", "ring_vs_all_reduce",
-    "ring_trace", "exit_on_rank", "print_rank_lines",
+    "ring_trace", "exit_on_rank", "all_to_all_demo", "moe_dispatch_demo", "print_rank_lines",
     "time_all_reduce", "rank_device",
 ]
 
@@ -102,6 +102,44 @@ def guide_collectives() -> dict[str, dict[str, list]]:
     dist.broadcast(x, src=0)
     out["broadcast"] = {"before": before, "after": x.tolist()}
     return out
+
+
+def all_to_all_demo(per_peer: int = 2) -> dict[str, list]:
+    """``dist.all_to_all_single`` on ``[100·rank + 0 … 100·rank + n·per_peer − 1]`` (int64, n·per_peer
+    elements): rank r receives chunk r of every rank, in rank order.  Returns ``{"before", "after"}`` lists."""
+    rank, n, dev = dist.get_rank(), dist.get_world_size(), rank_device()
+    x = torch.arange(n * per_peer, device=dev) + 100 * rank
+    y = torch.empty_like(x)
+    dist.all_to_all_single(y, x)
+    return {"before": x.tolist(), "after": y.tolist()}
+
+
+def moe_dispatch_demo(expert_of_token: list[list[int]], experts_per_rank: int) -> dict[str, list]:
+    """Expert-parallel MoE dispatch and combine with two ``all_to_all_single`` calls (uneven splits).
+
+    expert_of_token: per rank, the expert of each of its tokens (token t of rank r has value 1000·r + t);
+    rank d holds experts d·experts_per_rank …  Tokens are sorted by destination rank (stable), the
+    counts exchanged, the tokens sent; each "expert" adds 0.5 (tensor + 0.5 as a stand-in), and the
+    reverse all-to-all brings the results home.  Returns this rank's ``input_splits``,
+    ``output_splits``, the tokens it received and its tokens after the combine, in their original order.
+    """
+    rank, dev = dist.get_rank(), rank_device()
+    experts = torch.tensor(expert_of_token[rank], dtype=torch.int64, device=dev)
+    tokens = 1000.0 * rank + torch.arange(len(experts), dtype=torch.float64, device=dev)
+    dst = experts // experts_per_rank
+    order = torch.argsort(dst, stable=True)                       # permute: group tokens by destination
+    input_splits = torch.bincount(dst, minlength=dist.get_world_size())
+    output_splits = torch.empty_like(input_splits)
+    dist.all_to_all_single(output_splits, input_splits)           # everyone learns what it will receive
+    ins, outs = input_splits.tolist(), output_splits.tolist()
+    received = torch.empty(sum(outs), dtype=tokens.dtype, device=dev)
+    dist.all_to_all_single(received, tokens[order], outs, ins)    # dispatch
+    processed = received + 0.5                                    # the local experts' work
+    back = torch.empty(len(experts), dtype=tokens.dtype, device=dev)
+    dist.all_to_all_single(back, processed, ins, outs)            # combine: the reverse all-to-all
+    combined = torch.empty_like(back)
+    combined[order] = back                                        # unpermute
+    return {"input_splits": ins, "output_splits": outs, "received": received.tolist(), "combined": combined.tolist()}
 
 
 # ----------------------------------------------------------------------------- the NCCL guide's snippets

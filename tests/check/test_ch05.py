@@ -199,3 +199,34 @@ def test_q2_hint_is_tiered(capsys):
     assert "2(n−1)/n" not in first.hint and "2(n−1)/n" not in second.hint and "2(n−1)/n" in third.hint
     out = capsys.readouterr().out
     assert out.count("hint:") == 3
+
+
+def all_to_all(buffers):
+    n = len(buffers)
+    chunks = [np.split(np.asarray(b), n) for b in buffers]
+    return [np.concatenate([chunks[src][dst] for src in range(n)]) for dst in range(n)]
+
+
+def test_q6_all_to_all(capsys):
+    assert check.q6(all_to_all).passed
+    assert check.q6(C.all_to_all).passed
+    for wrong, name in ((lambda b: [np.asarray(x).copy() for x in b], "returned_input"),
+                        (lambda b: [np.split(np.asarray(x), len(b))[r] for r, x in enumerate(b)], "own_chunk_only"),
+                        (lambda b: [np.concatenate(b) for _ in b], "all_gathered")):
+        result = check.q6(wrong)
+        assert (result.status, result.mistake) == ("failed", name), result.message
+        assert "all_to_all([[0, 1], [10, 11]])" in result.message           # shown on the smallest case
+    reversed_order = check.q6(lambda b: [np.concatenate([np.split(x, len(b))[j] for x in b[::-1]])
+                                         for j in range(len(b))])
+    assert reversed_order.status == "failed" and not reversed_order.mistake
+    assert "chunk 0 of each rank, in rank order" in reversed_order.message
+    assert check.q6(lambda b: [all_to_all(b)[0]] * len(b)).status == "failed"   # right for rank 0 only
+
+    def in_place(buffers):
+        buffers[0][...] = 0
+        return all_to_all(buffers)
+
+    assert "changed the input buffers" in check.q6(in_place).message
+    assert check.q6(stub).status == "not attempted"
+    _core.reset()
+    capsys.readouterr()

@@ -15,7 +15,7 @@ from labsupport.distributed import collectives as C
 
 from tests.check.test_ch03_wrong_answers_and_hints import exercise_2
 from tests.check.test_ch04 import GOOD_Q4
-from tests.check.test_ch05 import GOOD_Q3, ring_reduce_scatter
+from tests.check.test_ch05 import GOOD_Q3, all_to_all, ring_reduce_scatter
 from tests.check.test_hint_tiers import (_comm, _epochs_raw, _fit, _global_mean_std, _positions_and_mask,
                                          _resume, _sample_documents, _spread_of_stds)
 
@@ -121,7 +121,7 @@ _PASS = {   # a correct answer for every check
     ch03.q5: _resume(), ch04.q1: lambda lengths, s: 1 - sum(lengths) / (len(lengths) * s),
     ch04.q2: lambda lengths, size: _ffd(lengths, size).tolist(), ch04.q3: _positions_and_mask(),
     ch04.q4: _q4(), ch04.q5: _sample_documents(), ch05.q1: ring_reduce_scatter, ch05.q2: _BUSBW,
-    ch05.q3: lambda: dict(GOOD_Q3), ch05.q4: _global_mean_std, ch05.q5: _comm,
+    ch05.q3: lambda: dict(GOOD_Q3), ch05.q4: _global_mean_std, ch05.q5: _comm, ch05.q6: all_to_all,
 }
 
 #: Chapters 3 and 4: the wrong answer planted for each rule of the module's RULES table, by (question,
@@ -344,6 +344,10 @@ CH05_PLANTED = {
     ("q5", "divided_by_factor"): (lambda c, s, o, n, b: o * s / C.bus_factor(c, n) / (b * 1e9), "fewer than the 2 × S"),
     ("q5", "one_operation"): (lambda c, s, o, n, b: _comm(c, s, 1, n, b), "the bus bytes of ONE all_reduce"),
     ("q5", "units"): (lambda c, s, o, n, b: _comm(c, s, o, n, b) * 1e9, "a factor 10⁹ away"),
+    ("q6", "returned_input"): (lambda b: [np.asarray(x).copy() for x in b], "every rank still holds its own buffer"),
+    ("q6", "own_chunk_only"): (lambda b: [np.split(np.asarray(x), len(b))[r] for r, x in enumerate(b)],
+                               "kept only its own chunk r"),
+    ("q6", "all_gathered"): (lambda b: [np.concatenate(b) for _ in b], "(an all-gather)"),
 }
 CH05_RULES = [(q, name) for q, table in ch05.RULES.items() for name in table]
 
@@ -375,4 +379,4 @@ def test_every_rule_of_ch05_teaches_in_tiers(question, name, capsys):
 def test_every_rule_of_ch05_has_a_planted_answer():
     """Every rule of ch05.RULES has a planted wrong answer above, and every planted answer names a rule."""
     assert set(CH05_PLANTED) == set(CH05_RULES)
-    assert len(CH05_RULES) == 17 and set(ch05.RULES) == {"q1", "q2", "q3", "q4", "q5"}
+    assert len(CH05_RULES) == 20 and set(ch05.RULES) == {"q1", "q2", "q3", "q4", "q5", "q6"}

@@ -189,11 +189,12 @@ def test_megatron_get_reads_past_the_sequence_labsupport_raises(mcore, tmp_path)
 
 
 # ----------------------------------------------------------------------------- the preprocessing CLI
-def megatron_preprocess(mc, src, model, prefix, keys, append_eod, workers=2):
+def megatron_preprocess(mc, src, model, prefix, keys, append_eod, workers=2, tokenizer_type="SentencePieceTokenizer"):
     """Megatron's own method (Pool.imap of its Encoder + megatron-core's builder), as benchmarked."""
     from benchmarks.bench_indexed import megatron_preprocess as run
 
-    run(str(src), str(model), str(prefix), workers, json_keys=tuple(keys), append_eod=append_eod)
+    run(str(src), str(model), str(prefix), workers, json_keys=tuple(keys), append_eod=append_eod,
+        tokenizer_type=tokenizer_type)
 
 
 @pytest.fixture(scope="module")

@@ -103,6 +103,45 @@ def test_bus_bandwidth_uses_nccl_tests_factors():
         assert C.bus_bandwidth("all_reduce", s, t, n) == pytest.approx(s / t / 1e9 * 2 * (n - 1) / n)
 
 
+def _nccl_tests_alltoall_busbw(count: int, typesize: int, sec: float, nranks: int) -> float:
+    """nccl-tests v2.19.6 (commit a0b82b22) src/alltoall.cu, AlltoAllGetBw, transcribed: count is the
+    per-peer element count, baseBw = count·nranks·typesize / 1e9 / sec, busBw = baseBw·(nranks−1)/nranks."""
+    base_bw = (count * nranks * typesize) / 1.0e9 / sec
+    return base_bw * ((nranks - 1) / nranks)
+
+
+def test_all_to_all_bus_factor_is_nccl_tests_definition():
+    rng = np.random.default_rng(2)
+    for _ in range(50):
+        n, count, typesize = int(rng.integers(1, 200)), int(rng.integers(1, 1 << 24)), int(rng.choice([1, 2, 4, 8]))
+        sec = float(rng.uniform(1e-6, 5.0))
+        nbytes = count * n * typesize                  # S = one rank's whole send buffer
+        assert C.bus_bandwidth("all_to_all", nbytes, sec, n) == pytest.approx(
+            _nccl_tests_alltoall_busbw(count, typesize, sec, n), rel=1e-12)
+    assert C.bus_factor("all_to_all", 8) == 7 / 8 and C.bus_factor("all_to_all", 1) == 0.0
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 7])
+def test_all_to_all_transposes_the_rank_chunk_grid(n):
+    rng = np.random.default_rng(n)
+    buffers = [rng.integers(-99, 99, size=3 * n) for _ in range(n)]
+    copies = [b.copy() for b in buffers]
+    out = C.all_to_all(buffers)
+    for dst in range(n):
+        for src in range(n):
+            assert np.array_equal(out[dst][3 * src:3 * src + 3], buffers[src][3 * dst:3 * dst + 3])
+    assert all(np.array_equal(b, c) for b, c in zip(buffers, copies))
+    assert all(np.array_equal(a, b) for a, b in zip(C.all_to_all(out), buffers))   # its own inverse
+
+
+def test_all_to_all_and_dispatch_counts_reject_bad_input():
+    with pytest.raises(ValueError, match="divides by n=2"):
+        C.all_to_all([np.arange(3), np.arange(3)])
+    with pytest.raises(ValueError, match="rank 1 routes a token to an expert outside 0 … 3"):
+        C.moe_dispatch_counts([[0, 1], [4]], 2)
+    assert C.moe_dispatch_counts([[0, 3, 3], [1, 2]], 2).tolist() == [[1, 2], [1, 1]]
+
+
 def test_bus_bandwidth_rejects_bad_input_naming_the_field():
     with pytest.raises(ValueError, match="'allreduce' is not one of all_reduce"):
         C.bus_bandwidth("allreduce", 1, 1, 2)
@@ -258,6 +297,24 @@ def test_the_four_collectives_reproduce_the_nccl_guide(warm):
     assert [o["reduce_scatter"]["before"][0] for o in out] == [1, 9, 17, 25]
     assert [o["broadcast"]["after"] for o in out] == [[1, 2, 3, 4]] * 4
     assert [o["broadcast"]["before"] for o in out] == [[1, 2, 3, 4]] + [[0, 0, 0, 0]] * 3
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_gloo_all_to_all_single_equals_the_numpy_all_to_all(warm, n):
+    out = run_workers(W.all_to_all_demo, n, (3,))
+    want = C.all_to_all([np.array(o["before"]) for o in out])
+    assert [o["after"] for o in out] == [w.tolist() for w in want]
+
+
+def test_moe_dispatch_and_combine_over_gloo():
+    routes = [[0, 3, 3, 1, 2], [2, 2, 0], [5, 4, 1, 0]]           # 3 ranks, 2 experts each
+    out = run_workers(W.moe_dispatch_demo, 3, (routes, 2))
+    counts = C.moe_dispatch_counts(routes, 2)
+    assert [o["input_splits"] for o in out] == counts.tolist()
+    assert [o["output_splits"] for o in out] == counts.T.tolist()
+    assert out[1]["received"] == [1.0, 2.0, 4.0, 1000.0, 1001.0]   # rank 0's tokens 1, 2, 4; rank 1's 0, 1
+    for r, o in enumerate(out):
+        assert o["combined"] == [1000.0 * r + t + 0.5 for t in range(len(routes[r]))]
 
 
 def test_guide_snippets_as_written_and_corrected(warm):
