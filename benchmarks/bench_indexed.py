@@ -45,6 +45,11 @@ Measured side by side in one run, on the same input, tokenizer and worker count:
    whole ``python -m labsupport preprocess`` processes with their defaults on ``--large-bytes`` of
    installed Python source (stdlib, then site-packages; ``--large-bytes 0`` skips it) against
    Megatron's method in this process and in a fresh one.
+   ``preprocess_hf`` repeats the main comparison with a Hugging Face byte-level BPE
+   (``workbook_hf_tokenizer()``): Megatron's method with megatron-core's ``HuggingFaceTokenizer``
+   (``transformers`` inside) against ``preprocess(..., tokenizer_library="huggingface")``, both one
+   thread per worker, ``.bin``/``.idx`` byte-identical; ``--hf-only`` runs just it (to
+   ``results/indexed_hf.json``).
 2. **Random access** (reads/s): ``ds[i]`` for random sequence indices, and ``ds.get(i, offset,
    length)`` for random windows, ``labsupport.datasets.indexed.IndexedDataset`` against megatron-core's
    ``IndexedDataset`` on the same files.  Target: at least equal.
@@ -80,6 +85,7 @@ from labsupport.datasets.preprocess import AUTO_NUMBA_BYTES_PER_WORKER
 from labsupport.datasets.indexed import IndexedDataset
 from labsupport.datasets.tokenizer import workbook_tokenizer
 from labsupport.datasets.preprocess_eod import megatron_tokenizer
+from labsupport.datasets.hf_tokenizer import WORKBOOK_HF_VOCAB_SIZE, workbook_hf_tokenizer
 
 RESULTS = Path(__file__).resolve().parent / "results" / "indexed.json"
 
@@ -386,6 +392,39 @@ megatron_preprocess(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]))
 """
 
 
+def bench_preprocess_hf(corpus: Path, hf_dir: str, out: Path, workers: int, repeats: int) -> dict:
+    """Best-of-``repeats`` seconds of Megatron's method with megatron-core's ``HuggingFaceTokenizer`` and of
+    ``preprocess(..., tokenizer_library="huggingface")`` on ``corpus`` (interleaved, order rotated), both with
+    the Hugging Face byte-level BPE ``hf_dir``; raises Mismatch unless their ``.bin``/``.idx`` are byte-identical."""
+    methods = ("megatron", "labsupport")
+    best, counts = dict.fromkeys(methods, float("inf")), {}
+    for r in range(repeats):
+        for name in methods[r % 2:] + methods[:r % 2]:
+            t0 = time.perf_counter()
+            if name == "megatron":
+                counts[name] = megatron_preprocess(str(corpus), hf_dir, str(out / "hf_megatron"), workers,
+                                                   tokenizer_type="HuggingFaceTokenizer")
+            else:
+                res = preprocess([corpus], out / "hf_labsupport", hf_dir, append_eod=True, workers=workers,
+                                 strict=True, show_progress=False, tokenizer_library="huggingface")
+                counts[name] = {"documents": res.documents, "tokens": res.tokens["text"]}
+            best[name] = min(best[name], time.perf_counter() - t0)
+    if counts["megatron"] != counts["labsupport"]:
+        raise Mismatch(f"Hugging Face tokenizer: different counts {counts}")
+    for ext in (".bin", ".idx"):
+        if (out / f"hf_labsupport_text_document{ext}").read_bytes() != \
+                (out / f"hf_megatron_text_document{ext}").read_bytes():
+            raise Mismatch(f"Hugging Face tokenizer: labsupport and Megatron wrote different {ext} files")
+    tokens = counts["labsupport"]["tokens"]
+    rows = {k: {"seconds": v, "tokens_per_s": tokens / v, "MB_per_s": corpus.stat().st_size / 1e6 / v}
+            for k, v in best.items()}
+    return {"tokenizer": f"workbook_hf_tokenizer() (byte-level BPE, {WORKBOOK_HF_VOCAB_SIZE} ids)",
+            "input_bytes": corpus.stat().st_size, "documents": counts["labsupport"]["documents"], "tokens": tokens,
+            "workers": workers, "repeats": repeats, "byte_identical_output": True, "methods": rows,
+            "threads": "one per worker on both sides (labsupport's workers inherit TOKENIZERS_PARALLELISM=false)",
+            "ratio_labsupport_over_megatron": rows["labsupport"]["tokens_per_s"] / rows["megatron"]["tokens_per_s"]}
+
+
 def bench_large(corpus: Path, model: str, out: Path, workers: int, repeats: int) -> dict:
     """Whole processes on a large input, best of ``repeats`` (interleaved): ``python -m
     labsupport preprocess`` with its defaults (``--bpe-engine auto``: the compiled loop from
@@ -565,6 +604,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--grid-only", action="store_true",
                     help="run only the foreign grid; writes benchmarks/results/indexed_grid.json "
                          "unless --out is given")
+    ap.add_argument("--hf-only", action="store_true",
+                    help="run only the Hugging Face tokenizer case; writes benchmarks/results/indexed_hf.json "
+                         "unless --out is given")
     ap.add_argument("--large-bytes", type=int, default=128_000_000,
                     help="bytes of installed Python source (stdlib, then site-packages) for the whole-process "
                          "CLI case (0 skips it)")
@@ -575,6 +617,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     if args.grid_only:
         return _grid_only(args)
+    if args.hf_only:
+        return _hf_only(args)
     args.out = RESULTS if args.out is None else args.out
 
 
@@ -604,6 +648,9 @@ def main(argv: list[str] | None = None) -> dict:
             large = bench_large(tmp / "large.jsonl", str(tmp / "foreign.model"), tmp / "large", args.workers,
                                 args.large_repeats)
             large.update(corpus=large_corpus, tokenizer="the foreign nmt_nfkc model (trained on the stdlib sample)")
+        (tmp / "hf").mkdir()
+        hf = bench_preprocess_hf(tmp / "corpus.jsonl", str(workbook_hf_tokenizer()), tmp / "hf", args.workers,
+                                 args.repeats)
         engine_start = bench_bpe_engine_start(tmp / "foreign.jsonl", str(tmp / "foreign.model"), tmp / "foreign",
                                               args.workers, 3, foreign["numba_seconds_saved_per_MB"])
         grid = None if args.no_grid else bench_foreign_grid(
@@ -636,6 +683,7 @@ def main(argv: list[str] | None = None) -> dict:
         "preprocess_foreign_grid": grid,
         "bpe_engine_start": engine_start,
         "preprocess_large_cli": large,
+        "preprocess_hf": hf,
         "random_access": reads,
         "targets": {"preprocess_ratio_at_2_workers": 1.5, "random_access_ratio": 1.2},
         "ratios": {"preprocess": pre["ratio_labsupport_over_megatron"],
@@ -650,6 +698,7 @@ def main(argv: list[str] | None = None) -> dict:
                    "preprocess_foreign_nmt_nfkc_no_word_cache":
                        foreign["ratio_labsupport_no_word_cache_over_megatron"],
                    "preprocess_foreign_nmt_nfkc_fine_cut": foreign["ratio_labsupport_fine_cut_over_megatron"],
+                   "preprocess_hf": hf["ratio_labsupport_over_megatron"],
                    "random_access_getitem": reads["ratio_labsupport_over_megatron"]["getitem"],
                    "random_access_get_window": reads["ratio_labsupport_over_megatron"]["get_window"]},
     }
@@ -728,6 +777,32 @@ def _grid_only(args) -> dict:
               "targets": {"preprocess_ratio_at_2_workers": 1.5}, "ratios": _grid_ratios(grid)}
     write_results(out, result)
     print(f"foreign grid: min {grid['ratio_min']:.2f}×, median {grid['ratio_median']:.2f}×; wrote {out}")
+    return result
+
+
+def _hf_only(args) -> dict:
+    """``--hf-only``: the Hugging Face tokenizer case alone (the main corpus, ``--repeat`` copies), written to
+    ``--out`` (default ``results/indexed_hf.json``, so the full results file is left alone)."""
+    out = RESULTS.with_name("indexed_hf.json") if args.out is None else args.out
+    tmp = Path(tempfile.mkdtemp(prefix="bench_indexed_hf_"))
+    try:
+        machine = _machine()
+        corpus = make_corpus(tmp / "corpus.jsonl", args.repeat)
+        hf = bench_preprocess_hf(tmp / "corpus.jsonl", str(workbook_hf_tokenizer()), tmp, args.workers, args.repeats)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    machine["loadavg_1min_at_end"] = round(os.getloadavg()[0], 2)
+    result = {"benchmark": "indexed", "parameters": {"workers": args.workers, "repeat": args.repeat,
+                                                     "repeats": args.repeats, "append_eod": True,
+                                                     "megatron_imap_chunksize": 32},
+              "machine": machine, "corpus": corpus, "preprocess_hf": hf,
+              "targets": {"preprocess_ratio_at_2_workers": 1.5},
+              "ratios": {"preprocess_hf": hf["ratio_labsupport_over_megatron"]}}
+    write_results(out, result)
+    m = hf["methods"]
+    print(f"Hugging Face tokenizer: labsupport {m['labsupport']['tokens_per_s']:,.0f} tokens/s, megatron "
+          f"{m['megatron']['tokens_per_s']:,.0f} tokens/s ({hf['ratio_labsupport_over_megatron']:.2f}×), "
+          f"byte-identical; wrote {out.name}")
     return result
 
 

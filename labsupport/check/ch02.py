@@ -1,11 +1,14 @@
-"""Checks for chapter 2 (binary indexing): parse an ``.idx`` by hand, the byte offset of
-document k, book exercise 1 (three problems of tokenizing every step, and how
-``.bin``/``.idx`` + mmap solves each), and q4, a transfer: the tokens of document k read from the
-raw bytes of an ``.idx`` and a ``.bin`` whose documents hold several sequences or none.
+"""Checks for chapter 2 (binary indexing): q1 parse an ``.idx`` by hand · q2 the byte offset of
+document k · q3 book exercise 1 (three problems of tokenizing every step, and how
+``.bin``/``.idx`` + mmap solves each) · q4, a transfer: the tokens of document k read from the
+raw bytes of an ``.idx`` and a ``.bin`` whose documents hold several sequences or none · q5 the
+embedding rows Megatron builds for a tokenizer (its padded vocabulary).
 
 q1 and q2 build fresh random datasets with :class:`labsupport.datasets.indexed.IndexedDatasetBuilder`
 (random dtype, lengths, multi-sequence and empty documents) and compare the learner's function
-with :class:`labsupport.datasets.indexed.IndexedDataset`; ``RULES`` holds the mistakes the checks name.
+with :class:`labsupport.datasets.indexed.IndexedDataset`; q5 compares with
+:func:`labsupport.models.vocab_padding.padded_vocab_size` on edge and random cases. ``RULES`` holds
+the mistakes the checks name.
 """
 from __future__ import annotations
 
@@ -17,9 +20,10 @@ from typing import Any
 import numpy as np
 
 from labsupport.datasets.indexed import IndexedDataset, IndexedDatasetBuilder, get_bin_path, get_idx_path
+from labsupport.models import vocab_padding as V
 from labsupport.check._core import blame, CheckFailed, Sealed, chapter_summary, check, check_seed, expect, short
 from labsupport.check.texts import load_texts
-from labsupport.check.rules import diagnose, in_words, Rule, Rules
+from labsupport.check.rules import diagnose, explain, in_words, Rule, Rules
 
 CHAPTER = "ch02"
 TEXTS = load_texts(CHAPTER)
@@ -445,3 +449,82 @@ def q4(document_tokens) -> str:
     return ("every document of the hand-made file, a small int32 one and 8 random datasets, multi-sequence and "
             "empty ones included")
 
+
+# ---------------------------------------------------------------------------------------------
+# q5: the embedding rows Megatron builds for a tokenizer (the padded vocabulary)
+_Q5_FORMULA = ("multiple = divisible_by × tensor_parallel; padded = ceil(vocab_size / multiple) × multiple, in "
+               "integers -(-vocab_size // multiple) * multiple; a vocab_size already on a multiple stays")
+#: (vocab_size, divisible_by, tensor_parallel), smallest first: three hand-made ones that show every mistake, then
+#: Megatron's own sizes and the edges (on a multiple, a multiple + 1, TP 1, 2, 3 and 8, divisible_by 1, 64 and 128)
+_Q5_SMALL = [(5, 4, 1), (8, 4, 1), (5, 2, 2)]
+_Q5_EDGES = _Q5_SMALL + [
+    (1, 128, 1), (1, 128, 8), (1000, 1, 1), (1001, 1, 3), (192, 64, 3), (193, 64, 3), (257, 64, 3),
+    (128, 128, 1), (129, 128, 1), (256, 128, 2), (257, 128, 2), (1024, 128, 8), (1025, 128, 8),
+    (8000, 128, 1), (8000, 128, 2), (32_000, 128, 1), (32_000, 128, 2), (32_001, 128, 1), (50_257, 128, 1),
+    (50_257, 128, 8), (65_400, 128, 2), (128_256, 128, 8), (151_643, 128, 3), (256_000, 64, 8)]
+#: how many random cases q5 draws after the edges (the count its success line states)
+Q5_RANDOM = 40
+
+
+def _q5_right(vocab: int, divisible_by: int, tp: int) -> int:
+    return V.padded_vocab_size(vocab, divisible_by, tp)
+
+
+def _q5_facts(case: tuple, got: Any) -> dict[str, Any]:
+    """What the q5 messages say about ``padded_vocab_size(*case)`` returning ``got`` (an int when a rule names it)."""
+    vocab, divisible_by, tp = case
+    multiple, want = divisible_by * tp, _q5_right(*case)
+    facts = {"call": f"padded_vocab_size({vocab}, divisible_by={divisible_by}, tensor_parallel={tp})",
+             "got": short(got), "want": want, "vocab": vocab, "divisible_by": divisible_by, "tp": tp,
+             "multiple": multiple, "k": vocab // multiple}
+    if _is_int(got):
+        got = int(got)
+        per = got / tp
+        facts.update(
+            got=got,
+            split=(f"{int(per)} rows per rank, not a multiple of {divisible_by}" if per.is_integer()
+                   else f"{got} / {tp} = {per:.4g} rows per rank, not a whole number"),
+            missing=f"id {vocab - 1}" if got == vocab - 1 else f"ids {got} … {vocab - 1}",
+            added=f"not a multiple of {multiple}" if got % multiple else f"one multiple of {multiple} more than needed")
+    return facts
+
+
+RULES["q5"] = Rules(
+    Rule("ignores_tp", wrong=lambda vocab, d, tp: -(-vocab // d) * d),
+    Rule("always_adds", wrong=lambda vocab, d, tp: (vocab // (d * tp) + 1) * d * tp),
+    Rule("rounds_down", wrong=lambda vocab, d, tp: vocab // (d * tp) * d * tp),
+    Rule("adds_multiple_not_rounds", wrong=lambda vocab, d, tp: vocab + d * tp),
+    formula=_Q5_FORMULA,
+    texts=TEXTS["q5"])
+
+
+def _q5_cases(rng: np.random.Generator) -> list[tuple[int, int, int]]:
+    """Q5_RANDOM random cases: vocabularies of every size, about half of them on a multiple or one past it."""
+    cases = []
+    for _ in range(Q5_RANDOM):
+        divisible_by = int(rng.choice([1, 8, 64, 128, 128, 256, int(rng.integers(1, 300))]))
+        tp = int(rng.choice([1, 2, 3, 4, 8, int(rng.integers(1, 17))]))
+        multiple = divisible_by * tp
+        vocab = int(rng.choice([int(rng.integers(1, 2000)), int(rng.integers(2000, 300_000)),
+                                multiple * int(rng.integers(1, 200)), multiple * int(rng.integers(1, 200)) + 1]))
+        cases.append((vocab, divisible_by, tp))
+    return cases
+
+
+@check(CHAPTER, "q5", hint=TEXTS["q5"].hint)
+def q5(padded_vocab_size) -> str:
+    """Checked: the hand-made and edge cases of :data:`_Q5_EDGES`, then :data:`Q5_RANDOM` random ones, each an
+    int equal to :func:`labsupport.models.vocab_padding.padded_vocab_size`."""
+    cases = _Q5_EDGES + _q5_cases(np.random.default_rng(check_seed()))
+    for case in cases:
+        got, want = padded_vocab_size(*case), _q5_right(*case)
+        if _is_int(got) and got == want:
+            continue
+        facts = _q5_facts(case, got)
+        expect(_is_int(got), f"{facts['call']} returned {facts['got']} ({type(got).__name__}); expected an int, "
+                             "a number of embedding rows")
+        explain(padded_vocab_size, RULES["q5"].values(), case, int(got), _q5_right,
+                lambda a, b: _is_int(a) and a == b, lambda rule: _Q5_EDGES, _q5_facts)
+        expect(False, f"{facts['call']} returned {facts['got']}, expected {want} (a multiple of {facts['multiple']})")
+    return (f"{len(_Q5_EDGES)} edge cases (on a multiple, a multiple + 1, TP 1, 2, 3 and 8, divisible_by 1, 64 and "
+            f"128) and {Q5_RANDOM} random ones, each the rows Megatron builds")

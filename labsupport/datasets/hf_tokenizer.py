@@ -113,9 +113,17 @@ class HFTokenizer:
         if config_file.is_file():
             try:
                 config = json.loads(config_file.read_text(encoding="utf-8"))
-            except (ValueError, UnicodeDecodeError) as exc:
+            except ValueError as exc:       # UnicodeDecodeError too
                 raise DataError(f"{shown_path(config_file)} is not JSON ({exc}); fix or remove it") from None
-        self._init(model_file.read_text(encoding="utf-8"), config, p)
+            if not isinstance(config, dict):
+                raise DataError(f"{shown_path(config_file)} holds a JSON {type(config).__name__}, not an object "
+                                "of settings; fix or remove it")
+        try:
+            text = model_file.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise DataError(f"{shown_path(model_file)} is not UTF-8 text, so not a Hugging Face tokenizer.json "
+                            "(a SentencePiece .model? then --tokenizer-library sentencepiece)") from None
+        self._init(text, config, p)
 
     def _init(self, text: str, config: dict, path: Path) -> None:
         try:

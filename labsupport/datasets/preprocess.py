@@ -10,7 +10,10 @@ names and flags as NeMo's ``preprocess_data_for_megatron.py`` / Megatron's
 ``tools/preprocess_data.py``.  Each document is exactly ``Tokenizer.encode(text)`` plus
 ``Tokenizer.eod`` with ``--append-eod`` (no BOS); as in Megatron's script, a document whose text
 encodes to nothing gets no EOD and no sequence (its document index is still written), so the
-document count always equals the number of good input lines.
+document count always equals the number of good input lines.  A Hugging Face tokenizer (a folder
+with ``tokenizer.json``, :mod:`labsupport.datasets.hf_tokenizer`) is taken with
+``--tokenizer-library huggingface`` or Megatron's ``--tokenizer-type HuggingFaceTokenizer`` (or
+inferred from the path); its documents are ``encode(text, add_special_tokens=False)`` plus EOS.
 
 What it saves over Megatron's ``Pool(workers).imap(encode, lines, 32)``: the main process hands
 out ~512 KiB blocks of raw lines instead of pickled single lines, each worker parses, tokenizes

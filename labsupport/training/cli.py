@@ -33,6 +33,7 @@ import datetime
 import errno
 import os
 import sys
+import time
 from typing import Sequence
 
 from labsupport.config import ConfigError
@@ -42,6 +43,9 @@ from labsupport.training.settings import DEFAULT_CONFIG
 __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_USAGE", "EXIT_ENV", "EXIT_INTERRUPTED"]
 
 EXIT_OK, EXIT_ENV, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+# a rank whose failure rank 0 reports for the group waits this long (s) for rank 0 to say it and
+# torchrun to stop it (exiting first, it had rank 0 stopped unheard); still running then, it says its own line
+_SPOKEN_FOR_S = 10.0
 INTERRUPTED = "interrupted (Ctrl-C); the checkpoints already written are intact — continue with --resume"
 
 
@@ -174,8 +178,10 @@ def _main(argv: Sequence[str] | None) -> int:
             # rank 0 speaks for the group; every rank says what happened to itself (a Ctrl-C, its
             # agent gone) and who it waited for
             shown = rank == 0 or message.startswith(f"rank {rank}: ") or "stopped responding" in message
-            if shown:
-                os.write(2, f"error: {message}\n".encode())   # not print(): os._exit would drop a buffered line
+            if not shown:       # give rank 0 the time to say it (torchrun stops this one when rank 0 has
+                time.sleep(_SPOKEN_FOR_S)   # failed); past that, this rank's problem is its own: say it
+                message = f"rank {rank}: {message}"
+            os.write(2, f"error: {message}\n".encode())   # not print(): os._exit would drop a buffered line
             os._exit(status)
         return _report(message, status)
     if rank == 0 and res.log:

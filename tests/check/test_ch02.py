@@ -2,6 +2,7 @@
 hard-coded answers, and reports an untouched stub as not attempted."""
 from __future__ import annotations
 
+import math
 import struct
 
 import numpy as np
@@ -150,3 +151,39 @@ def test_q1_header_is_an_ungraded_first_step(capsys):
     check.q1_header(stub)
     assert "not attempted" in capsys.readouterr().out
     assert len(results("ch02")) == before + 1                           # only the q1 call was recorded
+
+
+def padded_vocab_size(vocab_size, divisible_by, tensor_parallel):
+    multiple = divisible_by * tensor_parallel
+    return math.ceil(vocab_size / multiple) * multiple
+
+
+def test_q5_vocab_padding(capsys):
+    from labsupport.models.vocab_padding import padded_vocab_size as reference
+
+    result = check.q5(padded_vocab_size)
+    assert result.passed and f"{len(check._Q5_EDGES)} edge cases" in result.message, result.message
+    assert check.q5(reference).passed
+    assert check.q5(lambda v, d, t: np.int64(reference(v, d, t))).passed              # a numpy int is an int
+    for wrong, name, shown in (
+            (lambda v, d, t: -(-v // d) * d, "ignores_tp", "padded_vocab_size(5, divisible_by=2, tensor_parallel=2) "
+             "returned 6, expected 8"),
+            (lambda v, d, t: (v // (d * t) + 1) * d * t, "always_adds", "padded_vocab_size(8, divisible_by=4, "
+             "tensor_parallel=1) returned 12, expected 8"),
+            (lambda v, d, t: v // (d * t) * d * t, "rounds_down", "padded_vocab_size(5, divisible_by=4, "
+             "tensor_parallel=1) returned 4, expected 8"),
+            (lambda v, d, t: v + d * t, "adds_multiple_not_rounds", "padded_vocab_size(5, divisible_by=4, "
+             "tensor_parallel=1) returned 9, expected 8"),
+            (lambda v, d, t: v + (d * t - v % (d * t)), "always_adds", "returned 12, expected 8")):  # the same, again
+        failed = check.q5(wrong)
+        assert (failed.status, failed.mistake) == ("failed", name), failed.message
+        assert shown in failed.message, failed.message                  # shown on the smallest case
+    for other in (lambda v, d, t: v, lambda v, d, t: -(-v // t) * t, lambda v, d, t: v + 1):
+        failed = check.q5(other)
+        assert failed.status == "failed" and not failed.mistake, failed.message
+    as_float = check.q5(lambda v, d, t: float(padded_vocab_size(v, d, t)))
+    assert as_float.status == "failed" and "expected an int" in as_float.message
+    wrong_for_tp_3 = check.q5(lambda v, d, t: padded_vocab_size(v, d, t) + (t == 3))   # edges hold TP 3
+    assert wrong_for_tp_3.status == "failed" and "tensor_parallel=3" in wrong_for_tp_3.message
+    assert check.q5(stub).status == "not attempted"
+    capsys.readouterr()

@@ -21,7 +21,7 @@ from labsupport.distributed.training_memory import training_memory_gb
 
 from tests.check.test_ch00 import correct as dp_size
 from tests.check.test_ch00_memory_and_hints import exercise_5
-from tests.check.test_ch02 import GOOD as GOOD_Q3_CH02, document_byte_offset, parse_idx
+from tests.check.test_ch02 import GOOD as GOOD_Q3_CH02, document_byte_offset, padded_vocab_size, parse_idx
 from tests.check.test_hint_tiers import _dp_group, _merge_step_last_tie
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -259,6 +259,15 @@ PLANTED = {
                                     "document_tokens(<a small int32 file>, k=0) returned"),
     ("ch02", "q4", "empty_document"): (_tokens_with(empty_raises=True),
                                        "document_tokens(<the hand-made x.idx, x.bin>, k=1) raised ValueError"),
+    ("ch02", "q5", "ignores_tp"): (lambda v, d, t: -(-v // d) * d,
+                                   "padded_vocab_size(5, divisible_by=2, tensor_parallel=2) returned 6, expected 8"),
+    ("ch02", "q5", "always_adds"): (lambda v, d, t: (v // (d * t) + 1) * d * t,
+                                    "padded_vocab_size(8, divisible_by=4, tensor_parallel=1) returned 12, expected 8: "
+                                    "8 is already a multiple of 4"),
+    ("ch02", "q5", "rounds_down"): (lambda v, d, t: v // (d * t) * d * t,
+                                    "padded_vocab_size(5, divisible_by=4, tensor_parallel=1) returned 4, expected 8"),
+    ("ch02", "q5", "adds_multiple_not_rounds"): (
+        lambda v, d, t: v + d * t, "padded_vocab_size(5, divisible_by=4, tensor_parallel=1) returned 9, expected 8"),
 }
 #: every (module, question, rule name) of the rule tables of chapters 1 and 2
 RULED = [(m, q, name) for m in (ch01, ch02) for q, rules in m.RULES.items() for name in rules]
@@ -267,7 +276,7 @@ CORRECT = [(ch00.q1, dp_size), (ch00.q2, training_memory_gb), (ch00.q3, _dp_grou
            (ch01.q1, merge_step),
            (ch01.q2, tokens_per_character), (ch01.q3, compare_tokenizers),
            (ch01.q5, lambda text, merges: _bpe()(text, merges)), (ch02.q1, parse_idx), (ch02.q2, document_byte_offset),
-           (ch02.q3, lambda: dict(GOOD_Q3_CH02)), (ch02.q4, document_tokens)]
+           (ch02.q3, lambda: dict(GOOD_Q3_CH02)), (ch02.q4, document_tokens), (ch02.q5, padded_vocab_size)]
 
 
 def _ids(rows):
@@ -338,7 +347,7 @@ def test_every_rule_of_ch01_02_shows_its_tiers(module, question, name, capsys):
 def test_every_rule_of_ch01_02_has_a_planted_answer():
     """No rule of ch01.RULES or ch02.RULES goes untested, and no planted answer names a rule that does not exist."""
     assert set(PLANTED) == {(m.CHAPTER, q, name) for m, q, name in RULED}
-    assert {m.CHAPTER for m, _, _ in RULED} == {"ch01", "ch02"} and len(RULED) == 32   # 3 more: issue #29
+    assert {m.CHAPTER for m, _, _ in RULED} == {"ch01", "ch02"} and len(RULED) == 36   # 3 more: issue #29; 4: ch02 q5
 
 
 def test_every_rule_of_ch00_has_a_planted_answer_and_every_planted_answer_a_rule():
@@ -361,7 +370,9 @@ def test_correct_answers_pass_with_plain_messages(check, right, capsys):
     (ch00.q3, lambda r, tp, pp, dp: [np.int64(r), np.int64(r + 99)]),
     (ch02.q2, lambda lengths, d, itemsize, k: np.int64(3)),
     (ch02.q4, lambda raw_idx, raw_bin, k: np.array([9, 9], dtype=np.int64)),
-], ids=["ch00-q1", "ch00-q2", "ch00-q3", "ch02-q2", "ch02-q4"])
+    (ch02.q5, lambda vocab_size, divisible_by, tensor_parallel: np.int64(3)),
+    (ch02.q5, lambda vocab_size, divisible_by, tensor_parallel: np.float64(8)),
+], ids=["ch00-q1", "ch00-q2", "ch00-q3", "ch02-q2", "ch02-q4", "ch02-q5", "ch02-q5-float"])
 def test_numpy_results_print_as_plain_numbers(check, wrong, capsys):
     result = check(wrong)
     assert result.status == "failed"
@@ -386,7 +397,8 @@ def _question(notebook: str, heading: str) -> str:
     (ch01.q5, lambda text, merges: _bpe()(text, merges), "01_tokenization.ipynb", "### Exercise 5", "20 unseen texts"),
     (ch02.q1, parse_idx, "02_binary_indexing.ipynb", "### Exercise 1", "12 random"),
     (ch02.q2, document_byte_offset, "02_binary_indexing.ipynb", "### Exercise 2", "3 hand-made cases"),
-], ids=["ch01-q1", "ch00-q1", "ch00-q3", "ch01-q5", "ch02-q1", "ch02-q2"])
+    (ch02.q5, padded_vocab_size, "02_binary_indexing.ipynb", "### Exercise 5", "27 edge cases"),
+], ids=["ch01-q1", "ch00-q1", "ch00-q3", "ch01-q5", "ch02-q1", "ch02-q2", "ch02-q5"])
 def test_the_count_a_check_states_is_the_count_its_question_states(check, right, notebook, heading, count, capsys):
     result = check(right)
     assert result.passed and count in result.message, result.message
@@ -416,6 +428,7 @@ def test_ch01_q4_question_asks_for_what_the_check_requires():
     ("02_binary_indexing.ipynb", "### Exercise 1", ["[5, 2, 7]", "ValueError"]),
     ("02_binary_indexing.ipynb", "### Exercise 2", ["document_byte_offset([3, 2, 4], [0, 2, 3], 2, 1)"]),
     ("02_binary_indexing.ipynb", "### Exercise 4", ["document_tokens(raw_idx_x, raw_bin_x, 0)"]),
+    ("02_binary_indexing.ipynb", "### Exercise 5", ["padded_vocab_size(50_257, 128, 8)", "`51_200`", "an int"]),
 ], ids=lambda v: v if isinstance(v, str) and v.startswith("#") else None)
 def test_each_question_states_its_format_and_an_example_call(notebook, heading, needed):
     text = _question(notebook, heading)

@@ -14,7 +14,7 @@ from labsupport.datasets.tokenizer import compare_tokenizers, tokens_per_charact
 from labsupport.distributed import collectives as C
 from labsupport.distributed.training_memory import training_memory_gb
 
-from tests.check.test_ch02 import document_byte_offset, document_tokens, parse_idx
+from tests.check.test_ch02 import document_byte_offset, document_tokens, padded_vocab_size, parse_idx
 from tests.check.test_ch04 import GOOD_Q4
 from tests.check.test_ch05 import GOOD_Q3
 from tests.check.test_ch06 import batch_arithmetic, diagnose, dp_slice, locate_sample, restart_with_new_blend
@@ -26,7 +26,7 @@ CHOICE = {("ch00", "q4"), ("ch01", "q4"), ("ch02", "q3"), ("ch03", "q4"), ("ch04
 
 
 def test_every_question_of_every_chapter_is_listed():
-    assert len(CHECKS) == 34
+    assert len(CHECKS) == 35
     assert {m.CHAPTER for m, _ in CHECKS} == {f"ch0{i}" for i in range(7)}
 
 
@@ -270,6 +270,8 @@ MISTAKES = [
     (ch02.q4, document_tokens, _document_tokens_with(lambda idx, k: range(int(idx["document_indices"][k]),
                                                                           int(idx["document_indices"][k + 1]))[:1]),
      "returned [1, 2, 3], expected [1, 2, 3, 4, 5]"),
+    (ch02.q5, padded_vocab_size, lambda v, d, t: -(-v // d) * d, "3 rows per rank, not a multiple of 2"),
+    (ch02.q5, padded_vocab_size, lambda v, d, t: v // (d * t) * d * t, "id 4 would have no embedding row"),
     # chapter 3
     (ch03.q2, expected_epochs, _epochs_raw, "tokens read from the datasets, in a run of"),
     (ch03.q2, expected_epochs, lambda w, n, t: [1 / e for e in expected_epochs(w, n, t)], "the run takes [4.0, 4.0]"),

@@ -91,3 +91,25 @@ def test_a_bos_post_processor_is_where_the_versions_differ(build, tmp_path):
     # tokenizer_hf_no_include_special_tokens = False) has it on: every document then starts with the BOS
     want = [1] + plain if _mcore_version() >= Version("0.17") else plain
     assert theirs.tokenize(text) == want
+
+
+def test_the_benchmark_case_times_both_and_refuses_different_files(build, tmp_path, monkeypatch):
+    import benchmarks.bench_indexed as bench
+
+    corpus = tmp_path / "corpus.jsonl"
+    bench.make_corpus(corpus, 1)
+    folder = str(workbook_hf_tokenizer())
+    result = bench.bench_preprocess_hf(corpus, folder, tmp_path, workers=2, repeats=1)
+    assert result["byte_identical_output"] and result["ratio_labsupport_over_megatron"] > 0
+    assert result["tokens"] == IndexedDataset(str(tmp_path / "hf_megatron_text_document")).sequence_lengths.sum()
+    real = bench.preprocess
+
+    def one_token_short(inputs, prefix, *args, **kwargs):    # a labsupport that drops a document's last id
+        res = real(inputs, prefix, *args, **kwargs)
+        path = tmp_path / "hf_labsupport_text_document.bin"
+        path.write_bytes(path.read_bytes()[:-2] + b"\0\0")
+        return res
+
+    monkeypatch.setattr(bench, "preprocess", one_token_short)
+    with pytest.raises(bench.Mismatch, match="different .bin files"):
+        bench.bench_preprocess_hf(corpus, folder, tmp_path, workers=2, repeats=1)

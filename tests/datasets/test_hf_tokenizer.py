@@ -13,6 +13,7 @@ from labsupport.datasets.hf_tokenizer import (
     HF_SPECIAL_TOKENS, HFTokenizer, is_hf_tokenizer_path, train_byte_level_bpe, workbook_hf_tokenizer,
 )
 from labsupport.datasets.indexed import IndexedDataset
+from labsupport.datasets.utils import DataError
 from labsupport.datasets.preprocess import PreprocessError, load_tokenizer, main, preprocess
 from labsupport.datasets.tokenizer import Tokenizer, TokenizerMismatchError, workbook_tokenizer
 
@@ -130,3 +131,15 @@ def test_conflicting_spellings_are_a_usage_error(folder, tmp_path, capsys):
 def test_the_workbook_model_is_cached_and_reused():
     first = workbook_hf_tokenizer()
     assert workbook_hf_tokenizer() == first and HFTokenizer(first).vocab_size == 4000
+
+
+def test_a_damaged_folder_is_one_data_error_naming_the_file(tmp_path):
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_bytes(b"\x80\x81 not text")
+    with pytest.raises(DataError, match="tokenizer.json is not UTF-8 text"):
+        HFTokenizer(folder)
+    (folder / "tokenizer.json").write_text("{}", encoding="utf-8")
+    (folder / "tokenizer_config.json").write_text("[1, 2]", encoding="utf-8")
+    with pytest.raises(DataError, match="tokenizer_config.json holds a JSON list, not an object"):
+        HFTokenizer(folder)

@@ -307,9 +307,13 @@ def test_usage_errors(tmp_path, tok_path, capsys):
     code, _, err = run(["--input", src, "--tokenizer-model", tok_path, "--output-prefix",
                         tmp_path / "o", "--workers", "0"], capsys)
     assert code == 2 and "--workers 0: must be ≥ 1" in err   # a usage error (issue 23)
-    code, _, err = run(["--input", src, "--tokenizer-library", "huggingface", "--tokenizer-model",
+    code, _, err = run(["--input", src, "--tokenizer-library", "tiktoken", "--tokenizer-model",
                         tok_path, "--output-prefix", tmp_path / "o"], capsys)
     assert code == 2 and "invalid choice" in err
+    code, _, err = run(["--input", src, "--tokenizer-library", "huggingface", "--tokenizer-model",
+                        tok_path, "--output-prefix", tmp_path / "o"], capsys)   # a SentencePiece model
+    assert code == 1 and "error: " in err and err.count("\n") == 1 and "t.model is not UTF-8" in err, err
+    assert not list(tmp_path.glob("o.*"))
 
 
 def test_progress_bar_reports_documents_tokens_and_rate(tmp_path, tok_path, capsys, monkeypatch):
