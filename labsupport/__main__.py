@@ -15,7 +15,7 @@ it is the interpreter's start-up and ``labsupport/__init__.py``, ~0.07 s, which 
 to a handler yet).  While the command runs, the first Ctrl-C raises ``KeyboardInterrupt`` (the
 command's ``main`` turns it into its one line and 130) and the ones after it are ignored, so a
 second Ctrl-C 30 ms later cannot interrupt that line or the cleanup before it
-(:func:`interrupt_once`).  ``python -m labsupport``
+(:func:`interrupt_once`; the installed ``labsupport`` script alike).  ``python -m labsupport``
 alone or with ``-h``/``--help`` prints the commands (exit 0); an unknown command is one line, exit 2.
 """
 from __future__ import annotations
@@ -110,9 +110,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # one line, as the command's main() does once it runs
         print(command.interrupted, file=sys.stderr)
         return 130
-    if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:   # run as python -m labsupport
+    # python -m labsupport (its start-up handler) or the installed `labsupport` script (Python's default
+    # handler): one KeyboardInterrupt, then ignored, while the command runs; a host's own handler (a Jupyter
+    # kernel's) is left alone, and the one before is back once the command returns
+    before = signal.getsignal(signal.SIGINT)
+    if before in (_interrupted_while_starting, signal.default_int_handler):
         signal.signal(signal.SIGINT, interrupt_once)
-    return module.main(args[1:])
+    try:
+        return module.main(args[1:])
+    finally:
+        if before in (_interrupted_while_starting, signal.default_int_handler):
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""Checks for chapter 4 (sequence packing and boundary masks): padding share, first-fit
-decreasing, position ids and block mask from EOD positions, book exercise 3, and the document
-pieces a GPT sample reads (a transfer exercise: the chapter prints the sample index, not this).
+"""Checks for chapter 4 (sequence packing and boundary masks): q1 the padding share · q2 first-fit
+decreasing · q3 position ids and block mask from EOD positions · q4 book exercise 3 · q5 the document
+pieces a GPT sample reads (a transfer exercise: the chapter prints the sample index, not this) · q6
+the multiple every packed sequence is padded to under context and sequence parallelism (THD).
 
 The mistakes a check recognises by name are the rows of :data:`RULES`, one table per question (see
 :mod:`labsupport.check.rules`), each shown on the smallest input where the learner's function makes it.
@@ -8,6 +9,7 @@ Every text a learner reads — feedback, messages, the option lists — is in ``
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -17,6 +19,7 @@ from labsupport.datasets.bin_packing import first_fit as _first_fit
 from labsupport.datasets.bin_packing import first_fit_decreasing as _ffd
 from labsupport.datasets.bin_packing import padding_share as _padding_share
 from labsupport.datasets.gpt_samples import build_sample_idx, get_ltor_masks_and_position_ids, sample_segments
+from labsupport.datasets.sft_packing import pad_seq_to_mult as _pad_seq_to_mult
 from labsupport.check._core import chapter_summary, check, check_seed, expect, parts, same_set, Sealed, short, StepDone
 from labsupport.check.texts import load_texts
 from labsupport.check.rules import Rule, Rules, explain, in_words
@@ -495,5 +498,56 @@ def q5(sample_documents) -> str:
     return f"{cases} random streams with repeated documents (epochs)"
 
 
+# --- q6: the multiple a packed sequence is padded to under CP and SP (THD) ------------------------
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _cp_multiple(cp: int) -> int:
+    return 2 * cp if cp > 1 else 1
+
+
+def _sp_multiple(cp: int, tp: int, sp: bool) -> int:
+    return cp * tp if sp and tp > 1 else 1
+
+
+#: every (context_parallel_size, tensor_parallel_size, sequence_parallel) with CP and TP in 1…8, smallest first
+_Q6_CASES = sorted(itertools.product(range(1, 9), range(1, 9), (False, True)),
+                   key=lambda c: (c[0] * c[1], c[0], c[1], c[2]))
+_Q6 = Rules(   # tried in this order: sp_when_off before doubles_cp_1, tp_only before sp_ignored (they overlap)
+    Rule("cp_not_doubled", wrong=lambda cp, tp, sp: math.lcm(cp, _sp_multiple(cp, tp, sp))),
+    Rule("sp_when_off", wrong=lambda cp, tp, sp: math.lcm(_cp_multiple(cp), _sp_multiple(cp, tp, True))),
+    Rule("doubles_cp_1", wrong=lambda cp, tp, sp: math.lcm(2 * cp, _sp_multiple(cp, tp, sp))),
+    Rule("sp_over_tp_only", wrong=lambda cp, tp, sp: math.lcm(_cp_multiple(cp), tp if sp and tp > 1 else 1)),
+    Rule("sp_ignored", wrong=lambda cp, tp, sp: _cp_multiple(cp)),
+    Rule("product_not_lcm", wrong=lambda cp, tp, sp: _cp_multiple(cp) * _sp_multiple(cp, tp, sp)),
+    texts=TEXTS["q6"])
+
+
+def _q6_facts(case: tuple, got: Any) -> dict[str, Any]:
+    """What the q6 messages say about ``pad_multiple(*case)`` returning ``got``."""
+    cp, tp, sp = case
+    return {"call": f"pad_multiple({cp}, {tp}, {sp})", "got": short(got), "type": type(got).__name__,
+            "want": _pad_seq_to_mult(*case), "cp": cp, "tp": tp, "sp": sp, "two_cp": 2 * cp, "cp_tp": cp * tp,
+            "cp_multiple": _cp_multiple(cp), "sp_multiple": _sp_multiple(cp, tp, sp)}
+
+
+@check(CHAPTER, "q6", hint=TEXTS["q6"].hint)
+def q6(pad_multiple) -> str:
+    """Checked: every case of :data:`_Q6_CASES`, each an int equal to
+    :func:`labsupport.datasets.sft_packing.pad_seq_to_mult`."""
+    for case in _Q6_CASES:
+        got, want = pad_multiple(*case), _pad_seq_to_mult(*case)
+        if _is_int(got) and got == want:
+            continue
+        facts = _q6_facts(case, got)
+        expect(_is_int(got), _say("q6", "not_int", **facts))
+        explain(pad_multiple, _Q6.values(), case, int(got), _pad_seq_to_mult, lambda a, b: _is_int(a) and a == b,
+                lambda rule: _Q6_CASES, _q6_facts)
+        expect(False, _say("q6", "wrong", **facts))
+    return (f"all {len(_Q6_CASES)} combinations of CP 1…8, TP 1…8 and sequence parallelism on and off, each "
+            "Megatron-Bridge's pad_seq_to_mult")
+
+
 #: Every named mistake of this chapter's checks, by question (see labsupport.check.rules).
-RULES: dict[str, Rules] = {"q1": _Q1, "q2": _Q2, "q3": _Q3, "q4": _Q4, "q5": _Q5}
+RULES: dict[str, Rules] = {"q1": _Q1, "q2": _Q2, "q3": _Q3, "q4": _Q4, "q5": _Q5, "q6": _Q6}

@@ -845,6 +845,12 @@ def blend_report(weights: Sequence[float], samples_per_epoch: Sequence[int], siz
             warns.append(f"⚠ {names[d]}: {epochs:.1f} epochs > {warn_epochs:g} — each of its documents is read "
                          f"about {epochs:.1f} times (in new sample windows each epoch, the same text): "
                          "memorisation risk (book §6.2.9). Lower its weight, add data, or accept it knowingly.")
+        if w[d] == 0 and drawn[d]:
+            times = f"{int(drawn[d])} time{'s' if drawn[d] > 1 else ''}"
+            warns.append(f"note: {names[d]} has weight 0 yet is drawn {times}: the rule picks the largest "
+                         "error w·max(i, 1) − count, a weight-0 dataset's is 0, and at a step where every other "
+                         "dataset is exactly on its share that 0 ties and the lowest index wins; then its error is "
+                         "−1 and it is never picked again. Leave it out of the blend to draw nothing.")
     return BlendReport(rows, size, float(warn_epochs), _max_deviation(di, w), warns)
 
 

@@ -2,6 +2,8 @@
 hard-coded answers, and reports an untouched stub as not attempted."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from labsupport.check import ch04 as check
@@ -146,3 +148,67 @@ def test_q4_names_every_failing_part():
     result = check.q4(lambda: {**GOOD_Q4, "b_speedup": 2.0, "c_must_do": ["block_mask"]})
     assert result.status == "failed" and "2 parts to fix" in result.message
     assert "(b) speed-up 2" in result.message and "(c) not the right set" in result.message
+
+
+def pad_multiple(context_parallel_size, tensor_parallel_size, sequence_parallel):
+    cp_multiple = 2 * context_parallel_size if context_parallel_size > 1 else 1
+    sp_multiple = context_parallel_size * tensor_parallel_size if sequence_parallel and tensor_parallel_size > 1 else 1
+    return cp_multiple * sp_multiple // math.gcd(cp_multiple, sp_multiple)
+
+
+def test_q6_pad_multiple(capsys):
+    from labsupport.datasets.sft_packing import pad_seq_to_mult as reference
+
+    result = check.q6(pad_multiple)
+    assert result.passed and f"all {len(check._Q6_CASES)} combinations" in result.message, result.message
+    assert len(check._Q6_CASES) == 128 and check._Q6_CASES[0] == (1, 1, False)
+    assert check.q6(reference).passed
+    assert check.q6(lambda cp, tp, sp: np.int64(reference(cp, tp, sp))).passed       # a numpy int is an int
+    assert pad_multiple(2, 4, True) == 8 and pad_multiple(1, 4, True) == 4           # Bridge's own example
+    cp_m = lambda cp: 2 * cp if cp > 1 else 1                                         # noqa: E731
+    sp_m = lambda cp, tp, sp: cp * tp if sp and tp > 1 else 1                          # noqa: E731
+    for wrong, name, shown in (
+            (lambda cp, tp, sp: math.lcm(cp, sp_m(cp, tp, sp)), "cp_not_doubled",
+             "pad_multiple(2, 1, False) returned 2, expected 4"),
+            (lambda cp, tp, sp: math.lcm(2 * cp, sp_m(cp, tp, sp)), "doubles_cp_1",
+             "pad_multiple(1, 1, False) returned 2, expected 1"),
+            (lambda cp, tp, sp: cp_m(cp), "sp_ignored", "pad_multiple(1, 2, True) returned 1, expected 2"),
+            (lambda cp, tp, sp: math.lcm(cp_m(cp), sp_m(cp, tp, True)), "sp_when_off",
+             "pad_multiple(1, 2, False) returned 2, expected 1"),
+            (lambda cp, tp, sp: cp_m(cp) * sp_m(cp, tp, sp), "product_not_lcm",
+             "pad_multiple(2, 2, True) returned 16 = 4 × 4, expected 4"),
+            (lambda cp, tp, sp: math.lcm(cp_m(cp), tp if sp and tp > 1 else 1), "sp_over_tp_only",
+             "pad_multiple(2, 4, True) returned 4, expected 8"),
+            (lambda cp, tp, sp: cp if cp > 1 else 1, "sp_ignored",              # two mistakes: the first shown
+             "pad_multiple(1, 2, True) returned 1, expected 2")):
+        failed = check.q6(wrong)
+        assert (failed.status, failed.mistake) == ("failed", name), failed.message
+        assert shown in failed.message, failed.message                  # shown on the smallest case
+    # SP's CP·TP without the TP > 1 test is the same rule (TP = 1: lcm(2·CP, CP) = 2·CP): no mistake to name
+    assert check.q6(lambda cp, tp, sp: math.lcm(cp_m(cp), cp * tp if sp else 1)).passed
+    for other in (lambda cp, tp, sp: 3, lambda cp, tp, sp: reference(cp, tp, sp) + (cp == 8)):
+        failed = check.q6(other)
+        assert failed.status == "failed" and not failed.mistake, failed.message
+    for not_int in (lambda *a: float(reference(*a)), lambda *a: reference(*a) == 1, lambda *a: True):
+        failed = check.q6(not_int)
+        assert failed.status == "failed" and "expected an int" in failed.message, failed.message
+    assert check.q6(stub).status == "not attempted"
+    capsys.readouterr()
+
+
+def test_q6_question_states_the_count_the_format_and_bridges_example(capsys):
+    """The question says what the check tests (all 128 cases, an int) and Bridge's own example, which passes."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "solutions" / "04_packing_and_masks.ipynb"
+    text = next("".join(c["source"]) for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
+                if c["cell_type"] == "markdown" and "".join(c["source"]).startswith("### Exercise 6"))
+    result = check.q6(pad_multiple)
+    assert result.passed and "all 128 combinations" in result.message and "all 128 combinations" in text
+    words = " ".join(text.split())                                   # the lines as one, however wrapped
+    for needed in ("pad_multiple(2, 4, True)` returns `8`", "pad_multiple(1, 4, True)` returns `4`", "an int",
+                   "2·CP chunks", "CP·TP ranks", "pad_seq_to_mult"):
+        assert needed in words, needed
+    assert "(transfer)" not in text.splitlines()[0]                  # q5 is the chapter's transfer question
+    capsys.readouterr()

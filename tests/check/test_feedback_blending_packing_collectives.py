@@ -4,6 +4,8 @@ the fix; the fix on a repeat; the formula from the third time on — in plain nu
 (b): the gain with whole 300-token examples in rows of 4096 is exactly 13."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -14,7 +16,7 @@ from labsupport.datasets.blending import cap_weights, expected_epochs, greedy_st
 from labsupport.distributed import collectives as C
 
 from tests.check.test_ch03_wrong_answers_and_hints import exercise_2
-from tests.check.test_ch04 import GOOD_Q4
+from tests.check.test_ch04 import GOOD_Q4, pad_multiple
 from tests.check.test_ch05 import GOOD_Q3, all_to_all, ring_reduce_scatter
 from tests.check.test_hint_tiers import (_comm, _epochs_raw, _fit, _global_mean_std, _positions_and_mask,
                                          _resume, _sample_documents, _spread_of_stds)
@@ -107,6 +109,14 @@ def _population_std(stats):
     return mean, np.sqrt((ss - n * mean ** 2) / n)
 
 
+def _cp_multiple(cp):
+    return 2 * cp if cp > 1 else 1
+
+
+def _sp_multiple(cp, tp, sp):
+    return cp * tp if sp and tp > 1 else 1
+
+
 def _q4(**change):
     return lambda: {**GOOD_Q4, **change}
 
@@ -120,7 +130,7 @@ _PASS = {   # a correct answer for every check
     ch03.q1: _greedy(_MEGATRON), ch03.q2: expected_epochs, ch03.q3: cap_weights, ch03.q4: exercise_2,
     ch03.q5: _resume(), ch04.q1: lambda lengths, s: 1 - sum(lengths) / (len(lengths) * s),
     ch04.q2: lambda lengths, size: _ffd(lengths, size).tolist(), ch04.q3: _positions_and_mask(),
-    ch04.q4: _q4(), ch04.q5: _sample_documents(), ch05.q1: ring_reduce_scatter, ch05.q2: _BUSBW,
+    ch04.q4: _q4(), ch04.q5: _sample_documents(), ch04.q6: pad_multiple, ch05.q1: ring_reduce_scatter, ch05.q2: _BUSBW,
     ch05.q3: lambda: dict(GOOD_Q3), ch05.q4: _global_mean_std, ch05.q5: _comm, ch05.q6: all_to_all,
 }
 
@@ -176,6 +186,19 @@ PLANTED = {
         ("q5", "s_tokens"): (lambda *a: _walk(*a, n_tokens=a[2]), "the S = 2 inputs only"),
         ("q5", "stop_inclusive"): (lambda *a: _walk(*a, inclusive=True), "one token short"),
         ("q5", "ignores_doc_idx"): (lambda *a: _walk(*a, order=True), "sample_documents([2, 3], [1, 0], 2, 0)"),
+        ("q6", "cp_not_doubled"): (lambda cp, tp, sp: math.lcm(cp, _sp_multiple(cp, tp, sp)),
+                                   "pad_multiple(2, 1, False) returned 2, expected 4: with CP = 2 each sequence is "
+                                   "cut into 2·CP = 4 chunks"),
+        ("q6", "sp_when_off"): (lambda cp, tp, sp: math.lcm(_cp_multiple(cp), _sp_multiple(cp, tp, True)),
+                                "pad_multiple(1, 2, False) returned 2, expected 1: sequence parallelism is off"),
+        ("q6", "doubles_cp_1"): (lambda cp, tp, sp: math.lcm(2 * cp, _sp_multiple(cp, tp, sp)),
+                                 "pad_multiple(1, 1, False) returned 2, expected 1"),
+        ("q6", "sp_over_tp_only"): (lambda cp, tp, sp: math.lcm(_cp_multiple(cp), tp if sp and tp > 1 else 1),
+                                    "pad_multiple(2, 4, True) returned 4, expected 8: 4 is a multiple of TP = 4"),
+        ("q6", "sp_ignored"): (lambda cp, tp, sp: _cp_multiple(cp),
+                               "pad_multiple(1, 2, True) returned 1, expected 2"),
+        ("q6", "product_not_lcm"): (lambda cp, tp, sp: _cp_multiple(cp) * _sp_multiple(cp, tp, sp),
+                                    "pad_multiple(2, 2, True) returned 16 = 4 × 4, expected 4 = lcm(4, 4)"),
     },
 }
 #: every (module, question, rule name) of the chapters' rule tables

@@ -15,7 +15,7 @@ from labsupport.distributed import collectives as C
 from labsupport.distributed.training_memory import training_memory_gb
 
 from tests.check.test_ch02 import document_byte_offset, document_tokens, padded_vocab_size, parse_idx
-from tests.check.test_ch04 import GOOD_Q4
+from tests.check.test_ch04 import GOOD_Q4, pad_multiple
 from tests.check.test_ch05 import GOOD_Q3
 from tests.check.test_ch06 import batch_arithmetic, diagnose, dp_slice, locate_sample, restart_with_new_blend
 
@@ -26,7 +26,7 @@ CHOICE = {("ch00", "q4"), ("ch01", "q4"), ("ch02", "q3"), ("ch03", "q4"), ("ch04
 
 
 def test_every_question_of_every_chapter_is_listed():
-    assert len(CHECKS) == 35
+    assert len(CHECKS) == 36
     assert {m.CHAPTER for m, _ in CHECKS} == {f"ch0{i}" for i in range(7)}
 
 
@@ -307,6 +307,9 @@ MISTAKES = [
     (ch04.q4, lambda: dict(GOOD_Q4), lambda: {**GOOD_Q4, "a_padding_share": 100 * (1 - 300 / 4096)},
      "a share above 1"),
     (ch04.q5, _sample_documents(), _sample_documents(stride_extra=1), "share no token"),
+    (ch04.q6, pad_multiple, lambda cp, tp, sp: 2 * cp if cp > 1 else 1, "split over CP·TP = 2 ranks"),
+    (ch04.q6, pad_multiple, lambda cp, tp, sp: pad_multiple(cp, tp, sp) * (1 + (cp == 1 and tp == 1)),
+     "no context parallelism and no chunks"),
     # chapter 5
     (ch05.q3, lambda: dict(GOOD_Q3), lambda: {**GOOD_Q3, "zero_bytes_ratio": 0.5}, "ONE of ZeRO's two collectives"),
     (ch05.q4, _global_mean_std, _spread_of_stds, "how much they differ from each other"),

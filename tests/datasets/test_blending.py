@@ -623,3 +623,23 @@ def test_checks_fail_wrong_answers(capsys):
     wrong = lambda total, code, weight: {"a": ["no_effect"], "b_code_epochs": 1.0, "b": [], "c": [],  # noqa: E731
                                          "a_why": "", "b_why": "", "c_why": ""}
     assert _status(ch03.q4(wrong)) == "failed"
+
+
+def test_a_weight_0_dataset_is_drawn_at_most_once_and_the_report_says_why():
+    rep = bl.blend_report([0, 0.5, 0.5], [1000] * 3, 5000, names=["web", "code", "books"])
+    assert [r.drawn for r in rep.rows] == [1, 2500, 2499]
+    assert len(rep.warnings) == 1 and rep.warnings[0].startswith("note: web has weight 0 yet is drawn 1 time: ")
+    assert "lowest index wins" in str(rep)
+    last = bl.blend_report([0.5, 0.5, 0], [1000] * 3, 5000)          # listed last it never wins the tie
+    assert last.rows[2].drawn == 0 and not last.warnings
+    rng = np.random.default_rng(0)
+    for _ in range(200):                                           # the rule's bound, on blends we did not choose
+        w = rng.random(int(rng.integers(2, 6)))
+        w[int(rng.integers(0, w.size))] = 0
+        w = np.round(w * 4) / 4 if rng.random() < 0.5 else w
+        if w.sum() == 0:
+            continue
+        rep = bl.blend_report(w, [10_000] * w.size, 3000)
+        for r in rep.rows:
+            assert r.target > 0 or r.drawn <= 1
+        assert sum(r.target == 0 and r.drawn == 1 for r in rep.rows) == sum(x.startswith("note:") for x in rep.warnings)

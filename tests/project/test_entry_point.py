@@ -83,6 +83,29 @@ def test_ctrl_c_while_importing_is_the_commands_line_and_130(name, capsys, monke
     assert out == "" and err.splitlines() == [INTERRUPTED[entry.ALIASES.get(name, name)]]
 
 
+def test_while_a_command_runs_the_first_ctrl_c_interrupts_and_the_next_are_ignored(monkeypatch):
+    """The installed ``labsupport`` script starts with Python's default handler: the command runs under
+    interrupt_once as under python -m, and the handler before is back afterwards."""
+    import signal
+    import types
+
+    seen = []
+    fake = types.ModuleType("fake_command")
+    fake.main = lambda argv: seen.append(signal.getsignal(signal.SIGINT)) or 0
+    monkeypatch.setitem(sys.modules, "fake_command", fake)
+    monkeypatch.setitem(entry.COMMANDS, "fake", entry.Command("fake_command", "a test", "fake: interrupted"))
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert entry.main(["fake"]) == 0
+        assert seen == [entry.interrupt_once] and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        host = lambda signum, frame: None                              # noqa: E731 - a host's own handler
+        signal.signal(signal.SIGINT, host)
+        assert entry.main(["fake"]) == 0
+        assert seen[-1] is host and signal.getsignal(signal.SIGINT) is host   # a Jupyter kernel's: untouched
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def test_the_script_is_the_entry_point():
     scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
     assert scripts == {"labsupport": "labsupport.__main__:main"}
