@@ -21,13 +21,20 @@ What is measured (each part records its inputs):
   and the α–β model predicts the ring on NVLink and on InfiniBand (chapter 5);
 * ``end_to_end`` — chapter 6's run (``configs/megatron_gpt_tiny.yaml``) on CUDA with bf16: the
   loss at the first and last step and the median training tokens/s;
+* ``reproducibility`` — chapter 6's run repeated, each run a fresh process: twice with
+  ``trainer.deterministic=true`` and twice without; whether each pair's losses are bitwise equal
+  (labsupport/training/determinism.py says what the switch sets and what it cannot);
 * ``test_gpu`` — pass/fail/skip counts and seconds from ``make test-gpu``'s JUnit XML.
 """
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import json
+import os
+import subprocess
 import sys
+import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -227,6 +234,43 @@ def end_to_end(device, steps: int) -> dict[str, Any]:
             "median_tokens_per_s": float(np.median([r["tokens_per_s"] for r in warm]))}
 
 
+def _run_losses(deterministic: bool, device_type: str, steps: int, folder: Path) -> dict[str, Any]:
+    """One ``python -m labsupport train`` process of ``steps`` steps: its exit status, losses and last stderr line.
+
+    ``CUBLAS_WORKSPACE_CONFIG`` is removed from the child's environment, so that only the switch sets it."""
+    from labsupport.paths import REPO_ROOT  # noqa: PLC0415 - labsupport.paths only for this part (start-up time)
+
+    log = folder / f"log-{'on' if deterministic else 'off'}-{len(list(folder.iterdir()))}.jsonl"
+    cmd = [sys.executable, "-m", "labsupport", "train", "--no-progress", "--log-file", str(log),
+           f"trainer.max_steps={steps}", f"trainer.accelerator={'gpu' if device_type == 'cuda' else 'cpu'}",
+           f"trainer.deterministic={str(deterministic).lower()}"]
+    env = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"}
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    losses = [json.loads(x)["loss"] for x in log.read_text().splitlines()] if log.exists() else []
+    said = [x for x in lines if x.startswith("train: trainer.deterministic=true")]
+    return {"returncode": proc.returncode, "losses": losses, "last_stderr": lines[-1] if lines else "",
+            "line": said[0] if said else None}
+
+
+def reproducibility(device, steps: int) -> dict[str, Any]:
+    """Chapter 6's run twice with ``trainer.deterministic=true`` and twice without, each a fresh process
+    (CUDA reads ``CUBLAS_WORKSPACE_CONFIG`` when its runtime initialises; PyTorch's own test harness starts a
+    new process for it); per switch setting: both runs' losses, whether they are bitwise equal and the
+    largest |difference| between them (the loss's own unit)."""
+    out: dict[str, Any] = {"config": "configs/megatron_gpt_tiny.yaml", "steps": steps,
+                           "nccl_algo": os.environ.get("NCCL_ALGO")}
+    with tempfile.TemporaryDirectory(prefix="repro-") as tmp:
+        for deterministic in (True, False):
+            runs = [_run_losses(deterministic, device.type, steps, Path(tmp)) for _ in range(2)]
+            a, b = runs[0]["losses"], runs[1]["losses"]
+            complete = all(r["returncode"] == 0 and len(r["losses"]) == steps for r in runs)
+            out["deterministic" if deterministic else "default"] = {
+                "runs": runs, "completed": complete, "bitwise_equal": complete and a == b,
+                "max_abs_difference": max((abs(x - y) for x, y in zip(a, b)), default=None) if complete else None}
+    return out
+
+
 def junit_summary(path: Path) -> dict[str, Any]:
     """Counts and seconds of a pytest JUnit XML file (``pytest --junitxml``)."""
     try:
@@ -268,6 +312,7 @@ def main(argv: list[str] | None = None) -> dict:
             mean_tokens=24 if toy else 300, steps=3 if toy else 30, seed=args.seed),
         "collectives": collectives(device, [1 << k for k in range(10, 17 if toy else 31, 2)]),
         "end_to_end": end_to_end(device, 3 if toy else 300),
+        "reproducibility": reproducibility(device, 2 if toy else 20),
     }
     if toy:
         result["note"] = "--device cpu: toy sizes to test the code; these numbers are not GPU measurements"

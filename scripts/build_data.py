@@ -1105,6 +1105,7 @@ def render_readme(manifest: dict[str, Any]) -> str:
             % (name, f["description"], f["documents"], human(f["bytes"]), f["bytes"],
                f["sha256"], ", ".join("`%s`" % k for k in f["keys"]), src,
                f["processing"], f["licence"])
+            + ("\n" + README_NOTES[name] + "\n" if name in README_NOTES else "")
         )
     licences = "\n".join("- `%s` (sha256 `%s`)" % (n, d) for n, d in manifest["licenses"].items())
     extra = ""
@@ -1115,6 +1116,17 @@ def render_readme(manifest: dict[str, Any]) -> str:
         rows=rows, total=human(total), sections="\n".join(sections), licences=licences,
         python=manifest["python"], extra=extra,
     )
+
+
+#: Paragraphs after a file's section: how the workbook uses the file beyond its own lines (not in the manifest).
+README_NOTES: dict[str, str] = {
+    "sft.jsonl": (
+        "Chapter 4 also builds multi-turn chat conversations from these pairs, with no file of their own\n"
+        "(`labsupport.datasets.chat_sft.conversations_from_pairs`): walking the pairs in order, each\n"
+        "conversation takes the next 1-3 of them (a seeded draw) as user/assistant turns after an optional\n"
+        "system message, so every pair is used once and the sources and licences above apply unchanged."
+    ),
+}
 
 
 README_TEMPLATE = """\

@@ -78,6 +78,7 @@ SLOW_TESTS = {
     "project/test_hygiene.py::test_ruff_check_passes_outside_the_pending_paths",   # runs ruff
     "notebooks/test_workbook_helpers.py::test_mmap_loaders_share_one_page_cache_and_loaders_that_load_each_hold_a_copy",
     "training/test_schema.py::test_the_command_exits_2_with_one_line_naming_the_field",
+    "training/test_determinism.py::test_on_cuda_repeated_runs_are_bitwise_equal_with_the_switch",   # 4 trains
     "training/test_locks.py::test_the_lock_of_a_killed_holder_is_taken_over",
     "training/test_locks.py::test_a_save_dir_locked_by_a_killed_trainer_is_taken_over",
     "training/test_locks.py::test_a_forked_child_does_not_keep_its_parents_lock",

@@ -199,6 +199,11 @@ class HFTokenizer:
         """``[encode(t) for t in texts]`` (``tokenizers`` may use several threads; ``num_threads`` is ignored)."""
         return [e.ids for e in self._tk.encode_batch(list(texts), add_special_tokens=False)]
 
+    def encode_with_offsets(self, texts: Sequence[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+        """For each text: its ids (as :meth:`encode`) and each token's ``(start, end)`` *character* span in the
+        text (tokens of one multi-byte character share its span) — what a loss mask by character spans needs."""
+        return [(e.ids, list(e.offsets)) for e in self._tk.encode_batch(list(texts), add_special_tokens=False)]
+
     def decode(self, ids: Iterable[int]) -> str:
         """The text of ``ids``, special tokens written out (so ``decode(encode(t)) == t`` for every text)."""
         return self._tk.decode([int(i) for i in ids], skip_special_tokens=False)

@@ -37,7 +37,7 @@ from labsupport.fileio import PathLike, atomic_open
 from labsupport.datasets.bin_packing import lower_bound, pack
 from labsupport.datasets.gpt_samples import position_ids_from_cu_seqlens
 
-__all__ = ["SFTRecord", "SFTFormatError", "read_sft_jsonl", "TokenizedSFT", "tokenize_sft",
+__all__ = ["SFTRecord", "SFTFormatError", "read_sft_jsonl", "FlatSequences", "TokenizedSFT", "tokenize_sft",
            "TOO_LONG_POLICIES", "PackedSFT", "pack_sft", "pad_seq_to_mult", "padded_cu_seqlens",
            "cuda_graph_cu_seqlens"]
 
@@ -104,8 +104,29 @@ def read_sft_jsonl(path: PathLike) -> list[SFTRecord]:
 
 
 # -------------------------------------------------------------------------------- tokenizing
+class FlatSequences:
+    """Tokenized sequences stored flat: sequence i is ``tokens[offsets[i]:offsets[i+1]]``.  The part
+    :class:`TokenizedSFT` and :class:`labsupport.datasets.chat_sft.TokenizedChat` share (what
+    :func:`pack_sft` reads beside ``tokens``, ``line`` and ``loss_mask()``)."""
+
+    offsets: np.ndarray
+
+    def __len__(self) -> int:
+        return self.offsets.size - 1
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """int64, shape (n,): tokens per sequence (L)."""
+        return np.diff(self.offsets)
+
+    @property
+    def train_lengths(self) -> np.ndarray:
+        """int64, shape (n,): (input, label) pairs per sequence, L − 1 — what a pack must hold."""
+        return self.lengths - 1
+
+
 @dataclass(frozen=True, eq=False)
-class TokenizedSFT:
+class TokenizedSFT(FlatSequences):
     """Tokenized SFT examples, flat: example i is ``tokens[offsets[i]:offsets[i+1]]``.
 
     Each example is ``[bos] + prompt + answer + [eos]``; ``answer_start[i]`` is the index (inside
@@ -119,19 +140,6 @@ class TokenizedSFT:
     answer_start: np.ndarray
     line: np.ndarray
     source: str = ""
-
-    def __len__(self) -> int:
-        return self.offsets.size - 1
-
-    @property
-    def lengths(self) -> np.ndarray:
-        """int64, shape (n,): tokens per example (L)."""
-        return np.diff(self.offsets)
-
-    @property
-    def train_lengths(self) -> np.ndarray:
-        """int64, shape (n,): (input, label) pairs per example, L − 1 — what a pack must hold."""
-        return self.lengths - 1
 
     def example(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Token ids (int32, (L,)) and the input-aligned loss mask (uint8, (L,)) of example i.
@@ -405,6 +413,10 @@ def pack_sft(data: TokenizedSFT, pack_size: int, algorithm: str = "first_fit_dec
              too_long: str = "error") -> PackedSFT:
     """Pack tokenized SFT examples into packs of ``pack_size`` training tokens.
 
+    ``data`` is a :class:`TokenizedSFT` or anything with its ``tokens``, ``offsets``, ``line``,
+    ``lengths`` and ``loss_mask()`` — e.g. chat conversations,
+    :class:`labsupport.datasets.chat_sft.TokenizedChat`.
+
     ``too_long`` — what to do with an example whose training length L−1 exceeds ``pack_size``
     (never a silent drop):
 
@@ -427,6 +439,7 @@ def pack_sft(data: TokenizedSFT, pack_size: int, algorithm: str = "first_fit_dec
     if pack_size < 1:
         raise ValueError(f"pack_size must be >= 1, got {pack_size}")
     lengths = data.lengths
+    flat_mask = data.loss_mask()
     if (lengths < 2).any():
         i = int(np.flatnonzero(lengths < 2)[0])
         raise ValueError(f"example at line {int(data.line[i])} has {int(lengths[i])} token(s); at least 2 "
@@ -451,8 +464,9 @@ def pack_sft(data: TokenizedSFT, pack_size: int, algorithm: str = "first_fit_dec
         seq_stop[0][long_] = limit
         stats["truncated"] = int(long_.size)
         stats["tokens_cut"] = int((lengths[long_] - limit).sum())
-        # answer tokens inside the kept part carry the loss: labels 1..limit-1 → tokens >= answer_start
-        stats["truncated_without_answer"] = int((data.answer_start[long_] >= limit).sum())
+        # the kept part trains on labels 1..limit-1; without a masked-in one it carries no loss
+        kept_loss = [bool(flat_mask[data.offsets[i] + 1:data.offsets[i] + limit].any()) for i in long_]
+        stats["truncated_without_answer"] = kept_loss.count(False)
     elif long_.size and too_long == "split":
         keep = np.ones(len(data), dtype=bool)
         keep[long_] = False
@@ -487,7 +501,7 @@ def pack_sft(data: TokenizedSFT, pack_size: int, algorithm: str = "first_fit_dec
     np.cumsum(seq_len[:-1], out=run_start[1:])
     gather = np.repeat(abs_start - run_start, seq_len) + np.arange(total, dtype=np.int64)
     input_ids = data.tokens[gather]
-    loss_mask = data.loss_mask()[gather]
+    loss_mask = flat_mask[gather]
     seq_offsets = bins.offsets.copy()
     pack_offsets = np.zeros(len(bins) + 1, dtype=np.int64)
     pack_offsets[1:] = np.add.reduceat(seq_len, bins.offsets[:-1]).cumsum() if len(bins) else []

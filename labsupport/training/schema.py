@@ -86,6 +86,8 @@ class TrainerConfig:
     log_every_n_steps: int = MISSING
     #: seconds a rank waits in a collective before the run stops naming the silent rank (issue 23)
     rank_timeout_s: float = MISSING
+    #: deterministic kernels before the model is built (labsupport/training/determinism.py); false: torch's defaults
+    deterministic: bool = False
 
     @property
     def bf16(self) -> bool:
@@ -98,6 +100,7 @@ class TrainerConfig:
         _choice("trainer.accelerator", self.accelerator, ("auto", "cpu", "gpu"), "use auto, cpu or gpu")
         _choice("trainer.precision", self.precision, ("32", "bf16", "bf16-mixed"), "use 32 or bf16")
         _number("trainer.rank_timeout_s", self.rank_timeout_s, above=0.0)
+        _flag("trainer.deterministic", self.deterministic)
 
 
 @dataclass

@@ -18,6 +18,9 @@ and timings in seconds: ``step_time``, ``data_time`` (sampler + dataset + collat
 ``compute_time`` (forward + backward + optimizer), ``comm_time`` (all-reduce), plus
 ``tokens_per_s`` and ``memory_mb`` (peak RSS on CPU, peak allocated on CUDA).
 
+``trainer.deterministic: true`` sets torch's deterministic switches before the model is built and says
+once, on rank 0, what they leave open (:mod:`~labsupport.training.determinism`).
+
 Deliberate simplifications against NeMo/Megatron: data parallelism only (TP = PP = 1), constant
 learning rate after a linear warm-up, no gradient clipping, no validation split, the dense
 block-diagonal mask on CPU (chapter 4's varlen kernel is a GPU cell of the notebook).
@@ -45,6 +48,7 @@ from labsupport.progress import progress
 from labsupport.training import checkpoint as ckpt, faults
 from labsupport.training.data import Batch, collate
 from labsupport.training.data_plan import check_plan, consumed_digest, plan_of
+from labsupport.training.determinism import setup_determinism
 from labsupport.training.run_log import reconcile_log
 from labsupport.training.sampler import MegatronPretrainingSampler
 from labsupport.training.settings import ConfigError, Settings, load_settings, settings_from_config
@@ -169,6 +173,8 @@ def _build(config: Any, overrides: Sequence[str]) -> _Run:
                           f"but this group has {world} ranks")
 
     device = _device(settings)
+    # before anything runs on the device: CUBLAS_WORKSPACE_CONFIG must precede the first cuBLAS call
+    setup_determinism(settings.config.trainer.deterministic, device, rank)
     model = build_model(settings, Tokenizer(settings.tokenizer_path).vocab_size).to(device)
     if world > 1:  # as DDP does at construction: every rank starts from rank 0's weights
         for p in model.parameters():

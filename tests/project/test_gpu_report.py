@@ -31,6 +31,10 @@ def test_cpu_run_measures_every_part_and_never_counts_as_a_gpu_measurement(tmp_p
     assert on_disk["collectives"]["world_size"] == 1 and on_disk["collectives"]["local_copy"]
     assert set(on_disk["collectives"]["alpha_beta_predictions"]) == set(gpu_report.LINKS)
     assert on_disk["end_to_end"]["steps"] == 3 and on_disk["end_to_end"]["median_tokens_per_s"] > 0
+    repro = on_disk["reproducibility"]                    # fresh processes; on CPU both settings repeat exactly
+    assert repro["deterministic"]["completed"] and repro["deterministic"]["bitwise_equal"], repro["deterministic"]
+    assert all(r["line"].startswith("train: trainer.deterministic=true set ") for r in repro["deterministic"]["runs"])
+    assert repro["default"]["completed"] and all(r["line"] is None for r in repro["default"]["runs"])
     assert on_disk["test_gpu"]["passed"] == 7 and on_disk["test_gpu"]["skipped"] == 2
     assert on_disk["test_gpu"]["skipped_tests"] == ["a::t2", "b::t3"]
     assert result["environment"]["device_type"] == "cpu"
