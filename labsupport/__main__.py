@@ -112,14 +112,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     # python -m labsupport (its start-up handler) or the installed `labsupport` script (Python's default
     # handler): one KeyboardInterrupt, then ignored, while the command runs; a host's own handler (a Jupyter
-    # kernel's) is left alone, and the one before is back once the command returns
-    before = signal.getsignal(signal.SIGINT)
-    if before in (_interrupted_while_starting, signal.default_int_handler):
+    # kernel's) is left alone.  Python's default is back when the command returns without a Ctrl-C; after
+    # one, Ctrl-C stays ignored until the process has left (a second one must not cut the exit short)
+    installed = signal.getsignal(signal.SIGINT) in (_interrupted_while_starting, signal.default_int_handler)
+    if installed:
         signal.signal(signal.SIGINT, interrupt_once)
     try:
         return module.main(args[1:])
     finally:
-        if before in (_interrupted_while_starting, signal.default_int_handler):
+        if installed and signal.getsignal(signal.SIGINT) is interrupt_once:
             signal.signal(signal.SIGINT, signal.default_int_handler)
 
 

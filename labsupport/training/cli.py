@@ -70,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "torchrun's own parser reads --log as an ambiguous abbreviation of its --log-dir)")
     p.add_argument("--stop-after", type=int, default=None,
                    help="stop after N steps of this run (simulate an interruption)")
+    p.add_argument("--data-args-path", default=None, metavar="FILE",
+                   help="the blend from a file, as Megatron-LM's --data-args-path: 'weight prefix …' (or prefixes "
+                        "alone), whitespace-separated; instead of model.data.data_prefix=[…]")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--nproc-per-node", type=int, default=None, metavar="N",
                    help="start N data-parallel workers on this machine, as torchrun --standalone does, and end "
@@ -132,6 +135,16 @@ def _main(argv: Sequence[str] | None) -> int:
         if value is not None and value < low:
             print(f"error: {flag} {value}: must be ≥ {low}", file=sys.stderr)
             return EXIT_USAGE
+    if args.data_args_path is not None:     # Megatron's --data-args-path: the blend from a file
+        if any(o.lstrip("+").startswith("model.data.data_prefix=") for o in args.overrides):
+            return _report("--data-args-path and model.data.data_prefix=… both give the blend: give one",
+                           EXIT_USAGE)
+        from labsupport.training.data_args import data_prefix_override  # noqa: PLC0415 - numpy start-up: only with the flag
+
+        try:
+            args.overrides.append(data_prefix_override(args.data_args_path))
+        except ConfigError as exc:
+            return _report(str(exc), EXIT_USAGE)
     if args.nproc_per_node is not None and "WORLD_SIZE" not in os.environ:
         from labsupport.training.launch import launch  # noqa: PLC0415 - torch start-up: --help, usage errors without torch
 

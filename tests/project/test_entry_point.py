@@ -102,6 +102,15 @@ def test_while_a_command_runs_the_first_ctrl_c_interrupts_and_the_next_are_ignor
         signal.signal(signal.SIGINT, host)
         assert entry.main(["fake"]) == 0
         assert seen[-1] is host and signal.getsignal(signal.SIGINT) is host   # a Jupyter kernel's: untouched
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+        def interrupted(argv):                                          # the command had its Ctrl-C
+            signal.signal(signal.SIGINT, signal.SIG_IGN)                # what interrupt_once leaves
+            return 130
+
+        fake.main = interrupted
+        assert entry.main(["fake"]) == 130
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN        # a second Ctrl-C stays ignored to the exit
     finally:
         signal.signal(signal.SIGINT, before)
 
