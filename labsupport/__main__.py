@@ -67,6 +67,10 @@ COMMANDS: dict[str, Command] = {
     "make-exercises": Command("labsupport.workbook.make_exercises",
                               "generate exercises/ from solutions/ (--check: is exercises/ up to date?)",
                               "make_exercises: interrupted (Ctrl-C)"),
+    "build-sequences-per-dataset": Command("labsupport.datasets.sequences_per_dataset",
+                                           "a blend's per-prefix counts in one JSON, as Megatron-LM's "
+                                           "tools/build_sequences_per_dataset.py (chapter 6)",
+                                           "build-sequences-per-dataset: interrupted (Ctrl-C)"),
     "train": Command("labsupport.training.cli",
                      "chapter 6's training run from a YAML config, also under torchrun (docs/training.md)",
                      "error: interrupted (Ctrl-C) while starting; nothing was written"),

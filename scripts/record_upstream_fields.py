@@ -166,8 +166,8 @@ def record(mlm: Mirror, nemo: Mirror, bridge: Mirror) -> dict:
         sorted(set(ds_names)), "fields and __init__ arguments of megatron.bridge.training.config.GPTDatasetConfig")
     out["bridge:ConfigContainer"] = entry(bridge, BRIDGE_REF, [(bcfg, "ConfigContainer")],
                                           dataclass_fields(bsrc, "ConfigContainer"), "ConfigContainer's sub-configs")
-    for cls, path in (("TrainingConfig", mtrain), ("SchedulerConfig", mtrain), ("LoggerConfig", mtrain),
-                      ("CheckpointConfig", mtrain), ("RNGConfig", mcommon)):
+    for cls, path in (("TrainingConfig", mtrain), ("ValidationConfig", mtrain), ("SchedulerConfig", mtrain),
+                      ("LoggerConfig", mtrain), ("CheckpointConfig", mtrain), ("RNGConfig", mcommon)):
         own = dataclass_fields(bsrc, cls) if f"class {cls}(" in bsrc else []
         out[f"bridge:{cls}"] = entry(bridge, BRIDGE_REF,
                                      [(bcfg, cls), (f"3rdparty/Megatron-LM@{pin[:7]}/{path}", cls)],

@@ -29,6 +29,11 @@ class GPTDatasetConfig:
     pad equal to ``eod_token`` counts as none, as in Megatron); ``drop_last_partial_sequence`` and
     ``add_extra_token`` as in Megatron; ``create_attention_mask`` adds the dense (1, S, S) mask;
     ``inter_document_masking`` is megatron-core ≥ 0.19's option (boundaries from the index).
+    Chapter 6's fast start (megatron-core's ``BlendedMegatronDatasetConfig`` fields, both needing
+    an index cache: :mod:`labsupport.datasets.fast_start`): ``fast_cache_load`` trusts a cache
+    entry after O(1) checks (dtype, shape, the corpus's file sizes) instead of hashing the corpus
+    and the arrays; ``defer_npy_index_mmap`` opens the ``.npy`` files at the first sample, not at
+    construction (the length comes from the index arithmetic).
     """
 
     seq_length: int                              # sequence_length
@@ -42,6 +47,8 @@ class GPTDatasetConfig:
     add_extra_token: bool = True                 # add_extra_token_to_sequence
     create_attention_mask: bool = False
     inter_document_masking: bool = False         # megatron-core ≥ 0.19
+    fast_cache_load: bool = False                # --dataloader-fast-cache-load
+    defer_npy_index_mmap: bool = False           # --dataloader-defer-npy-index-mmap
 
     def __post_init__(self) -> None:
         if int(self.seq_length) <= 1:

@@ -427,10 +427,38 @@ class GPTDataset:
                         else np.asarray(indices, dtype=np.int32))
         if self.indices.size == 0:
             raise ValueError("the dataset exposes no sequences (indices is empty)")
-        self.document_index, self.sample_index, self.shuffle_index = self._build_indices(lengths)
+        if (config.fast_cache_load or config.defer_npy_index_mmap) and cache is None:
+            raise ValueError("fast_cache_load and defer_npy_index_mmap load indices an earlier run cached: give "
+                             "cache=IndexCache(…) (megatron-core asserts --data-cache-path)")
+        self._lengths = lengths
+        self._plan(lengths)
+        self._index_arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        if not config.defer_npy_index_mmap:      # deferred: the first sample opens the .npy files
+            self._index_arrays = self._build_indices(lengths)
 
     # -- the three indices, in Megatron's RNG order
-    def _build_indices(self, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    @property
+    def document_index(self) -> np.ndarray:
+        """Document ids in epoch order (int32, (epochs·docs,))."""
+        return self._loaded()[0]
+
+    @property
+    def sample_index(self) -> np.ndarray:
+        """(document_index position, token offset) of each sample's start ((samples + 1, 2))."""
+        return self._loaded()[1]
+
+    @property
+    def shuffle_index(self) -> np.ndarray:
+        """The sample order (uint32 or int64, (samples,))."""
+        return self._loaded()[2]
+
+    def _loaded(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self._index_arrays is None:
+            self._index_arrays = self._build_indices(self._lengths)
+        return self._index_arrays
+
+    def _plan(self, lengths: np.ndarray) -> None:
+        """Epochs, tokens per epoch and the separate-final-epoch rule (megatron-core's arithmetic)."""
         s, extra = self.seq_length, self.extra
         tokens_per_epoch = int(lengths[self.indices].astype(np.int64).sum())
         if tokens_per_epoch <= 1:
@@ -446,6 +474,13 @@ class GPTDataset:
         self.num_epochs = num_epochs
         self.tokens_per_epoch = tokens_per_epoch
         self.separate_final_epoch = separate
+        self._sans_final = sans_final
+        self._expected = self._expected_indices(lengths)
+
+    def _build_indices(self, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        s, extra = self.seq_length, self.extra
+        num_epochs, tokens_per_epoch = self.num_epochs, self.tokens_per_epoch
+        separate, sans_final = self.separate_final_epoch, self._sans_final
 
         def build() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             rng = np.random.RandomState(self.seed)
@@ -459,8 +494,14 @@ class GPTDataset:
 
         if self.cache is None:
             return build()
+        if self.config.fast_cache_load or self.config.defer_npy_index_mmap:
+            sizes = getattr(self.dataset, "sizes", None)
+            arrays, _ = self.cache.trusted(self._expected, sizes() if callable(sizes) else None)
+            if arrays is not None:
+                self.cache_hit = True
+                return arrays          # else the checked way below: it builds, or rebuilds and says why
         arrays, self.cache_hit = self.cache.fetch(build, corpus=corpus_identity(self.dataset),
-                                                  expected=self._expected_indices(lengths))
+                                                  expected=self._expected)
         return arrays
 
     def _expected_indices(self, lengths: np.ndarray) -> dict:
@@ -479,6 +520,8 @@ class GPTDataset:
                 "shuffle_index": Expected(np.dtype(shuffle_dtype), (total,), 0, max(total - 1, 0))}
 
     def __len__(self) -> int:
+        if self._index_arrays is None:       # deferred: the arithmetic, as megatron-core's __len__ then
+            return int(self._expected["shuffle_index"].shape[0])
         return self.sample_index.shape[0] - 1
 
     def text(self, idx: int) -> tuple[np.ndarray, np.ndarray]:

@@ -229,11 +229,14 @@ class IndexedDataset:
 
     ``verify=True`` (default) also checks in O(N) that the pointers follow from the lengths
     and that the document indices are well formed; the O(1) checks (magic, version, dtype,
-    file sizes) always run.
+    file sizes) always run.  ``header`` (chapter 6's fast start, megatron-core's
+    ``sequences_per_dataset``): the header as a JSON of counts gives it, so the ``.idx`` is not
+    opened to read it — the file sizes are still checked against it (a stale JSON is refused).
     """
 
-    def __init__(self, path_prefix: PathLike, *, verify: bool = True) -> None:
+    def __init__(self, path_prefix: PathLike, *, verify: bool = True, header: IndexHeader | None = None) -> None:
         self._verify = verify
+        self._given_header = header
         self._open(os.fspath(path_prefix))
 
     # -- opening / closing
@@ -244,23 +247,27 @@ class IndexedDataset:
         if not os.path.isfile(bin_path):
             raise FileNotFoundError(f"{bin_path}: data file not found (expected next to "
                                     f"{os.path.basename(idx_path)}; was the dataset finalized?)")
-        header = read_header(idx_path)
+        header = read_header(idx_path) if self._given_header is None else self._given_header
         self.header = header
         n, d = header.num_sequences, header.num_document_indices
+        promise = "the header promises" if self._given_header is None else "the sequences-per-dataset JSON says"
+        stale = "" if self._given_header is None else " (or the JSON is stale: build it again)"
+        if self._given_header is not None and not os.path.isfile(idx_path):
+            raise FileNotFoundError(f"{idx_path}: index file not found (the sequences-per-dataset JSON names it)")
         idx_size = os.path.getsize(idx_path)
         expected = header.expected_idx_size
         if idx_size < expected:
             raise TruncatedIndexError(
-                idx_path, f"truncated: the header promises {n} sequences and {d} document "
-                f"indices = {expected} bytes, the file has {idx_size}; rebuild the dataset")
+                idx_path, f"truncated: {promise} {n} sequences and {d} document "
+                f"indices = {expected} bytes, the file has {idx_size}; rebuild the dataset{stale}")
         if idx_size == expected + n and n > 0:
             raise IndexedDatasetError(
                 idx_path, f"{n} extra bytes after the document indices: this looks like a "
                 "multimodal index (one int8 mode per sequence), which labsupport does not read")
         if idx_size != expected:
             raise TruncatedIndexError(
-                idx_path, f"size {idx_size} bytes, but the header promises {n} sequences and "
-                f"{d} document indices = {expected} bytes; the file is damaged")
+                idx_path, f"size {idx_size} bytes, but {promise} {n} sequences and "
+                f"{d} document indices = {expected} bytes; the file is damaged{stale}")
         self._dtype = header.dtype
         self._itemsize = self._dtype.itemsize
         self._idx_mmap = np.memmap(idx_path, mode="r", dtype=np.uint8)
@@ -330,10 +337,11 @@ class IndexedDataset:
         self.close()
 
     def __getstate__(self) -> dict:  # DataLoader workers re-map the files
-        return {"path_prefix": self.path_prefix, "verify": self._verify}
+        return {"path_prefix": self.path_prefix, "verify": self._verify, "header": self._given_header}
 
     def __setstate__(self, state: dict) -> None:
         self._verify = state["verify"]
+        self._given_header = state.get("header")
         self._open(state["path_prefix"])
 
     @staticmethod
@@ -388,6 +396,11 @@ class IndexedDataset:
             raise IndexedDatasetError(path, f"damaged sidecar (a JSON {type(meta).__name__}, not an object); "
                                             "re-run the preprocessing (or delete it: megatron-core never reads it)")
         return meta
+
+    def sizes(self) -> dict:
+        """The sizes in bytes of the mapped ``.idx`` and ``.bin`` (what :meth:`identity` holds
+        besides the digests; O(1))."""
+        return {"idx_bytes": int(self._idx_mmap.size), "bin_bytes": len(self._bin)}
 
     def identity(self) -> dict:
         """What this reader maps, as the index cache and the data plan record it: the sizes and

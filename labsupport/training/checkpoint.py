@@ -165,10 +165,12 @@ def check_writable(directory: str | os.PathLike, need_bytes: int = 0) -> None:
 
 def save_checkpoint(directory: str | os.PathLike, *, step: int, consumed_samples: int, model: torch.nn.Module,
                     optimizer: torch.optim.Optimizer, settings: Settings,
-                    data_plan: dict[str, Any] | None = None) -> Path:
+                    data_plan: dict[str, Any] | None = None, consumed_valid_samples: int | None = None) -> Path:
     """Write ``<directory>/step=…-consumed_samples=….ckpt`` atomically and durably; return its path.
 
-    ``data_plan``: what fixes the sample order (:func:`labsupport.training.data_plan.plan_of`)."""
+    ``data_plan``: what fixes the sample order (:func:`labsupport.training.data_plan.plan_of`);
+    ``consumed_valid_samples``: validation samples read so far (stored only when given: a run
+    that validates, :mod:`~labsupport.training.validation`; Megatron keeps it in the checkpoint's args)."""
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     state = {
@@ -179,6 +181,8 @@ def save_checkpoint(directory: str | os.PathLike, *, step: int, consumed_samples
         "data_plan": data_plan,
         "model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng_state(),
     }
+    if consumed_valid_samples is not None:
+        state["consumed_valid_samples"] = int(consumed_valid_samples)
     state["content_sha256"] = content_digest(state)
     path = folder / checkpoint_name(step, consumed_samples)
     buffer = io.BytesIO()  # serialised first: a full disk is then a plain OSError from write()

@@ -200,7 +200,9 @@ def _main(argv: Sequence[str] | None) -> int:
     if rank == 0 and res.log:
         last = res.log[-1]
         print(f"step {last['step']} · loss {last['loss']:.4f} · consumed_samples {last['consumed_samples']}"
-              + (f" · checkpoint {os.path.basename(res.checkpoints[-1])}" if res.checkpoints else ""))
+              + (f" · checkpoint {os.path.basename(res.checkpoints[-1])}" if res.checkpoints else "")
+              + (f" · val_loss {res.val_log[-1]['val_loss']:.4f} (step {res.val_log[-1]['val_step']})"
+                 if res.val_log and res.val_log[-1]["val_loss"] is not None else ""))
     return EXIT_OK
 
 

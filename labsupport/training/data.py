@@ -5,7 +5,8 @@ samples, read through Megatron's sampler, stacked into tensors.
   reset/eod-mask flags and seed) over the *train* range of ``splits_string``, blended by weight
   into ``max_steps × global_batch_size`` samples (Megatron's builder: ``sum(ceil(size × w))``);
   its indices are cached as Megatron caches them (:mod:`labsupport.datasets.index_cache`):
-  global rank 0 builds, a barrier, the other ranks load;
+  global rank 0 builds, a barrier, the other ranks load (``index_split="valid"``: the same over
+  the validation ranges, for the trainer's validation);
 * :func:`split_dataset` — one prefix's validation or test range as a GPTDataset (one epoch);
 * :func:`collate` — a list of samples → a :class:`Batch` of stacked tensors, with the dense
   block-diagonal mask only when ``reset_attention_mask`` is on;
@@ -101,11 +102,14 @@ def _split_gpt(settings: Settings, k: int, num_samples: int | None, index_split:
 
 def build_blend(settings: Settings, *, flags: dict[str, bool] | None = None, eod_token: int | None = None,
                 weights: Sequence[float] | None = None, size: int | None = None,
-                cache: bool | None = None) -> BlendedDataset:
+                cache: bool | None = None, index_split: str = "train") -> BlendedDataset:
     """The training blend of ``settings`` (optionally with other flags, weights or size).
 
-    Each dataset takes the train range of ``model.data.splits_string``.  ``cache`` (default: only for the
-    config's own flags, weights and size — the indices the run itself uses) reads and writes the
+    Each dataset takes the train range of ``model.data.splits_string`` (``index_split="valid"``: the
+    validation range, as Megatron's builder blends every split's datasets with the same weights,
+    ``blended_megatron_dataset_builder.py:_build_blended_dataset_splits`` at core_v0.16.1; chapter 6's
+    validation, :mod:`~labsupport.training.validation`, passes its own ``size``).  ``cache`` (default:
+    only for the config's own flags, weights and size — the indices the run itself uses) reads and writes the
     index cache; in a process group rank 0 builds it, then all ranks pass a barrier, then the
     others load it, so ``index_mapping_dir`` must be shared by every node.
     Returns a ``BlendedDataset`` whose ``[i]`` is chapter 4's sample dict plus ``dataset_id``.
@@ -121,7 +125,7 @@ def build_blend(settings: Settings, *, flags: dict[str, bool] | None = None, eod
     rank, group = _rank()
 
     def build() -> list:
-        return [_split_gpt(settings, k, n, "train", config, cache) for k, n in enumerate(requested)]
+        return [_split_gpt(settings, k, n, index_split, config, cache) for k, n in enumerate(requested)]
 
     if cache and group:
         gpt = build() if rank == 0 else None

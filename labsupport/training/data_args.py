@@ -19,7 +19,8 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from labsupport.config import ConfigError
-from labsupport.datasets.blending import BlendError, get_blend_from_list
+from labsupport.datasets import blend_files
+from labsupport.datasets.blending import BlendError
 
 __all__ = ["data_prefix_override", "read_data_args"]
 
@@ -30,18 +31,11 @@ def read_data_args(path: str | os.PathLike) -> list[float | str]:
     """The blend in ``path`` as a ``data_prefix`` list: weights as floats, prefixes as strings.
 
     ConfigError (one line, starting ``--data-args-path``) for a file that cannot be read or a blend
-    Megatron would misread (odd pairs, a negative weight, …)."""
-    where = f"--data-args-path {os.fspath(path)}"
+    Megatron would misread (odd pairs, a negative weight, …): :mod:`labsupport.datasets.blend_files`."""
     try:
-        with open(path, encoding="utf-8") as f:
-            tokens = f.read().split()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{where}: {getattr(exc, 'strerror', None) or exc}; give a text file of "
-                          "'weight prefix' pairs") from None
-    try:
-        prefixes, weights = get_blend_from_list(tokens, check_files=False)
+        prefixes, weights = blend_files.read_data_args(path)
     except BlendError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+        raise ConfigError(str(exc)) from None
     if weights is None:
         return list(prefixes)
     return [x for w, p in zip(weights, prefixes) for x in (float(w), p)]

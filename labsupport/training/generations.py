@@ -38,8 +38,8 @@ from omegaconf import OmegaConf
 
 from labsupport.stack_facts import load_defaults
 
-__all__ = ["Row", "ROWS", "VERSIONS", "upstream", "key_table", "bridge_mixed_precision", "render_nemo1", "render_nemo2",
-           "render_bridge", "UPSTREAM_FILE", "DOCUMENT_MASKING", "masking_gaps"]
+__all__ = ["Row", "ROWS", "VALIDATION_KEYS", "VERSIONS", "upstream", "key_table", "bridge_mixed_precision",
+           "render_nemo1", "render_nemo2", "render_bridge", "UPSTREAM_FILE", "DOCUMENT_MASKING", "masking_gaps"]
 
 UPSTREAM_FILE = Path(__file__).with_name("upstream_fields.json")
 
@@ -149,7 +149,19 @@ ROWS: tuple[Row, ...] = (
         ("train", "TrainingConfig", "train_iters"), "optimizer steps", "ch6"),
     Row("trainer.log_every_n_steps", None, "trainer.log_every_n_steps", None, ("Trainer", "log_every_n_steps"),
         ("logger", "LoggerConfig", "log_interval"), "log every N steps", "ch6"),
+    # Megatron-LM's --eval-interval/--eval-iters (ValidationConfig, megatron/training/training_config.py at
+    # core_v0.16.1); Bridge v0.6.0 takes the same dataclass (3rdparty Megatron-LM cd4afff) as cfg.validation
+    Row("trainer.val_check_interval", None, "trainer.val_check_interval", None, ("Trainer", "val_check_interval"),
+        ("validation", "ValidationConfig", "eval_interval"), "validate every N steps (null: never)", "ch6",
+        "Megatron-LM --eval-interval"),
+    Row("trainer.limit_val_batches", None, "trainer.limit_val_batches", None, ("Trainer", "limit_val_batches"),
+        ("validation", "ValidationConfig", "eval_iters"), "global batches per validation", "ch6",
+        "Megatron-LM --eval-iters"),
 )
+
+#: the rows of validation: rendered only when the run validates (``trainer.val_check_interval`` set), so
+#: a config that does not validate renders as before (NeMo 1.x's own default would validate)
+VALIDATION_KEYS = ("trainer.val_check_interval", "trainer.limit_val_batches")
 
 #: NeMo 2.0 class → the record in upstream_fields.json that lists its arguments.  ``GPTConfig``
 #: extends megatron-core's ``TransformerConfig`` and ``OptimizerConfig`` *is* megatron-core's: their
@@ -259,6 +271,10 @@ def _values(cfg: Any) -> dict[str, Any]:
     return out
 
 
+def _validates(v: dict[str, Any]) -> bool:
+    return v.get("trainer.val_check_interval") is not None
+
+
 def _reset_on(v: dict[str, Any]) -> bool:
     return any(v[f"model.data.{flag}"] for flag in _RESET)
 
@@ -279,7 +295,8 @@ def render_nemo1(cfg: Any) -> str:
     """The NeMo 1.x launch of ``cfg``: Hydra overrides of megatron_gpt_config.yaml."""
     v = _values(cfg)
     prefix = "[" + ",".join(str(x) for x in v["model.data.data_prefix"]) + "]"
-    keys = [r.key for r in ROWS if r.key and r.key not in ("model.data.data_prefix", "model.data.splits_string")]
+    keys = [r.key for r in ROWS if r.key and r.key not in ("model.data.data_prefix", "model.data.splits_string")
+            and (r.key not in VALIDATION_KEYS or _validates(v))]
     # quoted for the shell; Hydra reads an unquoted 1,0,0 as a sweep, so the split is quoted for Hydra too
     split = _split(v)
     lines = [f'  "model.data.data_prefix={prefix}" \\', f"  \"model.data.splits_string='{split}'\" \\"]
@@ -327,6 +344,8 @@ def render_nemo2(cfg: Any) -> str:
         f'num_attention_heads={v["model.num_attention_heads"]}, seq_length={v["model.data.seq_length"]}))',
         f'trainer = nl.Trainer(devices={v["trainer.devices"]}, num_nodes={v["trainer.num_nodes"]}, '
         f'max_steps={v["trainer.max_steps"]}, log_every_n_steps={v["trainer.log_every_n_steps"]},',
+        *([f'    val_check_interval={v["trainer.val_check_interval"]}, '
+           f'limit_val_batches={v["trainer.limit_val_batches"]},'] if _validates(v) else []),
         f'    strategy=nl.MegatronStrategy(tensor_model_parallel_size={v["model.tensor_model_parallel_size"]}, '
         f'pipeline_model_parallel_size={v["model.pipeline_model_parallel_size"]}),',
         f'    plugins=nl.MegatronMixedPrecision(precision="{prec}"))',
@@ -345,7 +364,8 @@ def render_bridge(cfg: Any) -> str:
         "from megatron.bridge.models import GPTModelProvider",
         "from megatron.bridge.training.config import (CheckpointConfig, ConfigContainer, GPTDatasetConfig, "
         "LoggerConfig,",
-        "    OptimizerConfig, RNGConfig, SchedulerConfig, TrainingConfig)",
+        "    OptimizerConfig, RNGConfig, SchedulerConfig, TrainingConfig"
+        + (", ValidationConfig)" if _validates(v) else ")"),
         "from megatron.bridge.training.gpt_step import forward_step",
         "from megatron.bridge.training.pretrain import pretrain",
         "from megatron.bridge.training.tokenizers.config import TokenizerConfig",
@@ -360,6 +380,8 @@ def render_bridge(cfg: Any) -> str:
         f'        mmap_bin_files=True, path_to_cache={v["model.data.index_mapping_dir"]!r}),',
         f'    train=TrainingConfig(micro_batch_size={v["model.micro_batch_size"]}, '
         f'global_batch_size={v["model.global_batch_size"]}, train_iters={v["trainer.max_steps"]}),',
+        *([f'    validation=ValidationConfig(eval_interval={v["trainer.val_check_interval"]}, '
+           f'eval_iters={v["trainer.limit_val_batches"]}),'] if _validates(v) else []),
         f'    model=GPTModelProvider(num_layers={v["model.num_layers"]}, hidden_size={v["model.hidden_size"]}, '
         f'num_attention_heads={v["model.num_attention_heads"]}, seq_length={v["model.data.seq_length"]},',
         f'        tensor_model_parallel_size={v["model.tensor_model_parallel_size"]}, '

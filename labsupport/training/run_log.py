@@ -4,7 +4,8 @@
 passed and just before step ``start + 1``, with the step the run starts from (the checkpoint's,
 or 0):
 
-* the records of steps after ``start`` are dropped: those steps run again now;
+* the records of steps after ``start`` are dropped: those steps run again now (a validation line,
+  ``{"val_step": n, …}``, counts as step ``n``: the validation after step ``n`` runs again too);
 * a run that starts at step 0 (no checkpoint: a fresh run, or ``--resume-if-exists`` that found
   none, e.g. a job killed before its first save) starts an empty log; an old log that held records
   is kept aside as ``<log>.old`` (replacing an earlier one), and one line says so;
@@ -12,18 +13,22 @@ or 0):
   not UTF-8 — is dropped, so the next record is never glued onto it.
 
 The file is rewritten atomically (:func:`labsupport.fileio.atomic_write`) and only when something
-changes.
+changes.  :func:`read_log` reads a log back as (training records, validation records): a reader of
+per-step records takes the first, as :func:`training_records` does for records already parsed.
 """
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Iterable, TextIO
 
 from labsupport.fileio import PathLike, atomic_write
 
-__all__ = ["reconcile_log", "aside_name"]
+__all__ = ["reconcile_log", "aside_name", "read_log", "training_records", "validation_records", "VAL_KEY"]
+
+#: the key of a validation line (labsupport/training/validation.py; kept here so that reading a log needs no torch)
+VAL_KEY = "val_step"
 
 
 def aside_name(log_file: PathLike) -> Path:
@@ -33,15 +38,41 @@ def aside_name(log_file: PathLike) -> Path:
 
 
 def _record_step(line: bytes) -> int | None:
+    """The step of a training line (``step``) or of a validation line (``val_step``); None: not a record."""
     try:
         value = json.loads(line.decode("utf-8"))
-        return int(value["step"]) if isinstance(value, dict) else None
+        if not isinstance(value, dict):
+            return None
+        return int(value[VAL_KEY] if VAL_KEY in value and "step" not in value else value["step"])
     except (UnicodeDecodeError, ValueError, KeyError, TypeError):
         return None
 
 
+def training_records(records: Iterable[Any]) -> list[dict[str, Any]]:
+    """The training lines' records of a log (validation lines, which have ``val_step`` and no
+    ``step``, left out): what every reader of per-step records wants."""
+    return [r for r in records if isinstance(r, dict) and "step" in r]
+
+
+def validation_records(records: Iterable[Any]) -> list[dict[str, Any]]:
+    """The validation lines' records (:mod:`~labsupport.training.validation`), in log order."""
+    return [r for r in records if isinstance(r, dict) and VAL_KEY in r and "step" not in r]
+
+
+def read_log(log_file: PathLike) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A run log as (training records, validation records); lines that are not JSON objects are skipped."""
+    records = []
+    for line in Path(log_file).read_bytes().split(b"\n"):
+        try:
+            records.append(json.loads(line.decode("utf-8")))
+        except (UnicodeDecodeError, ValueError):
+            continue
+    return training_records(records), validation_records(records)
+
+
 def reconcile_log(log_file: PathLike, start: int, warn: TextIO | None = None) -> dict[str, Any]:
-    """Make ``log_file`` hold the records of steps 1..``start`` only (see the module docstring).
+    """Make ``log_file`` hold the records (training and validation lines) of steps 1..``start`` only
+    (see the module docstring).
 
     Returns ``{"dropped": n records of later steps, "bad": n lines that were not records,
     "aside": path or None}``; prints one line to ``warn`` per thing it did."""

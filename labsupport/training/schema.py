@@ -88,6 +88,10 @@ class TrainerConfig:
     rank_timeout_s: float = MISSING
     #: deterministic kernels before the model is built (labsupport/training/determinism.py); false: torch's defaults
     deterministic: bool = False
+    #: validate every N optimizer steps (null: never; Megatron's eval_interval) — labsupport/training/validation.py
+    val_check_interval: Optional[int] = None
+    #: global batches each validation reads (Megatron's eval_iters); needed when val_check_interval is set
+    limit_val_batches: Optional[int] = None
 
     @property
     def bf16(self) -> bool:
@@ -101,6 +105,20 @@ class TrainerConfig:
         _choice("trainer.precision", self.precision, ("32", "bf16", "bf16-mixed"), "use 32 or bf16")
         _number("trainer.rank_timeout_s", self.rank_timeout_s, above=0.0)
         _flag("trainer.deterministic", self.deterministic)
+        self.validate_validation()
+
+    def validate_validation(self) -> None:
+        """``val_check_interval`` and ``limit_val_batches``: integers ≥ 1 or null, and a number of
+        batches whenever an interval is set (NeMo 1.x's fractions of an epoch are not read here)."""
+        for name, unit in (("val_check_interval", "optimizer steps"), ("limit_val_batches", "global batches")):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"trainer.{name}={value!r}: expected an integer ≥ 1 ({unit}) or null "
+                                  "(null: no validation)")
+        if self.val_check_interval is not None and self.limit_val_batches is None:
+            raise ConfigError(f"trainer.limit_val_batches=None with trainer.val_check_interval="
+                              f"{self.val_check_interval}: set the global batches each validation reads, "
+                              "e.g. trainer.limit_val_batches=2")
 
 
 @dataclass

@@ -18,11 +18,18 @@ and timings in seconds: ``step_time``, ``data_time`` (sampler + dataset + collat
 ``compute_time`` (forward + backward + optimizer), ``comm_time`` (all-reduce), plus
 ``tokens_per_s`` and ``memory_mb`` (peak RSS on CPU, peak allocated on CUDA).
 
+With ``trainer.val_check_interval: N`` (and ``trainer.limit_val_batches: L``) the run validates
+after every N-th step on L global batches of the validation blend, forward only, as Megatron's
+``evaluate`` does (:mod:`~labsupport.training.validation`: which samples, the loss, the resume);
+each validation is one more JSON line, ``{"val_step": …, "val_loss": …, …}`` (no ``step`` key), and
+one record of ``TrainResult.val_log``; ``TrainResult.log`` and ``on_step`` see training steps only.
+``val_check_interval: null`` (the default) validates never and changes nothing else.
+
 ``trainer.deterministic: true`` sets torch's deterministic switches before the model is built and says
 once, on rank 0, what they leave open (:mod:`~labsupport.training.determinism`).
 
 Deliberate simplifications against NeMo/Megatron: data parallelism only (TP = PP = 1), constant
-learning rate after a linear warm-up, no gradient clipping, no validation split, the dense
+learning rate after a linear warm-up, no gradient clipping, no test-split evaluation, the dense
 block-diagonal mask on CPU (chapter 4's varlen kernel is a GPU cell of the notebook).
 """
 from __future__ import annotations
@@ -39,19 +46,19 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch.nn import functional as F
 
 from labsupport.datasets.tokenizer import Tokenizer
 from labsupport.distributed.collectives import ring_bytes_per_rank
 from labsupport.models.tiny_lm import TinyCausalLM
 from labsupport.progress import progress
-from labsupport.training import checkpoint as ckpt, faults
-from labsupport.training.data import Batch, collate
+from labsupport.training import checkpoint as ckpt, faults, validation
+from labsupport.training.data import collate
 from labsupport.training.data_plan import check_plan, consumed_digest, plan_of
 from labsupport.training.determinism import setup_determinism
 from labsupport.training.run_log import reconcile_log
 from labsupport.training.sampler import MegatronPretrainingSampler
 from labsupport.training.settings import ConfigError, Settings, load_settings, settings_from_config
+from labsupport.training.token_loss import token_losses
 
 __all__ = ["train", "TrainResult", "build_model", "token_losses", "train_worker", "ResumeError"]
 
@@ -70,6 +77,7 @@ class TrainResult:
     checkpoints: list[str] = field(default_factory=list)
     next_batch: list[int] = field(default_factory=list)   # blend indices this rank would read next
     token_losses: dict[int, np.ndarray] = field(default_factory=dict)  # blend index → per-token loss
+    val_log: list[dict[str, Any]] = field(default_factory=list)   # one record per validation (validation.py)
 
 
 def build_model(settings: Settings, vocab_size: int) -> TinyCausalLM:
@@ -79,18 +87,6 @@ def build_model(settings: Settings, vocab_size: int) -> TinyCausalLM:
     return TinyCausalLM(vocab_size=vocab_size, d_model=m.hidden_size, n_heads=m.num_attention_heads,
                         n_layers=m.num_layers, max_positions=m.max_position_embeddings,
                         ffn_hidden_size=m.ffn_hidden_size)
-
-
-def token_losses(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
-    """Cross-entropy per token, float32 (B, S) (masked positions included; multiply by loss_mask).
-
-    The logits are flattened to (B·S, V) rather than transposed to (B, V, S): the class axis stays
-    the contiguous last one, which PyTorch's CPU kernel reads about 3× faster (forward + backward,
-    measured at B·S = 256, V = 8000, one thread).
-    """
-    logits = model(batch.tokens, batch.position_ids, batch.masked)
-    b, s, v = logits.shape
-    return F.cross_entropy(logits.float().reshape(b * s, v), batch.labels.reshape(b * s), reduction="none").view(b, s)
 
 
 def _device(settings: Settings) -> torch.device:
@@ -156,6 +152,8 @@ class _Run:
     consumed: int = 0
     plan_hasher: Any = None        # sha256 over the samples trained on so far (data_plan)
     health: Any = None             # faults.RankHealth under torch.distributed
+    valid_blend: Any = None        # the validation blend when trainer.val_check_interval is set
+    consumed_valid: int = 0        # validation samples read so far (Megatron's consumed_valid_samples)
 
 
 def _build(config: Any, overrides: Sequence[str]) -> _Run:
@@ -212,6 +210,9 @@ def _resume(run: _Run, resume: str | os.PathLike, if_exists: bool) -> bool:
     run.optimizer.load_state_dict(loaded.state["optimizer"])
     ckpt.set_rng_state(loaded.state["rng"])
     run.step, run.consumed = loaded.step, loaded.consumed_samples
+    if validation.enabled(run.settings):   # Megatron: checkpointing.py:1754-1755, else training.py:3351-3355
+        saved = loaded.state.get("consumed_valid_samples")
+        run.consumed_valid = validation.consumed_after(run.settings, run.step) if saved is None else int(saved)
     run.resumed_from = loaded  # type: ignore[attr-defined]
     return False
 
@@ -230,6 +231,9 @@ def _data(run: _Run, dataset: Any) -> None:
         run.plan_hasher = consumed_digest(run.blend, run.consumed)
     run.batches = iter(MegatronPretrainingSampler(len(run.blend), run.consumed,
                                                   run.settings.config.model.micro_batch_size, run.rank, run.world))
+    if validation.enabled(run.settings):   # the config's validation blend, also with a custom ``dataset``
+        run.valid_blend = validation.build_valid_blend(run.settings)
+        validation.check_resume(run.settings, run.valid_blend, run.consumed_valid, run.step)
 
 
 @dataclass
@@ -333,14 +337,36 @@ def _log(record: dict[str, Any], log_fh: Any, writer: Any, on_step: Any, model: 
         on_step(record, model)
 
 
+def _validate(run: _Run, result: TrainResult, log_fh: Any, writer: Any) -> None:
+    """One validation (:func:`~labsupport.training.validation.evaluate`) after ``run.step``: every rank
+    its share, the sums all-reduced; rank 0 writes the line and the TensorBoard scalar."""
+    def reduce(sums: torch.Tensor) -> None:
+        with run.health.collective(run.step, "the validation all-reduce"):
+            dist.all_reduce(sums)
+
+    record = validation.evaluate(run.model, run.valid_blend, run.settings, step=run.step, consumed=run.consumed_valid,
+                                 device=run.device, rank=run.rank, world=run.world,
+                                 reduce=reduce if run.world > 1 else None)
+    run.consumed_valid = record["consumed_valid_samples"]
+    result.val_log.append(record)
+    if run.rank == 0:
+        if log_fh:
+            log_fh.write(json.dumps(record) + "\n")
+            log_fh.flush()
+        if writer is not None and record["val_loss"] is not None:
+            writer.add_scalar("val/loss", record["val_loss"], run.step)
+
+
 def _save(run: _Run, save_dir: str | os.PathLike, result: TrainResult) -> None:
     """Rank 0 writes the checkpoint (with the data plan); every rank waits for it.  Weights that
     are not finite stop the run first, on every rank (they hold the same weights), and nothing is written."""
     faults.check_finite_weights(run.model, run.step)
     if run.rank == 0:
         plan = plan_of(run.settings, run.blend, run.consumed, run.plan_hasher.copy().hexdigest())
+        valid = run.consumed_valid if validation.enabled(run.settings) else None
         path = ckpt.save_checkpoint(save_dir, step=run.step, consumed_samples=run.consumed, model=run.model,
-                                    optimizer=run.optimizer, settings=run.settings, data_plan=plan)
+                                    optimizer=run.optimizer, settings=run.settings, data_plan=plan,
+                                    consumed_valid_samples=valid)
         result.checkpoints.append(str(path))
     if run.world > 1:
         with run.health.collective(run.step, "the barrier after saving"):
@@ -366,7 +392,7 @@ def train(config: Settings | str | os.PathLike | Any = None, overrides: Sequence
             checkpoint, else start at step 0 — what a restarted job needs (NeMo's
             ``exp_manager.resume_if_exists`` + ``resume_ignore_no_checkpoint``; the config's
             ``exp_manager.resume_if_exists: true`` does the same).
-        log_file: append one JSON line per step (rank 0 only); once every check passed, the log
+        log_file: append one JSON line per step and one per validation (rank 0 only); once every check passed, the log
             is reconciled with the step the run starts from (:mod:`~labsupport.training.run_log`:
             later steps' lines dropped, a run from step 0 starts an empty log, the old one kept
             aside as ``<log>.old``).  The save dir and the log are locked for the run
@@ -430,6 +456,8 @@ def _train_locked(run: _Run, *, save_dir: Any, save_every: int, resume: Any, log
             result.log.append(record)
             if run.rank == 0:
                 _log(record, log_fh, writer, on_step, run.model)
+            if validation.due(run.settings, run.step):   # after the step's log, before its save (Megatron's order)
+                _validate(run, result, log_fh, writer)
             bar.update(1)
             if save_dir is not None and ((save_every and run.step % save_every == 0) or run.step == end):
                 _save(run, save_dir, result)
@@ -449,8 +477,9 @@ def _train_locked(run: _Run, *, save_dir: Any, save_every: int, resume: Any, log
 
 def train_worker(config: str | None = None, overrides: Sequence[str] = (), **kwargs: Any) -> dict[str, Any]:
     """:func:`train` as a ``run_workers`` function (chapter 5's launcher): returns plain values —
-    the log, the next batch of this rank, and the final weights as lists (rank 0)."""
+    the log, the validation records, the next batch of this rank, and the final weights as lists (rank 0)."""
     res = train(config, overrides, show_progress=False, **kwargs)
     weights = ({k: v.detach().cpu().tolist() for k, v in res.model.state_dict().items()}
                if dist.get_rank() == 0 else None)
-    return {"log": res.log, "next_batch": res.next_batch, "weights": weights, "checkpoints": res.checkpoints}
+    return {"log": res.log, "next_batch": res.next_batch, "weights": weights, "checkpoints": res.checkpoints,
+            "val_log": res.val_log}

@@ -176,11 +176,16 @@ def clone(tmp_path_factory) -> Path:
 
 
 def _kernel_names(clone: Path) -> dict:
-    """The names chapter 2's ``!`` lines use, as its kernel would hold them in the clone."""
+    """The names the chapters' ``!`` lines use (chapter 2's, chapter 6's ``many``), as their kernels
+    would hold them in the clone."""
     from labsupport.datasets.tokenizer import Tokenizer, workbook_tokenizer
 
+    from labsupport.datasets.startup_timing import make_prefixes
+
+    many = clone / "work" / "ch06-many"     # chapter 6's generated prefixes (its kernel's ``many``)
+    many.mkdir(parents=True, exist_ok=True)
     return {"sys": sys, "REPO_ROOT": clone, "tok": Tokenizer(workbook_tokenizer()),
-            "out_dir": clone / "work" / "ch02" / "cli"}
+            "out_dir": clone / "work" / "ch02" / "cli", "many": make_prefixes(str(many), count=2, docs=5)}
 
 
 def _run(command: str, clone: Path, names: dict) -> subprocess.CompletedProcess:
@@ -191,6 +196,20 @@ def _run(command: str, clone: Path, names: dict) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LABSUPPORT_WORK")}
     return subprocess.run(["/bin/sh", "-c", line], cwd=clone / "notebooks", capture_output=True, text=True,
                           env=env, timeout=120)
+
+
+def _as_after_the_train_run(clone: Path) -> None:
+    """What docs/training.md's ``train --data-args-path work/blend.txt`` leaves behind: the blend file
+    its ``printf`` line writes and the workbook's prefixes under ``work/indexed/``."""
+    docs = (clone / "docs" / "training.md").read_text(encoding="utf-8")
+    printf = next(line for line in docs.splitlines() if "> work/blend.txt" in line)
+    build = "from labsupport.datasets.preprocess import workbook_prefixes; workbook_prefixes(['web', 'code'])"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["LABSUPPORT_WORK"] = str(clone / "work")       # whichever checkout the venv's labsupport is
+    for line in (printf, f'.venv/bin/python -c "{build}"'):
+        done = subprocess.run(["/bin/sh", "-c", line], cwd=clone, capture_output=True, text=True, timeout=300,
+                              env=env)
+        assert done.returncode == 0, (line, done.stderr[-2000:])
 
 
 RUNNABLE = [(p, c) for p, c in ALL if (c.startswith("!cmp") or "-m labsupport" in c)
@@ -215,6 +234,8 @@ def test_the_commands_run_from_a_fresh_clone(clone):
         if "--bpe-engine numba" in command:   # the chapter's own web command first: the .bin to compare with
             chapter = command.replace("--output-prefix work/try/numba/web", f'--output-prefix "{names["out_dir"]}/web"')
             assert _run(chapter.replace(" --bpe-engine numba", ""), clone, names).returncode == 0
+        if "--data-args-path work/blend.txt" in command:   # docs/training.md: after its train run (not run here)
+            _as_after_the_train_run(clone)
         done = _run(command, clone, names)
         ran.append(command)
         if "--json-keys body" in command:     # ch02: the bad key stops with one error line and writes nothing
