@@ -37,7 +37,7 @@ LAB_ARGS    ?= $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 export PYTHONHASHSEED := 0
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help versions check-python setup setup-crosscheck lab lint test test-fast test-gpu gpu-report wheels run-all outputs exercises data bench nbcheck clean
+.PHONY: help versions check-python setup setup-crosscheck lab lint test test-fast test-gpu gpu-report wheels run-all outputs exercises data bench nbcheck browser-check clean
 
 help:
 	@echo "make lab        set up (first time only) and open JupyterLab on the workbook"
@@ -54,6 +54,8 @@ help:
 	@echo "make outputs    re-execute the committed notebooks and solutions in place (default parameters)"
 	@echo "make exercises  regenerate exercises/ from solutions/"
 	@echo "make bench      run benchmarks/ and write benchmarks/results/*.json"
+	@echo "make browser-check  the chapter pages in headless Chromium at a 960 px output width: no hidden table column,"
+	@echo "                no word cut in two → benchmarks/results/browser_check.json (CHROMIUM=path, BROWSER_ARGS=...)"
 	@echo "make data       rebuild data/ from offline sources (Debian packages, the Python stdlib)"
 
 # Refuses a PYTHON that does not run, and a $(VENV) that another Python version built.
@@ -140,6 +142,11 @@ bench: setup-crosscheck
 
 nbcheck: setup
 	$(PY) -m labsupport.workbook.nbcheck
+
+# The committed outputs as JupyterLab's CSS lays them out, measured in a real browser (scripts/browser_check.py).
+BROWSER_ARGS ?=
+browser-check: setup
+	$(PY) scripts/browser_check.py $(BROWSER_ARGS)
 
 clean:
 	rm -rf runs .pytest_cache

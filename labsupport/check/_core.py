@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from labsupport.check import _cells
+from labsupport.env import for_the_page
 from labsupport.check.texts import tomllib
 
 PASS, FAIL, NOT_ATTEMPTED = "passed", "failed", "not attempted"
@@ -355,7 +356,7 @@ def same_set(chosen: Iterable[Any], right: Sealed) -> bool:
 def _emit(line: str) -> None:
     sink = _SINK.get()
     if sink is None:
-        print(line)
+        print(for_the_page(line))
     else:
         sink(line)
 

@@ -22,6 +22,7 @@ import numpy as np
 from labsupport.datasets.indexed import IndexedDataset, IndexedDatasetBuilder, get_bin_path, get_idx_path
 from labsupport.models import vocab_padding as V
 from labsupport.check._core import blame, CheckFailed, Sealed, chapter_summary, check, check_seed, expect, short
+from labsupport.env import for_the_page
 from labsupport.check.texts import load_texts
 from labsupport.check.rules import diagnose, explain, in_words, Rule, Rules
 
@@ -202,15 +203,16 @@ def q1_header(parse_idx) -> None:
             expect(not wrong, "; ".join(wrong))
         print("✅ step 1 of q1: the header fields are right — now the three arrays, then check.q1")
     except CheckFailed as exc:
-        print(f"❌ step 1 of q1: {exc}\n   hint: how many bytes does each header field take (the layout line), and at "
-              "which byte does the field after the 9-byte magic begin?")
+        print(for_the_page(f"❌ step 1 of q1: {exc}\n   hint: how many bytes does each header field take (the layout "
+                           "line), and at which byte does the field after the 9-byte magic begin?"))
     except Exception as exc:  # noqa: BLE001 - the learner's code
         if isinstance(exc, NotImplementedError):
             print("🟡 step 1 of q1: not attempted — the stub still raises NotImplementedError")
         else:   # one sentence: what failed (an array read, when numpy's frombuffer raised), then the exception
             what = "header_array_crash" if "buffer" in str(exc) else "header_crash"
-            print("❌ step 1 of q1: " + TEXTS["q1"].say(what, error=f"{type(exc).__name__}: {short(str(exc))}",
-                                                       line=blame(exc, q1_header).rpartition(" (")[2].rstrip(")")))
+            said = TEXTS["q1"].say(what, error=f"{type(exc).__name__}: {short(str(exc))}",
+                                   line=blame(exc, q1_header).rpartition(" (")[2].rstrip(")"))
+            print(for_the_page("❌ step 1 of q1: " + said))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -1,15 +1,17 @@
-"""Tables the chapter notebooks show (chapters 0–5): rendered HTML in JupyterLab, fixed-width text elsewhere.
+"""Tables the chapter notebooks show (chapters 0–6): rendered HTML in JupyterLab, fixed-width text elsewhere.
 
 A :class:`Table` is displayed with IPython's rich display: JupyterLab renders its ``text/html`` (cells wrap at
-word boundaries inside their column, so a long identifier never breaks a row in two), while ``text/plain`` — what a
-terminal, papermill's log and nbval's comparison read — is the same table as aligned text. Both are built from
-the rows alone, so a committed output is reproducible.
+word boundaries inside their column, so a long identifier never breaks a row in two; a table still wider than the
+output scrolls sideways in its own box, so no column is hidden: ``make browser-check`` measures it at 960 px),
+while ``text/plain`` — what a terminal, papermill's log and nbval's comparison read — is the same table as aligned
+text. Both are built from the rows alone, so a committed output is reproducible.
 
     show_table(["key", "value"], [["model.num_layers", 32]], caption="the book's config")
 """
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -18,6 +20,20 @@ __all__ = ["Table", "show_table"]
 
 def _cell_text(value: Any) -> str:
     return "" if value is None else str(value)
+
+
+# The HTML form fits an output area of any width (a 960 px one on a laptop) without hiding a column: the table sits
+# in a box that scrolls sideways when the table is still wider than the output, and its cells wrap at word
+# boundaries (word-break:normal; JupyterLab's own output CSS breaks anywhere), with an extra break opportunity
+# (<wbr>) after each '.', '_' and '/' that a letter follows, so model.data.data_prefix or work/indexed/web wraps at
+# its dots and slashes, never mid-name. text/plain is not touched by any of this.
+FIT_STYLE = "max-width:100%; overflow-x:auto; overflow-wrap:break-word; word-break:normal"
+_BREAK_AFTER = re.compile(r"([._/])(?=[A-Za-z])")
+
+
+def _html_cell(text: str) -> str:
+    """``text`` escaped for HTML, with a <wbr> after the separators of a dotted, snake_case or path name."""
+    return _BREAK_AFTER.sub(r"\1<wbr>", html.escape(text))
 
 
 @dataclass(frozen=True)
@@ -64,14 +80,15 @@ class Table:
     def _repr_html_(self) -> str:
         def td(tag, name, text):
             align = "right" if name in self.numeric else "left"
-            return f'<{tag} style="text-align:{align}; vertical-align:top">{html.escape(text)}</{tag}>'
+            return f'<{tag} style="text-align:{align}; vertical-align:top">{_html_cell(text)}</{tag}>'
 
         head = "".join(td("th", c, c) for c in self.columns)
         body = "".join("<tr>" + "".join(td("td", c, v) for c, v in zip(self.columns, r)) + "</tr>"
                        for r in self._text_rows())
         caption = f"<caption style=\"text-align:left\">{html.escape(self.caption)}</caption>" if self.caption else ""
         notes = "".join(f"<p>{html.escape(n)}</p>" for n in self.notes)
-        return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{notes}"
+        return (f'<div class="labsupport-table" style="{FIT_STYLE}">'
+                f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>{notes}")
 
 
 def show_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, caption: str | None = None,

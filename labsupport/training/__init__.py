@@ -13,8 +13,12 @@ tokenizer → indexed files → blend → GPT samples → a data-parallel sample
   resolves to (prefixes, tokenizer, world and data-parallel size);
 * :mod:`~labsupport.training.data` — the blend of chapter 3 over chapter 4's GPT samples, the
   collate step, and the naive "tokenize every step + pad" pipeline for comparison;
+* :mod:`~labsupport.training.batch_ramp` — the global batch of every step (Megatron's ramp-up and step
+  schedule, from ``consumed_samples``);
 * :mod:`~labsupport.training.checkpoint` — save/load model, optimizer, RNG states and consumed
   samples (atomic writes; a checkpoint of another config or tokenizer is refused);
+* :mod:`~labsupport.training.dist_checkpoint` — the ``torch_dist`` format: a directory with a shard
+  per rank (``torch.distributed.checkpoint``), loadable on another number of ranks, async saves;
 * :mod:`~labsupport.training.trainer` — ``train(cfg, ...)``: the loop, on one process or as one
   rank of a ``torch.distributed`` group (gradients all-reduced);
 * :mod:`~labsupport.training.run_log` — the ``--log`` file reconciled with the step a run starts

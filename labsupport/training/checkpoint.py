@@ -5,8 +5,9 @@ moments and step counts), the RNG states (python, numpy, torch, CUDA) and ``cons
 — the sampler's resume point (:mod:`labsupport.training.sampler`).  Without that last number a
 restarted run reads the first batches again.
 
-Files are named like NeMo's checkpoint callback names them (``...-step=20-consumed_samples=160``):
-``<dir>/step=000020-consumed_samples=160.ckpt``, written through :func:`labsupport.fileio.atomic_open`
+Checkpoints are named as NeMo's checkpoint callback names them (``...-step=20-consumed_samples=160``).
+The older single-file format: ``<dir>/step=000020-consumed_samples=160.ckpt``, written through
+:func:`labsupport.fileio.atomic_open`
 (a temporary name, fsynced, renamed, the folder fsynced), so neither a crash nor a host failure
 leaves a half-written checkpoint under a real name; :func:`remove_stale_temporaries` deletes the
 temporary files of a save that was killed.
@@ -19,9 +20,13 @@ the newest intact one, printing one line per damaged one it skipped.  It refuses
 another ``model`` config or another tokenizer, naming both; the data plan it recorded is checked
 by :mod:`labsupport.training.data_plan`.
 
-Not Megatron-Core's ``torch_dist`` format (``torch.distributed.checkpoint``: one file per rank
-plus metadata): with data parallelism only, every rank holds the same full state, so rank 0's
-single file is the whole checkpoint and loads on any number of ranks (DP 2 → 1 is a plain load).
+Two formats (``exp_manager.ckpt_format``).  ``torch_dist``, the default (Megatron-Core's): a
+directory ``<dir>/step=000020-consumed_samples=160/`` written by every rank through
+``torch.distributed.checkpoint`` — a shard per rank, DCP's ``.metadata`` and ``checkpoint.json``
+with the digest (:mod:`labsupport.training.dist_checkpoint`: the files, the rename, async saves);
+it loads on any number of ranks.  ``torch``, the older one: the single ``.ckpt`` file above,
+written by rank 0; it still loads (with one warning line when the config asks for torch_dist).
+Both are listed, tried newest first and verified the same way.
 """
 from __future__ import annotations
 
@@ -39,8 +44,10 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from labsupport.fileio import atomic_open, remove_stale_temporaries as _remove_stale
+from labsupport.training import dist_checkpoint as dcp_format
 from labsupport.training.settings import Settings, config_fingerprint, model_dict
 
 __all__ = ["ResumeError", "Checkpoint", "save_checkpoint", "load_checkpoint", "latest_checkpoint",
@@ -48,6 +55,7 @@ __all__ = ["ResumeError", "Checkpoint", "save_checkpoint", "load_checkpoint", "l
            "remove_stale_temporaries", "check_writable", "DamagedCheckpoint"]
 
 FORMAT = "labsupport-train-checkpoint/2"
+FORMAT_DIST = "labsupport-train-checkpoint/3-torch_dist"   # the state inside a torch_dist directory
 _OLD_FORMATS = ("labsupport-train-checkpoint/1",)   # no content digest: loaded unverified
 _NAME = re.compile(r"^step=(\d+)-consumed_samples=(\d+)\.ckpt$")
 
@@ -66,9 +74,11 @@ class Checkpoint:
     state: dict[str, Any]
 
 
-def checkpoint_name(step: int, consumed_samples: int) -> str:
-    """``step=000020-consumed_samples=160.ckpt`` (zero-padded so names sort by step)."""
-    return f"step={step:06d}-consumed_samples={consumed_samples}.ckpt"
+def checkpoint_name(step: int, consumed_samples: int, fmt: str = "torch_dist") -> str:
+    """``step=000020-consumed_samples=160`` (a torch_dist directory), or with ``fmt="torch"`` the
+    single file ``step=000020-consumed_samples=160.ckpt`` (zero-padded so names sort by step)."""
+    name = dcp_format.dir_name(step, consumed_samples)
+    return name if fmt == "torch_dist" else f"{name}.ckpt"
 
 
 def rng_state() -> dict[str, Any]:
@@ -122,12 +132,14 @@ _PROBE = re.compile(r"^\.write-probe\.\d+\.tmp$")
 
 
 def remove_stale_temporaries(directory: str | os.PathLike, locked: bool = False) -> list[Path]:
-    """Delete the temporary files of checkpoint saves whose process was killed; return them.
+    """Delete the temporary files (and torch_dist directories) of checkpoint saves whose process was
+    killed; return them.
 
     ``locked``: the caller holds the save dir's lock (:func:`labsupport.fileio.hold_lock`), so no other
     run writes there and every temporary is a killed run's, whatever process now has its pid —
     the write probes of :func:`check_writable` included."""
     removed = _remove_stale(directory, re.compile(_NAME.pattern.strip("^$")), locked=locked)
+    removed += dcp_format.remove_stale_dirs(directory, locked=locked)   # a killed torch_dist save
     folder = Path(directory)
     if locked and folder.is_dir():
         for p in sorted(folder.iterdir()):
@@ -163,18 +175,12 @@ def check_writable(directory: str | os.PathLike, need_bytes: int = 0) -> None:
                       f"{need_bytes:,})", os.fspath(folder))
 
 
-def save_checkpoint(directory: str | os.PathLike, *, step: int, consumed_samples: int, model: torch.nn.Module,
-                    optimizer: torch.optim.Optimizer, settings: Settings,
-                    data_plan: dict[str, Any] | None = None, consumed_valid_samples: int | None = None) -> Path:
-    """Write ``<directory>/step=…-consumed_samples=….ckpt`` atomically and durably; return its path.
-
-    ``data_plan``: what fixes the sample order (:func:`labsupport.training.data_plan.plan_of`);
-    ``consumed_valid_samples``: validation samples read so far (stored only when given: a run
-    that validates, :mod:`~labsupport.training.validation`; Megatron keeps it in the checkpoint's args)."""
-    folder = Path(directory)
-    folder.mkdir(parents=True, exist_ok=True)
+def _state(fmt_string: str, step: int, consumed_samples: int, model: torch.nn.Module,
+           optimizer: torch.optim.Optimizer, settings: Settings, data_plan: dict[str, Any] | None,
+           consumed_valid_samples: int | None) -> dict[str, Any]:
+    """What a checkpoint holds (both formats), ``content_sha256`` included."""
     state = {
-        "format": FORMAT, "step": int(step), "consumed_samples": int(consumed_samples),
+        "format": fmt_string, "step": int(step), "consumed_samples": int(consumed_samples),
         "config_fingerprint": config_fingerprint(settings.config),
         "model_config": model_dict(settings.config),
         "tokenizer_fingerprint": settings.tokenizer_fingerprint,
@@ -184,7 +190,58 @@ def save_checkpoint(directory: str | os.PathLike, *, step: int, consumed_samples
     if consumed_valid_samples is not None:
         state["consumed_valid_samples"] = int(consumed_valid_samples)
     state["content_sha256"] = content_digest(state)
-    path = folder / checkpoint_name(step, consumed_samples)
+    return state
+
+
+def _same_on_every_rank(state: dict[str, Any]) -> dict[str, Any]:
+    """Under torch.distributed: rank 0's RNG states and plain values on every rank (the ranks' Python RNGs
+    differ; DCP stores each replicated item once, from any rank), and a check that the weights and
+    optimizer state, replicated by data parallelism, are bitwise the same on every rank."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return state
+    small = [{k: v for k, v in state.items() if k not in ("model", "optimizer", "content_sha256")}]
+    dist.broadcast_object_list(small, src=0)
+    state = {**state, **small[0]}
+    state["content_sha256"] = content_digest(state)
+    digests: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(digests, state["content_sha256"])
+    differ = [r for r, d in enumerate(digests) if d != digests[0]]
+    if differ:
+        raise RuntimeError(f"saving step {state['step']}: rank(s) {differ} hold other weights or optimizer state "
+                           "than rank 0, so no checkpoint is written; data-parallel ranks must stay identical")
+    return state
+
+
+def save_checkpoint(directory: str | os.PathLike, *, step: int, consumed_samples: int, model: torch.nn.Module,
+                    optimizer: torch.optim.Optimizer, settings: Settings,
+                    data_plan: dict[str, Any] | None = None, consumed_valid_samples: int | None = None,
+                    fmt: str = "torch_dist", async_save: bool = False) -> Any:
+    """Write the checkpoint of ``step`` atomically and durably; return its path (or, async, a pending save).
+
+    Call it on every rank (a collective under torch.distributed).  ``fmt="torch_dist"``: the
+    directory ``<directory>/step=…-consumed_samples=…/``, a shard per rank
+    (:mod:`~labsupport.training.dist_checkpoint`); ``async_save``: written in the background —
+    returns a :class:`~labsupport.training.dist_checkpoint.PendingSave` whose ``wait()`` (every
+    rank, before the next save) finishes it and returns the path.  ``fmt="torch"``: rank 0 writes
+    the single file ``….ckpt``; the other ranks write nothing and return the same path.
+    ``data_plan``: what fixes the sample order (:func:`labsupport.training.data_plan.plan_of`);
+    ``consumed_valid_samples``: validation samples read so far (stored only when given: a run
+    that validates, :mod:`~labsupport.training.validation`; Megatron keeps it in the checkpoint's args)."""
+    if fmt not in ("torch_dist", "torch"):
+        raise ValueError(f"save_checkpoint: fmt={fmt!r}; use 'torch_dist' or 'torch'")
+    folder = Path(directory)
+    path = folder / checkpoint_name(step, consumed_samples, fmt)
+    if fmt == "torch_dist":
+        state = _same_on_every_rank(_state(FORMAT_DIST, step, consumed_samples, model, optimizer, settings,
+                                           data_plan, consumed_valid_samples))
+        sidecar = {"format": FORMAT_DIST, "step": int(step), "consumed_samples": int(consumed_samples),
+                   "content_sha256": state["content_sha256"]}
+        pending = dcp_format.save_sharded(path, state, sidecar, async_save=async_save)
+        return pending if async_save else pending.final
+    if dist.is_initialized() and dist.get_rank() != 0:
+        return path
+    folder.mkdir(parents=True, exist_ok=True)
+    state = _state(FORMAT, step, consumed_samples, model, optimizer, settings, data_plan, consumed_valid_samples)
     buffer = io.BytesIO()  # serialised first: a full disk is then a plain OSError from write()
     torch.save(state, buffer)
     with atomic_open(path, "wb") as fh:
@@ -193,12 +250,18 @@ def save_checkpoint(directory: str | os.PathLike, *, step: int, consumed_samples
 
 
 def checkpoints_newest_first(directory: str | os.PathLike) -> list[Path]:
-    """The checkpoints in ``directory``, highest step first (``[]`` when none or no folder)."""
+    """The checkpoints in ``directory`` — torch_dist directories and ``.ckpt`` files — highest step
+    first (of one step, the directory first); ``[]`` when none or no folder."""
     folder = Path(directory)
     if not folder.is_dir():
         return []
-    found = sorted(((int(m.group(1)), p) for p in folder.iterdir() if (m := _NAME.match(p.name))), reverse=True)
-    return [p for _, p in found]
+    found = []
+    for p in folder.iterdir():
+        if (m := _NAME.match(p.name)) and not p.is_dir():
+            found.append((int(m.group(1)), 0, p))
+        elif (m := dcp_format.DIR_NAME.match(p.name)) and p.is_dir():
+            found.append((int(m.group(1)), 1, p))
+    return [p for *_, p in sorted(found, reverse=True)]
 
 
 def latest_checkpoint(directory: str | os.PathLike) -> Path:
@@ -208,7 +271,8 @@ def latest_checkpoint(directory: str | os.PathLike) -> Path:
         raise ResumeError(f"--resume {folder}: no such directory (give the --save-dir of the earlier run)")
     found = checkpoints_newest_first(folder)
     if not found:
-        raise ResumeError(f"--resume {folder}: no checkpoint there (expected files like {checkpoint_name(20, 160)})")
+        raise ResumeError(f"--resume {folder}: no checkpoint there (expected directories like "
+                          f"{checkpoint_name(20, 160)}/ or files like {checkpoint_name(20, 160, 'torch')})")
     return found[0]
 
 
@@ -225,7 +289,31 @@ class DamagedCheckpoint(ResumeError):
     """A checkpoint file that cannot be read back as it was written (empty, truncated, bit-flipped)."""
 
 
-def _read_verified(file: Path) -> dict[str, Any]:
+def _read_verified(path: Path) -> dict[str, Any]:
+    """A checkpoint's state, its content digest checked: a torch_dist directory or a ``.ckpt`` file;
+    DamagedCheckpoint naming it and what is wrong."""
+    return _read_dir(path) if path.is_dir() else _read_file(path)
+
+
+def _read_dir(folder: Path) -> dict[str, Any]:
+    """Every shard of a torch_dist checkpoint read back (any world size) and checked against its digest."""
+    try:
+        sidecar, state = dcp_format.read_sharded(folder)
+    except dcp_format.UnreadableShards as exc:
+        raise DamagedCheckpoint(f"{folder.name}: damaged — {exc}") from None
+    digest = content_digest(state)   # first: it covers the format string too
+    if "content_sha256" in sidecar and digest != sidecar["content_sha256"]:
+        raise DamagedCheckpoint(f"{folder.name}: damaged — its shards do not match the checksum they were saved with "
+                                f"(content_sha256 {str(sidecar.get('content_sha256'))[:12]}…)")
+    if state.get("format") != FORMAT_DIST or "content_sha256" not in sidecar:
+        raise ResumeError(f"{folder.name}: not a labsupport training checkpoint (format "
+                          f"{str(state.get('format'))[:60]!r}); give one that python -m labsupport train wrote")
+    if sidecar.get("format") != FORMAT_DIST or sidecar.get("step") != state.get("step"):
+        raise DamagedCheckpoint(f"{folder.name}: damaged — its {dcp_format.SIDECAR} does not match its shards")
+    return state
+
+
+def _read_file(file: Path) -> dict[str, Any]:
     """torch.load + the content digest; DamagedCheckpoint naming the file and what is wrong."""
     try:
         size = file.stat().st_size
@@ -274,7 +362,9 @@ def _newest_intact(folder: Path, warn: Any) -> tuple[Path, dict[str, Any]]:
 
 
 def load_checkpoint(path: str | os.PathLike, settings: Settings, warn: Any = None) -> Checkpoint:
-    """Read a checkpoint (a file, or a directory → its newest intact one) and check it fits ``settings``.
+    """Read a checkpoint (a torch_dist directory or ``.ckpt`` file, or a save dir → its newest intact
+    one) and check it fits ``settings``.  Works on any world size, with or without a process group:
+    each rank reads the whole state.
 
     Raises ResumeError naming the file when it is damaged (a file given by name), of another
     format, written with another ``model`` config (listing the keys that differ) or another
@@ -284,13 +374,16 @@ def load_checkpoint(path: str | os.PathLike, settings: Settings, warn: Any = Non
     p = Path(path)
     if not p.exists():
         raise ResumeError(f"--resume {p}: no such file or directory (give the --save-dir of the earlier run)")
-    if p.is_dir():
+    if p.is_dir() and not dcp_format.DIR_NAME.match(p.name):
         file, state = _newest_intact(p, warn)
     else:
         file, state = p, _read_verified(p)
     if state["format"] in _OLD_FORMATS:
         print(f"warning: {file.name}: saved in the older format {state['format']} without a content checksum, "
               "so it is loaded unverified; the next save writes a verified one", file=warn)
+    elif not file.is_dir() and settings.config.exp_manager.ckpt_format == "torch_dist":
+        print(f"warning: {file.name}: a checkpoint in the older single-file format (torch); it loads as before, "
+              "and the next save writes torch_dist (a directory, a shard per rank)", file=warn)
     if state["tokenizer_fingerprint"] != settings.tokenizer_fingerprint:
         raise ResumeError(f"{file.name} was trained with tokenizer {state['tokenizer_fingerprint'][:12]}… but "
                           f"model.tokenizer.model is {settings.tokenizer_fingerprint[:12]}… "

@@ -113,7 +113,8 @@ def preflight(run: Any, save_dir: Any, log_file: Any) -> None:
             print(f"train: removed {len(removed)} temporary file(s) left by a killed save: "
                   f"{', '.join(p.name for p in removed)}", file=sys.stderr)
         params = sum(p.numel() * p.element_size() for p in run.model.parameters())
-        ckpt.check_writable(save_dir, need_bytes=4 * params + (1 << 20))  # weights + 2 Adam moments + RNG
+        # weights + 2 Adam moments + RNG: the whole checkpoint (torch_dist's shards together; one save dir)
+        ckpt.check_writable(save_dir, need_bytes=4 * params + (1 << 20))
     if log_file is not None:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
         with open(log_file, "a", encoding="utf-8"):
@@ -125,7 +126,8 @@ def resume_source(resume: Any, save_dir: Any, rank: int) -> Any:
     folder = resume if resume is not None else save_dir
     if folder is None:
         raise ConfigError("--resume-if-exists needs --save-dir (or --resume DIR): where the checkpoints are")
-    if Path(folder).is_file() or ckpt.checkpoints_newest_first(folder):
+    one = Path(folder).is_file() or (Path(folder).is_dir() and ckpt.dcp_format.DIR_NAME.match(Path(folder).name))
+    if one or ckpt.checkpoints_newest_first(folder):   # a checkpoint (file or torch_dist directory), or a save dir
         if rank == 0 and restart_count() > 0:
             print(f"train: torchrun restart {restart_count()}: resuming from the newest checkpoint in {folder}",
                   file=sys.stderr)

@@ -38,8 +38,9 @@ from omegaconf import OmegaConf
 
 from labsupport.stack_facts import load_defaults
 
-__all__ = ["Row", "ROWS", "VALIDATION_KEYS", "VERSIONS", "upstream", "key_table", "bridge_mixed_precision",
-           "render_nemo1", "render_nemo2", "render_bridge", "UPSTREAM_FILE", "DOCUMENT_MASKING", "masking_gaps"]
+__all__ = ["Row", "ROWS", "VALIDATION_KEYS", "LATER_KEYS", "VERSIONS", "upstream", "key_table",
+           "bridge_mixed_precision", "render_nemo1", "render_nemo2", "render_bridge", "UPSTREAM_FILE",
+           "DOCUMENT_MASKING", "masking_gaps"]
 
 UPSTREAM_FILE = Path(__file__).with_name("upstream_fields.json")
 
@@ -157,11 +158,32 @@ ROWS: tuple[Row, ...] = (
     Row("trainer.limit_val_batches", None, "trainer.limit_val_batches", None, ("Trainer", "limit_val_batches"),
         ("validation", "ValidationConfig", "eval_iters"), "global batches per validation", "ch6",
         "Megatron-LM --eval-iters"),
+    # the batch ramp (labsupport/training/batch_ramp.py): Megatron-LM's --rampup-batch-size up to core_v0.17.x,
+    # --step-batch-size-schedule from core_v0.18.0; Bridge v0.6.0's TrainingConfig holds both
+    Row("model.rampup_batch_size", None, "model.rampup_batch_size", None,
+        ("PreTrainingDataModule", "rampup_batch_size"),
+        ("train", "TrainingConfig", "rampup_batch_size"), "grow the global batch: [start, increment, samples]", "ch6",
+        "Megatron-LM --rampup-batch-size (≤ 0.17; 0.18+ has no ramp-up calculator)"),
+    Row("model.step_batch_size_schedule", None, None, None, None,
+        ("train", "TrainingConfig", "step_batch_size_schedule"), "global batch by tokens seen: \"0:B1 T2:B2 …\"",
+        "ch6", "Megatron-LM --step-batch-size-schedule (0.18+)"),
+    # the checkpoint format (labsupport/training/checkpoint.py, dist_checkpoint.py)
+    Row("exp_manager.ckpt_format", None, "model.dist_ckpt_format", None, ("MegatronStrategy", "save_ckpt_format"),
+        ("checkpoint", "CheckpointConfig", "ckpt_format"), "torch_dist (a shard per rank) or torch (one file)", "ch6",
+        "Megatron-LM --ckpt-format"),
+    Row("exp_manager.async_save", None, "exp_manager.checkpoint_callback_params.async_save", None,
+        ("MegatronStrategy", "ckpt_async_save"), ("checkpoint", "CheckpointConfig", "async_save"),
+        "write checkpoints in the background", "ch6", "Megatron-LM --async-save"),
 )
 
 #: the rows of validation: rendered only when the run validates (``trainer.val_check_interval`` set), so
 #: a config that does not validate renders as before (NeMo 1.x's own default would validate)
 VALIDATION_KEYS = ("trainer.val_check_interval", "trainer.limit_val_batches")
+
+#: keys added after the renderings were first written: a rendering shows one only when the config sets it
+#: to something other than the schema's default, so a config that does not use them renders as before
+LATER_KEYS = {"model.rampup_batch_size": None, "model.step_batch_size_schedule": None,
+              "exp_manager.ckpt_format": "torch_dist", "exp_manager.async_save": False}
 
 #: NeMo 2.0 class → the record in upstream_fields.json that lists its arguments.  ``GPTConfig``
 #: extends megatron-core's ``TransformerConfig`` and ``OptimizerConfig`` *is* megatron-core's: their
@@ -288,6 +310,8 @@ def _hydra(value: Any) -> str:
     """A value as a Hydra override writes it (true/false, null)."""
     if value is None:
         return "null"
+    if isinstance(value, (list, tuple)):   # one shell word: [4,4,24]
+        return "[" + ",".join(_hydra(x) for x in value) + "]"
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
@@ -296,13 +320,15 @@ def render_nemo1(cfg: Any) -> str:
     v = _values(cfg)
     prefix = "[" + ",".join(str(x) for x in v["model.data.data_prefix"]) + "]"
     keys = [r.key for r in ROWS if r.key and r.key not in ("model.data.data_prefix", "model.data.splits_string")
-            and (r.key not in VALIDATION_KEYS or _validates(v))]
+            and (r.key not in VALIDATION_KEYS or _validates(v))
+            and (r.key not in LATER_KEYS or (r.nemo1 and v[r.key] not in (None, LATER_KEYS[r.key])))]
     # quoted for the shell; Hydra reads an unquoted 1,0,0 as a sweep, so the split is quoted for Hydra too
     split = _split(v)
     lines = [f'  "model.data.data_prefix={prefix}" \\', f"  \"model.data.splits_string='{split}'\" \\"]
     shown = {**v, "model.tokenizer.model": "TOKENIZER.model"}   # the workbook's alias "workbook" is not NeMo's
     # NeMo 1.x's model.data.seq_length interpolates model.encoder_seq_length: override the latter
-    names = {"model.data.seq_length": "model.encoder_seq_length"}
+    names = {"model.data.seq_length": "model.encoder_seq_length",
+             **{r.key: r.nemo1 for r in ROWS if r.key in LATER_KEYS and r.nemo1}}
     masks = [k for k in keys if k.endswith(_RESET)]
     lines += [f"  {names.get(k, k)}={_hydra(shown[k])} \\" for k in keys if k not in masks]
     lines += [f"  {k}={_hydra(shown[k])} \\" for k in masks]

@@ -28,6 +28,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException, ValidationError
 
 from labsupport.config import ConfigError, ParallelLayout, parallel_layout
+from labsupport.training.batch_ramp import BatchSchedule, parse_step_schedule
 from labsupport.datasets.splits import parse_and_normalize_split
 
 __all__ = ["TrainerConfig", "ExpManagerConfig", "TokenizerConfig", "DataConfig", "SchedConfig",
@@ -123,12 +124,22 @@ class TrainerConfig:
 
 @dataclass
 class ExpManagerConfig:
-    """``exp_manager``: NeMo's experiment manager (here only its resume switch)."""
+    """``exp_manager``: NeMo's experiment manager (here its resume switch and the checkpoint format)."""
 
     resume_if_exists: bool = MISSING
+    #: torch_dist: torch.distributed.checkpoint, a shard per rank + metadata (Megatron's --ckpt-format default);
+    #: torch: the older single file written by rank 0 (labsupport/training/checkpoint.py)
+    ckpt_format: str = "torch_dist"
+    #: write a torch_dist checkpoint in the background while training goes on (Megatron's --async-save)
+    async_save: bool = False
 
     def validate(self) -> None:
         _flag("exp_manager.resume_if_exists", self.resume_if_exists)
+        _choice("exp_manager.ckpt_format", self.ckpt_format, ("torch_dist", "torch"), "use torch_dist or torch")
+        _flag("exp_manager.async_save", self.async_save)
+        if self.async_save and self.ckpt_format != "torch_dist":
+            raise ConfigError("exp_manager.async_save=true with exp_manager.ckpt_format=torch: only torch_dist "
+                              "checkpoints are written in the background; set exp_manager.ckpt_format=torch_dist")
 
 
 @dataclass
@@ -240,6 +251,11 @@ class ModelConfig:
 
     micro_batch_size: int = MISSING
     global_batch_size: int = MISSING
+    #: [start, increment, samples]: grow the global batch from start to global_batch_size (NeMo 1.x's key,
+    #: Megatron ≤ 0.17's --rampup-batch-size) — labsupport/training/batch_ramp.py; null: constant
+    rampup_batch_size: Optional[List[int]] = None
+    #: "THRESHOLD:BATCH ..." with thresholds in tokens (Megatron 0.18+'s --step-batch-size-schedule); null: constant
+    step_batch_size_schedule: Optional[str] = None
     seed: int = MISSING
     tensor_model_parallel_size: int = MISSING
     pipeline_model_parallel_size: int = MISSING
@@ -278,6 +294,31 @@ class ModelConfig:
                               f"model.num_attention_heads={self.num_attention_heads}")
         self.validate_size()
 
+    def batch_schedule(self, data_parallel: int) -> BatchSchedule:
+        """The global batch per step (:class:`~labsupport.training.batch_ramp.BatchSchedule`), unchecked."""
+        ramp, text = self.rampup_batch_size, self.step_batch_size_schedule
+        steps = None if text is None else tuple(parse_step_schedule(text, self.encoder_seq_length))
+        return BatchSchedule(self.global_batch_size, self.micro_batch_size * data_parallel,
+                             None if ramp is None else tuple(int(v) for v in ramp), steps)
+
+    def validate_ramp(self, max_steps: int, data_parallel: int) -> None:
+        """Megatron's assertions on a ramp-up or step schedule, as one line each, plus its run-time
+        consistency check (every batch divisible by micro × DP) done here for every step of the run."""
+        ramp, text, final = self.rampup_batch_size, self.step_batch_size_schedule, self.global_batch_size
+        if ramp is not None and text is not None:
+            raise ConfigError("model.rampup_batch_size and model.step_batch_size_schedule are both set; keep one "
+                              "(Megatron 0.18+ has only the step schedule)")
+        if ramp is not None:
+            _check_rampup(ramp, final)
+        if text is not None:
+            _check_step_schedule(text, self.encoder_seq_length, final)
+        schedule = self.batch_schedule(data_parallel)
+        for step, size in enumerate(schedule.sizes(max_steps), start=1):
+            if size % schedule.group:
+                raise ConfigError(f"model.{'rampup_batch_size' if ramp is not None else 'step_batch_size_schedule'}: "
+                                  f"step {step}'s global batch {size} is not divisible by model.micro_batch_size × DP"
+                                  f" = {schedule.group}; choose sizes that are multiples of {schedule.group}")
+
     def parameters_without_vocab(self) -> int:
         """The GPT's parameter count, less the token embedding and output head (the vocabulary
         comes from the tokenizer): per layer QKV + output projection (4h² + 4h), the MLP
@@ -305,6 +346,44 @@ class ModelConfig:
         raise ConfigError(f"model.{name}={getattr(self, name)}: the model would have {total:.3g} parameters "
                           f"(not counting the vocabulary), more than the {MAX_MODEL_PARAMETERS:.0e} this workbook "
                           f"trains (MAX_MODEL_PARAMETERS, docs/training.md); lower model.{name}")
+
+
+def _check_rampup(ramp: Any, final: int) -> None:
+    """``[start, increment, samples]``: three integers, start < global batch, the gap a multiple of increment."""
+    key = "model.rampup_batch_size"
+    if not isinstance(ramp, (list, tuple)) or len(ramp) != 3 or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in ramp):
+        raise ConfigError(f"{key}={ramp!r}: expected three integers [start batch, increment, ramp-up samples], "
+                          "e.g. [4, 4, 64], or null")
+    start, increment, samples = ramp
+    if start < 1 or increment < 1 or samples < 1:
+        raise ConfigError(f"{key}={list(ramp)}: start, increment and ramp-up samples must be ≥ 1")
+    if start >= final or (final - start) % increment:
+        raise ConfigError(f"{key}={list(ramp)}: the start batch must be below model.global_batch_size={final} and "
+                          f"their gap a multiple of the increment (Megatron asserts both; equal sizes divide by zero "
+                          "there): set null for a constant batch")
+
+
+def _check_step_schedule(text: Any, seq_length: int, final: int) -> None:
+    """``"THRESHOLD:BATCH ..."``: parseable, first threshold 0, thresholds increasing, batches growing
+    (Megatron's training loop asserts that), the last batch = ``model.global_batch_size``."""
+    key = "model.step_batch_size_schedule"
+    try:
+        if not isinstance(text, str):
+            raise ValueError("not a string")
+        schedule = parse_step_schedule(text, seq_length)
+    except ValueError as exc:
+        raise ConfigError(f"{key}={text!r}: {exc}; write entries like \"0:4 2048:8\" (tokens:global batch)") from None
+    thresholds, sizes = [t for t, _ in schedule], [b for _, b in schedule]
+    if not schedule or thresholds[0] != 0 or len(set(thresholds)) != len(thresholds):
+        raise ConfigError(f"{key}={text!r}: the first threshold must be 0 and each later one larger (in tokens; "
+                          f"÷ model.encoder_seq_length={seq_length} gives samples)")
+    if min(sizes) < 1 or sizes != sorted(sizes):
+        raise ConfigError(f"{key}={text!r}: batch sizes must be ≥ 1 and never shrink (Megatron asserts the number "
+                          "of micro-batches only grows)")
+    if sizes[-1] != final:
+        raise ConfigError(f"{key}={text!r}: the last batch {sizes[-1]} differs from model.global_batch_size={final}; "
+                          "Megatron takes the global batch from the schedule's last entry, so make them equal")
 
 
 @dataclass
@@ -340,6 +419,7 @@ class RunConfig:
             raise ConfigError(f"model.global_batch_size={self.model.global_batch_size} is not divisible by "
                               f"model.micro_batch_size × DP = {micro} × {dp}; the global batch is micro × DP × "
                               "accumulation steps")
+        self.model.validate_ramp(self.trainer.max_steps, dp)
         self.model.validate_shape()
         return layout
 

@@ -36,6 +36,7 @@ from labsupport.config import ConfigError, load_config
 from labsupport.datasets.preprocess import workbook_prefixes
 from labsupport.datasets.tokenizer import Tokenizer, workbook_tokenizer
 from labsupport.paths import DOMAINS, REPO_ROOT, work_dir
+from labsupport.training.batch_ramp import BatchSchedule
 from labsupport.training.schema import RunConfig, read_run_config
 
 __all__ = ["Settings", "load_settings", "read_config", "settings_from_config", "ConfigError", "DEFAULT_CONFIG",
@@ -62,14 +63,21 @@ class Settings:
 
     @property
     def num_microbatches(self) -> int:
-        """Micro-batches per rank and step: global batch ÷ (micro batch × DP)."""
+        """Micro-batches per rank in a step at the full global batch: global batch ÷ (micro batch × DP)
+        (every step without a ramp-up; validation always)."""
         m = self.config.model
         return m.global_batch_size // (m.micro_batch_size * self.data_parallel_size)
 
     @property
+    def schedule(self) -> BatchSchedule:
+        """The global batch of every step (:mod:`~labsupport.training.batch_ramp`; constant without a ramp-up)."""
+        return self.config.model.batch_schedule(self.data_parallel_size)
+
+    @property
     def total_samples(self) -> int:
-        """Samples the run draws: ``max_steps × global_batch_size`` (Megatron's train samples)."""
-        return self.config.trainer.max_steps * self.config.model.global_batch_size
+        """Samples the run draws: the global batches of its ``max_steps`` steps (Megatron's train
+        samples; ``max_steps × global_batch_size`` without a ramp-up)."""
+        return self.schedule.consumed_after(self.config.trainer.max_steps)
 
     @property
     def tokens_per_step(self) -> int:
@@ -114,9 +122,15 @@ def _tokenizer(config: RunConfig) -> tuple[Path, str]:
     return path, Tokenizer(path).fingerprint
 
 
+#: ``model`` keys added after checkpoints were first saved: left out of :func:`model_dict` while null, so
+#: the fingerprint of a config that does not use them is the one older checkpoints recorded
+_LATER_KEYS = ("rampup_batch_size", "step_batch_size_schedule")
+
+
 def model_dict(config: RunConfig) -> dict:
     """The ``model`` section as plain values (what a checkpoint stores and compares)."""
-    return dataclasses.asdict(config.model)
+    values = dataclasses.asdict(config.model)
+    return {k: v for k, v in values.items() if not (k in _LATER_KEYS and v is None)}
 
 
 def config_fingerprint(config: RunConfig) -> str:

@@ -6,11 +6,15 @@ optimizer step: ``num_microbatches`` micro-batches from Megatron's sampler, each
 backward with its loss divided by ``num_microbatches`` (gradient accumulation, as Megatron's
 ``forward_step`` does); with more than one rank the gradients are flattened into one buffer and
 all-reduced (sum, then ÷ DP — what DDP does per bucket); AdamW steps; ``consumed_samples`` grows
-by ``global_batch_size``.  The loss of a micro-batch is ``Σ loss·mask / Σ mask`` over its tokens.
+by the step's global batch.  The loss of a micro-batch is ``Σ loss·mask / Σ mask`` over its tokens.
+With ``model.rampup_batch_size`` or ``model.step_batch_size_schedule`` the global batch (and so
+``num_microbatches``) of a step follows from ``consumed_samples`` (:mod:`~labsupport.training.batch_ramp`),
+and, as Megatron-LM does, a checkpoint is also saved after the last step before the count changes.
 
 Each step returns a log record (a dict, also written as one JSON line with ``log_file``):
 ``step`` (1-based, after the update), ``loss`` (averaged over micro-batches and ranks), ``lr``,
-``consumed_samples``, ``tokens`` (S × global batch), ``loss_tokens`` (tokens with loss mask 1),
+``consumed_samples``, ``global_batch_size`` and ``num_microbatches`` (this step's), ``tokens`` (S × global
+batch), ``loss_tokens`` (tokens with loss mask 1),
 ``domain_loss`` ({name: mean loss of that domain's tokens this step}), ``domain_tokens``,
 ``samples`` (the blend indices this rank read), ``batch_sha256`` (of their tokens),
 ``allreduce_bytes`` (bytes each rank sends in a ring all-reduce of the gradients, 0 on one rank),
@@ -241,6 +245,7 @@ class _StepStats:
     """One optimizer step's sums: loss, loss tokens, per-domain loss sums and token counts."""
 
     stats: torch.Tensor
+    micro: int = 1                 # micro-batches per rank this step (batch_ramp: may grow during the run)
     read: list[int] = field(default_factory=list)
     tokens: dict[int, torch.Tensor] = field(default_factory=dict)   # blend index → tokens read (S,)
     digest: Any = field(default_factory=hashlib.sha256)
@@ -251,7 +256,7 @@ class _StepStats:
 
 
 def _forward_backward(run: _Run, st: _StepStats, token_store: dict | None) -> None:
-    """One micro-batch: read it, forward, loss ÷ num_microbatches, backward; add to ``st``."""
+    """One micro-batch: read it, forward, loss ÷ this step's micro-batch count, backward; add to ``st``."""
     s, n_dom = run.settings, len(run.names)
     t0 = time.perf_counter()
     idx = next(run.batches)
@@ -266,7 +271,7 @@ def _forward_backward(run: _Run, st: _StepStats, token_store: dict | None) -> No
     per_sample = (ce * batch.loss_mask).sum(1)
     count = batch.loss_mask.sum(1)
     loss = faults.inject_nan(per_sample.sum() / count.sum().clamp(min=1), run.step + 1)
-    (loss / s.num_microbatches).backward()
+    (loss / st.micro).backward()
     if token_store is not None:
         # one numpy array per micro-batch: a torch tensor kept per sample grew the process's
         # RSS by ~5 MiB per step on CPU (measured: 442 → 1,269 MiB over 150 steps; flat now)
@@ -274,7 +279,7 @@ def _forward_backward(run: _Run, st: _StepStats, token_store: dict | None) -> No
         for j, i in enumerate(idx):
             token_store[int(i)] = rows[j]
     ids = batch.dataset_id.cpu()
-    st.stats[0] += loss.item() / s.num_microbatches
+    st.stats[0] += loss.item() / st.micro
     st.stats[1] += count.sum().item()
     st.stats[2:2 + n_dom].index_add_(0, ids, per_sample.detach().double().cpu())
     st.stats[2 + n_dom:].index_add_(0, ids, count.detach().double().cpu())
@@ -305,7 +310,7 @@ def _optimizer_step(run: _Run, st: _StepStats) -> None:
         torch.cuda.synchronize(run.device)
     st.compute_t += time.perf_counter() - t0
     run.step += 1
-    previous, run.consumed = run.consumed, run.consumed + run.settings.config.model.global_batch_size
+    previous, run.consumed = run.consumed, run.consumed + st.micro * run.settings.schedule.group
 
     consumed_digest(run.blend, run.consumed, run.plan_hasher, start=previous, known=st.tokens)
 
@@ -314,14 +319,16 @@ def _record(run: _Run, st: _StepStats, elapsed: float) -> dict[str, Any]:
     """The step's log record (the module docstring lists the keys)."""
     s, n_dom = run.settings, len(run.names)
     sums, counts = st.stats[2:2 + n_dom], st.stats[2 + n_dom:]
+    batch = st.micro * s.schedule.group
+    tokens = batch * s.config.model.encoder_seq_length
     return {
         "step": run.step, "loss": float(st.stats[0]), "lr": _lr(s, run.step - 1), "consumed_samples": run.consumed,
-        "tokens": s.tokens_per_step, "loss_tokens": int(st.stats[1]),
+        "global_batch_size": batch, "num_microbatches": st.micro, "tokens": tokens, "loss_tokens": int(st.stats[1]),
         "domain_loss": {n: (float(sums[d] / counts[d]) if counts[d] else None) for d, n in enumerate(run.names)},
         "domain_tokens": {n: int(counts[d]) for d, n in enumerate(run.names)},
         "samples": st.read, "batch_sha256": st.digest.hexdigest()[:16], "allreduce_bytes": st.sent,
         "step_time": elapsed, "data_time": st.data_t, "compute_time": st.compute_t, "comm_time": st.comm_t,
-        "tokens_per_s": s.tokens_per_step / elapsed if elapsed else None, "memory_mb": _memory_mb(run.device),
+        "tokens_per_s": tokens / elapsed if elapsed else None, "memory_mb": _memory_mb(run.device),
     }
 
 
@@ -358,19 +365,50 @@ def _validate(run: _Run, result: TrainResult, log_fh: Any, writer: Any) -> None:
 
 
 def _save(run: _Run, save_dir: str | os.PathLike, result: TrainResult) -> None:
-    """Rank 0 writes the checkpoint (with the data plan); every rank waits for it.  Weights that
-    are not finite stop the run first, on every rank (they hold the same weights), and nothing is written."""
+    """Every rank writes the checkpoint (with the data plan) in ``exp_manager.ckpt_format``: its torch_dist
+    shard, or with ``torch`` rank 0 the single file; every rank then waits for it.  With
+    ``exp_manager.async_save`` the previous background save is finished first and this one goes on in
+    the background (:func:`_wait_saved` finishes the last).  Weights that are not finite stop the run
+    first, on every rank (they hold the same weights), and nothing is written."""
     faults.check_finite_weights(run.model, run.step)
-    if run.rank == 0:
-        plan = plan_of(run.settings, run.blend, run.consumed, run.plan_hasher.copy().hexdigest())
-        valid = run.consumed_valid if validation.enabled(run.settings) else None
-        path = ckpt.save_checkpoint(save_dir, step=run.step, consumed_samples=run.consumed, model=run.model,
+    _wait_saved(run, result)
+    exp = run.settings.config.exp_manager
+    plan = plan_of(run.settings, run.blend, run.consumed, run.plan_hasher.copy().hexdigest())
+    valid = run.consumed_valid if validation.enabled(run.settings) else None
+
+    def write() -> Any:   # a collective: under RankHealth, a silent peer is named in one line
+        return ckpt.save_checkpoint(save_dir, step=run.step, consumed_samples=run.consumed, model=run.model,
                                     optimizer=run.optimizer, settings=run.settings, data_plan=plan,
-                                    consumed_valid_samples=valid)
-        result.checkpoints.append(str(path))
+                                    consumed_valid_samples=valid, fmt=exp.ckpt_format,
+                                    async_save=exp.async_save and exp.ckpt_format == "torch_dist")
+    if run.world > 1:
+        with run.health.collective(run.step, "saving the checkpoint"):
+            saved = write()
+    else:
+        saved = write()
+    if not isinstance(saved, os.PathLike):
+        run.pending_save = saved  # type: ignore[attr-defined]
+        return
+    if run.rank == 0:
+        result.checkpoints.append(str(saved))
     if run.world > 1:
         with run.health.collective(run.step, "the barrier after saving"):
             dist.barrier()
+
+
+def _wait_saved(run: _Run, result: TrainResult) -> None:
+    """Finish the background save still under way, if any (every rank): its directory gets its final name."""
+    pending = getattr(run, "pending_save", None)
+    if pending is None:
+        return
+    run.pending_save = None  # type: ignore[attr-defined]
+    if run.world > 1:
+        with run.health.collective(run.step, "finishing the background save"):
+            path = pending.wait()
+    else:
+        path = pending.wait()
+    if run.rank == 0:
+        result.checkpoints.append(str(path))
 
 
 def train(config: Settings | str | os.PathLike | Any = None, overrides: Sequence[str] = (), *,
@@ -447,8 +485,9 @@ def _train_locked(run: _Run, *, save_dir: Any, save_every: int, resume: Any, log
             for group in run.optimizer.param_groups:
                 group["lr"] = _lr(run.settings, run.step)
             run.optimizer.zero_grad(set_to_none=True)
-            st = _StepStats(torch.zeros(2 + 2 * len(run.names), dtype=torch.float64))
-            for _ in range(run.settings.num_microbatches):
+            st = _StepStats(torch.zeros(2 + 2 * len(run.names), dtype=torch.float64),
+                            run.settings.schedule.num_microbatches(run.consumed))
+            for _ in range(st.micro):
                 _forward_backward(run, st, result.token_losses if keep_token_losses else None)
             _reduce(run, st)
             _optimizer_step(run, st)
@@ -459,8 +498,11 @@ def _train_locked(run: _Run, *, save_dir: Any, save_every: int, resume: Any, log
             if validation.due(run.settings, run.step):   # after the step's log, before its save (Megatron's order)
                 _validate(run, result, log_fh, writer)
             bar.update(1)
-            if save_dir is not None and ((save_every and run.step % save_every == 0) or run.step == end):
+            ramp_changes = run.settings.schedule.num_microbatches(run.consumed) != st.micro   # Megatron saves then
+            if save_dir is not None and ((save_every and run.step % save_every == 0) or run.step == end
+                                         or ramp_changes):
                 _save(run, save_dir, result)
+        _wait_saved(run, result)   # an async save still writing: finish it before the run ends
     finally:
         bar.close()
         if log_fh:

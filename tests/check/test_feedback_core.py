@@ -4,6 +4,7 @@ and answer cells that did not run reported at their check — in a real kernel."
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import nbformat
@@ -101,7 +102,8 @@ def test_defined_names_reads_cells_that_do_not_compile():
 
 
 def _run_in_kernel(cells: list[str], tmp_path) -> list[str]:
-    """Run ``cells`` in a real kernel (the workbook's own runner) and return each cell's output text."""
+    """Run ``cells`` in a real kernel (the workbook's own runner) and return each cell's output text, with the lines
+    that a notebook's page folds at 100 characters (labsupport.env.fold) joined again."""
     from labsupport.workbook.nbrun import execute_notebook, headless_env
 
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
@@ -109,8 +111,9 @@ def _run_in_kernel(cells: list[str], tmp_path) -> list[str]:
     nbformat.write(nb, path)
     env = headless_env(PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
     done, _ = execute_notebook(path, timeout=120, env=env, allow_errors=True)
-    return ["".join(o.get("text", "") if o.get("output_type") == "stream" else f"{o.get('ename')}: {o.get('evalue')}"
-                    for o in c.outputs) for c in done.cells]
+    return [re.sub(r"\n {3,}", " ", "".join(o.get("text", "") if o.get("output_type") == "stream"
+                                             else f"{o.get('ename')}: {o.get('evalue')}" for o in c.outputs))
+            for c in done.cells]
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="kernel test")

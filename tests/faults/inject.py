@@ -271,7 +271,7 @@ def _damaged_files(folder: Path) -> list[str]:
     from labsupport.training import checkpoint as ckpt  # noqa: PLC0415 - torch only when a case ran
 
     out = []
-    for path in sorted(folder.rglob("*.ckpt")):
+    for path in sorted(p for p in folder.rglob("step=*") if p.suffix == ".ckpt" or p.is_dir()):
         try:
             ckpt._read_verified(path)
         except Exception as exc:  # noqa: BLE001 - DamagedCheckpoint and whatever torch.load raises

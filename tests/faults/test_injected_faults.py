@@ -21,7 +21,7 @@ from tests.faults.inject import Case, Fault, broken_promises, run_case
 TRAIN = ("-m", "labsupport", "train", "model.data.data_prefix=[1.0,{prefix}]", "--save-dir", "{dir}/s",
          "--save-every", "1", "--no-progress", "--log-file", "{dir}/s/log.jsonl")
 ON_TWO = ("trainer.devices=2",)
-FIRST_CKPT = "s/*.ckpt"
+FIRST_CKPT = "s/step=*"   # a torch_dist directory (or an older .ckpt file)
 RANK_TIMEOUT = 5     # trainer.rank_timeout_s of the SIGSTOP case
 
 
@@ -41,7 +41,7 @@ CASES = [
     Case("enospc-at-fsync", TRAIN + steps(3), Fault("strace", spec="fsync:error=ENOSPC"), frozenset({1}),
          must_say="no space left"),
     Case("flipped-byte-in-the-newest-checkpoint", TRAIN + steps(3) + ("--resume", "{dir}/s"),
-         Fault("flip", file="s/step=000002-*.ckpt"), frozenset({0}), setup=TRAIN + steps(2)),
+         Fault("flip", file="s/step=000002-*/__0_0.distcp"), frozenset({0}), setup=TRAIN + steps(2)),
     Case("flipped-byte-in-the-idx-header", TRAIN + steps(2), Fault("flip", file="corpus/*.idx", offset=0),
          frozenset({2}), own_corpus=True, must_say=".idx"),
     Case("two-runs-in-one-save-dir", TRAIN + steps(6), Fault("concurrent"), frozenset({0, 1, 2})),

@@ -88,3 +88,30 @@ def test_same_names_in_all_three_folders():
     names = {folder: sorted(p.name for p in (REPO_ROOT / folder).glob("[0-9][0-9]_*.ipynb"))
              for folder in ("notebooks", "solutions", "exercises")}
     assert names["notebooks"] == names["solutions"] == names["exercises"]
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_time_to_complete_is_the_reading_model_of_this_text(path):
+    """The title's "Time to complete" is labsupport.workbook.reading_time's value for the chapter as it reads
+    now (words, code lines, cells of the lesson); after editing a chapter:
+    .venv/bin/python -m labsupport.workbook.reading_time --write."""
+    from labsupport.workbook import reading_time
+
+    assert reading_time.stated(path) == reading_time.sentence(reading_time.estimate(path)), \
+        f"{path.name}: run .venv/bin/python -m labsupport.workbook.reading_time --write"
+
+
+def test_the_reading_model_counts_the_lesson_only(tmp_path):
+    from labsupport.workbook import reading_time
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# T\n\n**Time to complete** about 5 minutes.\n\none two three"),
+                nbformat.v4.new_code_cell("x = 1\n\n# a comment\nprint(x)"),
+                nbformat.v4.new_markdown_cell("## Under the hood\n\nmany words here not counted"),
+                nbformat.v4.new_code_cell("y = 2")]
+    path = tmp_path / "n.ipynb"
+    nbformat.write(nb, path)
+    est = reading_time.estimate(path)
+    assert (est.words, est.code_lines, est.code_cells) == (5, 2, 1)     # "# T" counts 2 words; the sentence none
+    assert reading_time.write(path) and reading_time.stated(path) == reading_time.sentence(est)
+    assert not reading_time.write(path)                                 # a second write changes nothing

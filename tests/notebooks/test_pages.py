@@ -40,7 +40,7 @@ def test_table_text_and_html_come_from_the_same_rows():
     assert text[3].startswith("model.tensor_model_parallel_size") and text[3].endswith("30.1")
     assert text[4].endswith("   7"), "numeric columns are right-aligned in the text form"
     html = t._repr_html_()
-    assert html.count("<tr>") == 3 and "model.tensor_model_parallel_size" in html
+    assert html.count("<tr>") == 3 and "model.tensor_model_parallel_size" in html.replace("<wbr>", "")
     assert "&lt;b&gt;" in html and "<b>" not in html, "cells are escaped"
     assert 'style="text-align:right; vertical-align:top">30.1' in html
 
@@ -179,7 +179,8 @@ def test_ch05_shows_init_process_group_in_a_visible_cell():
     out = "".join(o.get("text", "") for o in started[0].outputs)
     assert "rank 0 of 1, backend gloo: all_reduce → [1.0, 2.0, 3.0]" in out
     assert "started and destroyed: True" in out
-    assert "*starting a process group by hand*" in cells[-1].source
+    checkpoint = next(c for c in cells if c.source.startswith("## Checkpoint"))
+    assert "*starting a process group by hand*" in checkpoint.source
 
 
 def test_ch03_checkpoint_claims_the_mix_not_a_trained_model():

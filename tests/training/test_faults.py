@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +25,8 @@ from labsupport.training import checkpoint as ckpt
 from labsupport.training.cli import main
 
 TINY_DOCS = 12
+#: the older single-file checkpoint format: the tests of its file's damage (torch_dist's: test_dist_checkpoint.py)
+TORCH = "exp_manager.ckpt_format=torch"
 
 
 def run_main(capsys, *argv: str) -> tuple[int, list[str]]:
@@ -83,21 +86,22 @@ def flip_bit_in_tensor(path: Path) -> None:
 
 def test_bit_flip_and_empty_latest_fall_back_to_newest_intact(tmp_path, capsys, tiny_prefix):
     save = tmp_path / "s"
-    status, _ = run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=3", "--save-dir", str(save), "--save-every", "1")
+    status, _ = run_main(capsys, tiny(tiny_prefix), TORCH, "trainer.max_steps=3", "--save-dir", str(save),
+                         "--save-every", "1")
     assert status == 0
     names = [p.name for p in ckpt.checkpoints_newest_first(save)]
-    assert names == [ckpt.checkpoint_name(s, 8 * s) for s in (3, 2, 1)]
+    assert names == [ckpt.checkpoint_name(s, 8 * s, "torch") for s in (3, 2, 1)]
     # torch.load alone accepts the flipped bit: the digest is what catches it
     flip_bit_in_tensor(save / names[0])
     assert isinstance(torch.load(save / names[0], weights_only=True), dict)
     (save / names[1]).write_bytes(b"")                      # a 0-byte file, as a host crash leaves
-    status, err = run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=3", "--resume", str(save))
+    status, err = run_main(capsys, tiny(tiny_prefix), TORCH, "trainer.max_steps=3", "--resume", str(save))
     assert status == 0, err
     assert any(names[0] in x and "damaged" in x and "checksum" in x for x in err), err
     assert any(names[1] in x and "empty file" in x for x in err), err
     assert any(f"resuming from {names[2]}" in x for x in err), err
     # a damaged file named directly is refused with one line naming it
-    status, err = run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=3", "--resume", str(save / names[0]))
+    status, err = run_main(capsys, tiny(tiny_prefix), TORCH, "trainer.max_steps=3", "--resume", str(save / names[0]))
     assert status == 2 and len(errors(err)) == 1 and names[0] in errors(err)[0] and "damaged" in errors(err)[0]
 
 
@@ -105,14 +109,14 @@ def test_an_old_format_checkpoint_is_loaded_with_a_warning_that_it_is_unverified
     """A checkpoint from before the content digest (format /1) still resumes, saying it was not verified;
     the checkpoints written after it are verified again."""
     save = tmp_path / "s"
-    assert run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=2", "--stop-after", "1",
+    assert run_main(capsys, tiny(tiny_prefix), TORCH, "trainer.max_steps=2", "--stop-after", "1",
                     "--save-dir", str(save))[0] == 0
     only = ckpt.checkpoints_newest_first(save)[0]
     state = torch.load(only, weights_only=True)
     state.pop("content_sha256")
     state["format"] = "labsupport-train-checkpoint/1"
     torch.save(state, only)
-    status, err = run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=2", "--resume", str(save),
+    status, err = run_main(capsys, tiny(tiny_prefix), TORCH, "trainer.max_steps=2", "--resume", str(save),
                            "--save-dir", str(save))
     assert status == 0, err
     assert [x for x in err if "older format" in x] == [
@@ -124,10 +128,10 @@ def test_an_old_format_checkpoint_is_loaded_with_a_warning_that_it_is_unverified
 
 def test_every_checkpoint_damaged_is_one_line(tmp_path, capsys, tiny_prefix):
     save = tmp_path / "s"
-    assert run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=1", "--save-dir", str(save))[0] == 0
+    assert run_main(capsys, tiny(tiny_prefix), TORCH, "trainer.max_steps=1", "--save-dir", str(save))[0] == 0
     only = ckpt.checkpoints_newest_first(save)[0]
     only.write_bytes(only.read_bytes()[: only.stat().st_size // 2])   # truncated
-    status, err = run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=2", "--resume", str(save))
+    status, err = run_main(capsys, tiny(tiny_prefix), TORCH, "trainer.max_steps=2", "--resume", str(save))
     assert status == 2
     assert len(errors(err)) == 1 and "every checkpoint there is damaged" in errors(err)[0]
 
@@ -137,11 +141,14 @@ def test_stale_temporary_of_a_killed_save_is_removed(tmp_path, capsys, tiny_pref
     save.mkdir()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    stale = save / f".{ckpt.checkpoint_name(2, 16)}.{dead.pid}-abc123.tmp"
+    stale = save / f".{ckpt.checkpoint_name(2, 16, 'torch')}.{dead.pid}-abc123.tmp"   # a single-file save's
     stale.write_bytes(b"half a checkpoint")
+    stale_dir = save / f".{ckpt.checkpoint_name(2, 16)}.{dead.pid}-dcp.tmp"           # a torch_dist save's
+    stale_dir.mkdir()
+    (stale_dir / "__0_0.distcp").write_bytes(b"half a shard")
     status, err = run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=1", "--save-dir", str(save))
-    assert status == 0 and not stale.exists()
-    assert any("removed 1 temporary file" in x for x in err)
+    assert status == 0 and not stale.exists() and not stale_dir.exists()
+    assert any("removed 2 temporary file" in x for x in err)
     assert sorted(p.name for p in save.iterdir()) == [ckpt.checkpoint_name(1, 8)]
 
 
@@ -154,7 +161,7 @@ def test_nan_loss_stops_before_anything_nan_is_saved(tmp_path, capsys, tiny_pref
     assert len(errors(err)) == 1 and errors(err)[0].startswith("error: step 3: the loss is nan"), err
     assert [p.name for p in ckpt.checkpoints_newest_first(save)] == [ckpt.checkpoint_name(2, 16),
                                                                      ckpt.checkpoint_name(1, 8)]
-    state = torch.load(ckpt.checkpoints_newest_first(save)[0], weights_only=True)
+    state = ckpt._read_verified(ckpt.checkpoints_newest_first(save)[0])
     assert all(torch.isfinite(v).all() for v in state["model"].values())
 
 
@@ -190,7 +197,7 @@ def test_resume_is_exact_or_refused(tmp_path, capsys, tiny_prefix):
     assert run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=2", "--save-dir", str(part), "--save-every", "1",
                     "--log-file", str(part / "log.jsonl"))[0] == 0
     # steps 1..2 of a run planned for 2 steps, resumed from step 1 "to 2": exact, logged once
-    (part / ckpt.checkpoint_name(2, 16)).unlink()
+    shutil.rmtree(part / ckpt.checkpoint_name(2, 16))
     status, err = run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=2", "--resume", str(part),
                            "--save-dir", str(part), "--log-file", str(part / "log.jsonl"))
     assert status == 0, err

@@ -10,6 +10,7 @@ import re
 import warnings
 
 import pytest
+from omegaconf import OmegaConf
 
 from labsupport.config import load_config
 from labsupport.training import generations as G
@@ -241,3 +242,18 @@ def test_every_masking_name_is_in_the_upstream_record():
 def test_masking_gaps_refuses_an_unknown_stack():
     with pytest.raises(ValueError, match="^error: masking_gaps stack 'nemo3'"):
         G.masking_gaps("nemo3", "reset_attention_mask=True")
+
+
+def test_later_keys_render_only_when_set_and_under_nemo1_names():
+    """The batch ramp and checkpoint keys: absent from the NeMo 1.x rendering at their defaults; set, they
+    appear under NeMo 1.x's own key (one shell word each); the step schedule, which NeMo 1.x lacks, never."""
+    plain = G.render_nemo1(OmegaConf.load(DEFAULT_CONFIG))
+    assert not any(k in plain for k in ("rampup_batch_size", "dist_ckpt_format", "async_save"))
+    cfg = OmegaConf.merge(OmegaConf.load(DEFAULT_CONFIG), OmegaConf.from_dotlist(
+        ["model.rampup_batch_size=[4,4,24]", "exp_manager.ckpt_format=torch"]))
+    text = G.render_nemo1(cfg)
+    assert "  model.rampup_batch_size=[4,4,24] \\" in text.splitlines()
+    assert "  model.dist_ckpt_format=torch \\" in text.splitlines() and "exp_manager.ckpt_format" not in text
+    sched = OmegaConf.merge(OmegaConf.load(DEFAULT_CONFIG), OmegaConf.from_dotlist(
+        ["model.step_batch_size_schedule=0:4"]))
+    assert "step_batch_size_schedule" not in G.render_nemo1(sched)

@@ -159,7 +159,7 @@ def test_temporaries_of_killed_runs_in_the_save_dir_are_removed_whatever_their_p
     save = tmp_path / "s"
     save.mkdir()
     probe = save / ".write-probe.4194000.tmp"
-    reused = save / f".{ckpt.checkpoint_name(1, 8)}.1-abcdefgh.tmp"
+    reused = save / f".{ckpt.checkpoint_name(1, 8, 'torch')}.1-abcdefgh.tmp"
     for p in (probe, reused):
         p.write_bytes(b"0")
     status, err = run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=1", "--save-dir", str(save))

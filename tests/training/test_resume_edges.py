@@ -15,22 +15,22 @@ from labsupport.training.cli import EXIT_USAGE
 from labsupport.training.schema import MAX_MODEL_PARAMETERS
 from labsupport.training.settings import load_settings
 from tests.training import test_faults
-from tests.training.test_faults import errors, run_main, tiny
+from tests.training.test_faults import TORCH, errors, run_main, tiny
 
 tiny_prefix = test_faults.tiny_prefix   # the module's 12-document corpus (a fixture)
 
 
 def test_a_flipped_bit_in_the_format_string_is_damage_and_falls_back(tmp_path, capsys, tiny_prefix):
     save = tmp_path / "s"
-    assert run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=2", "--save-dir", str(save),
-                    "--save-every", "1")[0] == 0
+    assert run_main(capsys, tiny(tiny_prefix), TORCH, "trainer.max_steps=2", "--save-dir", str(save),
+                    "--save-every", "1")[0] == 0           # a single file: its format string is easy to reach
     newest, older = ckpt.checkpoints_newest_first(save)
     state = torch.load(newest, weights_only=True)
     flipped = bytearray(state["format"].encode())
     flipped[3] ^= 0x01                                          # "labsupport" → "labrupport"
     state["format"] = flipped.decode()
     torch.save(state, newest)
-    status, err = run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=2", "--resume", str(save))
+    status, err = run_main(capsys, tiny(tiny_prefix), TORCH, "trainer.max_steps=2", "--resume", str(save))
     assert status == 0, err
     assert any(newest.name in x and "damaged" in x and "format" in x for x in err), err
     assert any(f"resuming from {older.name}" in x for x in err), err

@@ -7,6 +7,7 @@ garbage.  :func:`labsupport.training.run_log.reconcile_log` directly, then throu
 from __future__ import annotations
 
 import json
+import shutil
 from labsupport.training import checkpoint as ckpt
 from labsupport.training.run_log import aside_name, reconcile_log
 from tests.training import test_faults
@@ -59,7 +60,7 @@ def test_a_refused_resume_drops_nothing_and_a_torn_line_is_dropped(tmp_path, cap
     log = save / "log.jsonl"
     assert run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=2", "--save-dir", str(save), "--save-every", "1",
                     "--log-file", str(log))[0] == 0
-    (save / ckpt.checkpoint_name(2, 16)).unlink()               # resume from step 1, with step 2 in the log
+    shutil.rmtree(save / ckpt.checkpoint_name(2, 16))           # resume from step 1, with step 2 in the log
     before = log.read_bytes()
     # max_steps 2 → 4 reshuffles the first epoch: the data-plan guard refuses, and the log is untouched
     status, err = run_main(capsys, tiny(tiny_prefix), "trainer.max_steps=4", "--resume", str(save),

@@ -109,9 +109,14 @@ def test_the_config_fingerprint_is_the_model_section_as_written():
     from labsupport.training.settings import config_fingerprint
 
     raw = OmegaConf.to_container(OmegaConf.load(DEFAULT_CONFIG).model, resolve=True)
+    # keys added later (the batch ramp) are left out while null: the fingerprint older checkpoints recorded
+    assert raw.pop("rampup_batch_size") is None and raw.pop("step_batch_size_schedule") is None
     written = hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()
     config, _ = S.read_run_config(OmegaConf.load(DEFAULT_CONFIG))
     assert config_fingerprint(config) == written
+    ramped = OmegaConf.merge(OmegaConf.load(DEFAULT_CONFIG),
+                             OmegaConf.from_dotlist(["model.rampup_batch_size=[4,4,8]"]))
+    assert config_fingerprint(S.read_run_config(ramped)[0]) != written    # once set, it is part of the model config
     extra = OmegaConf.merge(OmegaConf.load(DEFAULT_CONFIG), OmegaConf.from_dotlist(["model.data.num_workers=2"]))
     assert config_fingerprint(S.read_run_config(extra)[0]) == written      # an undeclared key is not part of it
     config.model.seed += 1

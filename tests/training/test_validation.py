@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -60,7 +61,7 @@ def test_validation_off_by_default_changes_nothing(tmp_path, straight):
     assert _settings().config.trainer.val_check_interval is None
     off = trainer.train(_settings(), save_dir=tmp_path, log_file=tmp_path / "log.jsonl", show_progress=False)
     assert off.val_log == [] and all("val_step" not in r for r in _lines(tmp_path / "log.jsonl"))
-    assert "consumed_valid_samples" not in torch.load(off.checkpoints[-1], weights_only=False)
+    assert "consumed_valid_samples" not in ckpt._read_verified(Path(off.checkpoints[-1]))
     for key in ("loss", "samples", "batch_sha256", "domain_loss"):
         assert [r[key] for r in off.log] == [r[key] for r in straight[0].log], key
 
@@ -111,7 +112,7 @@ def test_a_resumed_run_validates_on_the_same_samples_bit_for_bit(tmp_path, strai
     every validation line equals the uninterrupted run's, floats compared exactly."""
     s, log = _settings(*VAL), tmp_path / "log.jsonl"
     first = trainer.train(s, stop_after=stop, save_dir=tmp_path / "ck", log_file=log, show_progress=False)
-    saved = torch.load(first.checkpoints[-1], weights_only=False)
+    saved = ckpt._read_verified(Path(first.checkpoints[-1]))
     assert saved["consumed_valid_samples"] == (stop // 2) * 8
     trainer.train(s, resume=tmp_path / "ck", log_file=log, show_progress=False)
     train_lines, val_lines = read_log(log)
@@ -123,7 +124,7 @@ def test_a_checkpoint_without_consumed_valid_samples_resumes_at_megatrons_fallba
     """A checkpoint of a run that did not validate: (step // N) × L × G validation samples are taken
     as read (Megatron's training.py:3351-3355), so the validations after it are the straight run's."""
     first = trainer.train(_settings(), stop_after=3, save_dir=tmp_path, show_progress=False)
-    assert "consumed_valid_samples" not in torch.load(first.checkpoints[-1], weights_only=False)
+    assert "consumed_valid_samples" not in ckpt._read_verified(Path(first.checkpoints[-1]))
     second = trainer.train(_settings(*VAL), resume=tmp_path, show_progress=False)
     assert second.val_log == straight[0].val_log[1:]
 
