@@ -102,10 +102,25 @@ def say(*values: Any, sep: str = " ") -> None:
 
 _resolve_device = device  # setup() takes a parameter of the same name
 
+#: JupyterLab breaks a text output line that is wider than the output area anywhere, mid-word
+#: (``word-break: break-all`` on its ``pre``); this style, shown once by :func:`setup` in a notebook,
+#: wraps it at spaces and breaks only a word longer than the whole line (scripts/browser_check.py measures it)
+PAGE_STYLE = ("<style>.jp-OutputArea-output pre, .jp-RenderedText pre "
+              "{word-break: normal; overflow-wrap: anywhere;}</style>")
+
+
+def _style_the_page() -> None:
+    """In a notebook: :data:`PAGE_STYLE` as an HTML output with an empty text form (nothing shows elsewhere)."""
+    if _on_a_page():
+        from IPython.display import display  # noqa: PLC0415 - IPython only inside a kernel
+
+        display({"text/html": PAGE_STYLE, "text/plain": ""}, raw=True)
+
 
 def setup(seed: int = 0, device: str = "auto", quiet: bool = False):
     """Fix seeds (random, numpy, torch), print options and figure defaults; return the device.
 
+    In a notebook it also styles the page's text outputs to wrap at word boundaries (:data:`PAGE_STYLE`).
     Prints one line such as ``labsupport ready · seed 0 · device cpu`` unless ``quiet``.
     """
     import torch  # noqa: PLC0415 - torch only when called (start-up time of the importing command)
@@ -123,6 +138,7 @@ def setup(seed: int = 0, device: str = "auto", quiet: bool = False):
     except ImportError:  # pragma: no cover
         pass
     dev = _resolve_device(device)
+    _style_the_page()
     if not quiet:
         print(f"labsupport ready · seed {seed} · device {dev.type}")
     return dev
