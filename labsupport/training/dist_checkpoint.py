@@ -34,6 +34,8 @@ import json
 import os
 import re
 import shutil
+import signal
+import threading
 import warnings
 from concurrent.futures import Future
 from contextlib import contextmanager
@@ -154,6 +156,26 @@ def _unwrapped(exc: BaseException) -> BaseException:
 
 
 @contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """A Ctrl-C (SIGINT) during the block is held until the block has ended, then delivered by the handler that was
+    in place (a KeyboardInterrupt, as the command expects).  Delivered inside DCP's writer it came out as a
+    RuntimeError of torch's zip writer ("unexpected pos"), a half-written shard, and on every rank "another rank
+    stopped responding" instead of "interrupted (Ctrl-C)".  A save takes milliseconds to seconds."""
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield                       # not the main thread, or SIGINT ignored / not Python's: nothing to hold
+        return
+    held: list[Any] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: held.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held:
+            previous(signal.SIGINT, held[0])
+
+
+@contextmanager
 def _writing(temp: Path) -> Iterator[None]:
     """Re-raise a failed save as the rank's own exception (a full disk: OSError), its directory removed."""
     try:
@@ -220,6 +242,11 @@ def save_sharded(final: Path, state: dict[str, Any], sidecar: dict[str, Any], *,
     ``sidecar``: what ``checkpoint.json`` records (step, consumed_samples, content_sha256…).
     Synchronous: returns a PendingSave already finished.  ``async_save``: returns at once after
     copying the state; call :meth:`PendingSave.wait` on every rank before the next save."""
+    with _interrupts_held():
+        return _save_sharded(final, state, sidecar, async_save)
+
+
+def _save_sharded(final: Path, state: dict[str, Any], sidecar: dict[str, Any], async_save: bool) -> PendingSave:
     final.parent.mkdir(parents=True, exist_ok=True)
     temp = _temp_dir(final)
     if _rank() == 0:
@@ -260,7 +287,7 @@ def read_sharded(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
             raise UnreadableShards(f"{name} has {have:,} bytes, {size:,} when saved")
     state: dict[str, Any] = {}
     try:
-        with _quiet():
+        with _quiet(), _interrupts_held():   # a Ctrl-C inside torch's reader would read as a damaged shard
             _load_state_dict(state, storage_reader=dcp.FileSystemReader(path),
                              planner=_EmptyStateDictLoadPlanner(), no_dist=True)
     except (Exception, CheckpointException) as exc:  # noqa: BLE001 - any unreadable shard: the same problem
