@@ -37,10 +37,11 @@ LAB_ARGS    ?= $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 export PYTHONHASHSEED := 0
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help versions check-python setup setup-crosscheck lab lint test test-fast test-gpu gpu-report wheels run-all outputs exercises data bench nbcheck browser-check clean
+.PHONY: help versions check-python setup setup-crosscheck lab lab-ko translations lint test test-fast test-gpu gpu-report wheels run-all outputs exercises data bench nbcheck browser-check clean
 
 help:
 	@echo "make lab        set up (first time only) and open JupyterLab on the workbook"
+	@echo "make lab-ko     the same on the Korean edition (한국어판, ko/), with the checks' feedback in Korean"
 	@echo "make test       set up, then run the whole test suite (unit, notebooks, exercises, megatron-core cross-checks)"
 	@echo "                PYTHON=python3.12: the same on Python 3.12 with megatron-core 0.19.2, in .venv-3.12"
 	@echo "make lint       ruff over the repository (the rules in pyproject.toml)"
@@ -53,6 +54,7 @@ help:
 	@echo "options: SYSTEM_TORCH=1 (reuse the system's torch), WHEELS=DIR (install from a wheel folder, no network)"
 	@echo "make outputs    re-execute the committed notebooks and solutions in place (default parameters)"
 	@echo "make exercises  regenerate exercises/ from solutions/"
+	@echo "make translations  update translations/ko/*.po from the English notebooks and regenerate ko/"
 	@echo "make bench      run benchmarks/ and write benchmarks/results/*.json"
 	@echo "make browser-check  the chapter pages in headless Chromium at a 960 px output width: no hidden table column,"
 	@echo "                no word cut in two → benchmarks/results/browser_check.json (CHROMIUM=path, BROWSER_ARGS=...)"
@@ -89,6 +91,10 @@ versions:
 
 lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=. $(LAB_ARGS) notebooks/00_orientation.ipynb
+
+# 한국어판: the generated Korean notebooks; LABSUPPORT_LANG=ko gives the checks' feedback texts in Korean
+lab-ko: setup
+	LABSUPPORT_LANG=ko $(VENV)/bin/jupyter lab --notebook-dir=. $(LAB_ARGS) ko/notebooks/00_orientation.ipynb
 
 # ruff, pinned so that every machine reads the rules the same way
 $(VENV)/.stamp-lint: $(VENV)/.stamp-base
@@ -133,6 +139,9 @@ outputs: setup-crosscheck
 
 exercises: setup
 	$(PY) -m labsupport make-exercises
+
+translations: setup
+	$(PY) -m labsupport translations
 
 data: setup
 	$(PY) scripts/build_data.py

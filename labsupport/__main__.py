@@ -67,6 +67,10 @@ COMMANDS: dict[str, Command] = {
     "make-exercises": Command("labsupport.workbook.make_exercises",
                               "generate exercises/ from solutions/ (--check: is exercises/ up to date?)",
                               "make_exercises: interrupted (Ctrl-C)"),
+    "translations": Command("labsupport.workbook.translations",
+                            "write the Korean edition ko/ from the English notebooks and translations/ko/*.po "
+                            "(--check: in step?)",
+                            "translations: interrupted (Ctrl-C)"),
     "build-sequences-per-dataset": Command("labsupport.datasets.sequences_per_dataset",
                                            "a blend's per-prefix counts in one JSON, as Megatron-LM's "
                                            "tools/build_sequences_per_dataset.py (chapter 6)",

@@ -57,7 +57,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from labsupport.check import _cells
 from labsupport.env import for_the_page
-from labsupport.check.texts import tomllib
+from labsupport.check.texts import tomllib, translate
 
 PASS, FAIL, NOT_ATTEMPTED = "passed", "failed", "not attempted"
 #: 🟡 (not attempted) stands out on a white page, unlike the pale ⬜ it replaces.
@@ -441,9 +441,9 @@ def blame(exc: BaseException, body: Callable | None = None) -> str:
 
 def _hint_for(hint: str | Sequence[str], failures: int) -> str:
     if isinstance(hint, str):
-        return hint
+        return translate(hint)
     tiers = list(hint)
-    return tiers[min(max(failures, 1), len(tiers)) - 1] if tiers else ""
+    return translate(tiers[min(max(failures, 1), len(tiers)) - 1]) if tiers else ""
 
 
 def check(chapter: str, question: str, hint: str | Sequence[str], points: float = 1.0) -> Callable:

@@ -22,6 +22,7 @@ from labsupport.check import layout_mistakes as layout
 from labsupport.check._core import chapter_summary, check, check_seed, expect, parts, Sealed, short
 from labsupport.check.layout_mistakes import many
 from labsupport.check.texts import load_texts
+from labsupport.check.texts import language as language  # check.language("ko"): feedback in Korean
 from labsupport.check.rules import first_showing, Rule, Rules
 
 CHAPTER = "ch00"

@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from labsupport.check._core import chapter_summary, check, check_seed, expect, parts, Sealed, short
 from labsupport.check.texts import load_texts
+from labsupport.check.texts import language as language  # check.language("ko"): feedback in Korean
 from labsupport.check.rules import choices, first_showing, Rule, Rules
 from labsupport.datasets.bpe import ByteBPE, merge, merge_step as _merge_step
 from labsupport.datasets.tokenizer import (Tokenizer, compare_tokenizers, read_documents, train_sentencepiece_bytes,

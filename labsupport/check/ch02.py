@@ -24,6 +24,7 @@ from labsupport.models import vocab_padding as V
 from labsupport.check._core import blame, CheckFailed, Sealed, chapter_summary, check, check_seed, expect, short
 from labsupport.env import for_the_page
 from labsupport.check.texts import load_texts
+from labsupport.check.texts import language as language  # check.language("ko"): feedback in Korean
 from labsupport.check.rules import diagnose, explain, in_words, Rule, Rules
 
 CHAPTER = "ch02"

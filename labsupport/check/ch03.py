@@ -23,6 +23,7 @@ from labsupport.datasets.blending import (cap_weights as _cap_weights, expected_
                                           greedy_step as _greedy_step, reference_blending_indices)
 from labsupport.check._core import chapter_summary, check, check_seed, expect, parts, Sealed, short
 from labsupport.check.texts import load_texts
+from labsupport.check.texts import language as language  # check.language("ko"): feedback in Korean
 from labsupport.check.rules import choices, explain, first_showing, in_words, Rule, Rules, smallest
 
 CHAPTER = "ch03"

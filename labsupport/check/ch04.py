@@ -22,6 +22,7 @@ from labsupport.datasets.gpt_samples import build_sample_idx, get_ltor_masks_and
 from labsupport.datasets.sft_packing import pad_seq_to_mult as _pad_seq_to_mult
 from labsupport.check._core import chapter_summary, check, check_seed, expect, parts, same_set, Sealed, short, StepDone
 from labsupport.check.texts import load_texts
+from labsupport.check.texts import language as language  # check.language("ko"): feedback in Korean
 from labsupport.check.rules import Rule, Rules, explain, in_words
 
 CHAPTER = "ch04"

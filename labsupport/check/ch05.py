@@ -17,6 +17,7 @@ from labsupport.distributed import collectives as C
 from labsupport.distributed.hardware import H100_SXM_NODE
 from labsupport.check._core import chapter_summary, check, check_seed, expect, plain, Sealed, short
 from labsupport.check.texts import load_texts
+from labsupport.check.texts import language as language  # check.language("ko"): feedback in Korean
 from labsupport.check.rules import Rule, Rules, explain
 
 CHAPTER = "ch05"

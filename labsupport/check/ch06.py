@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 from labsupport.check import layout_mistakes as layout
 from labsupport.check._core import chapter_summary, check, check_seed, expect, expect_keys, Sealed, short, try_call
 from labsupport.check.texts import load_texts
+from labsupport.check.texts import language as language  # check.language("ko"): feedback in Korean
 from labsupport.check.rules import by_kind, call_text, first_showing, Rule, Rules
 from labsupport.datasets.blending import build_blending_indices, normalize_weights
 from labsupport.training import restart

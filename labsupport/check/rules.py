@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping, NoReturn, Sequence
 
 from labsupport.check._core import Mistake
-from labsupport.check.texts import QuestionTexts
+from labsupport.check.texts import QuestionTexts, translate
 
 Case = tuple
 Same = Callable[[Any, Any], bool]
@@ -41,6 +41,7 @@ Same = Callable[[Any, Any], bool]
 def _render(text: Any, facts: Mapping[str, Any]) -> str:
     if callable(text):
         return str(text(facts))
+    text = translate(text)
     return str(text).format_map(facts) if facts else str(text)
 
 

@@ -31,10 +31,18 @@ the option lists of a multiple-choice part (key → text, in the file's order). 
 *which* mistakes a question knows and how to recognise them (:mod:`labsupport.check.rules`); these
 files say what the learner reads — one place to reword feedback, and the source a translation
 starts from.
+
+**Languages.** ``texts/ko.po`` is a gettext catalog of these texts in Korean (msgid: the English
+template; ``#:`` where it is used); ``python -m labsupport translations`` keeps it in step with the
+TOML files.  :func:`language` chooses the language of the feedback (``check.language("ko")``, or
+``LABSUPPORT_LANG=ko`` in the kernel's environment, which ``make lab-ko`` sets); every template,
+hint tier and message is looked up by its English text when it is shown (:func:`translate`), so a
+switch applies at once.  A text built in code (the pass/fail line, a callable text) stays English.
 """
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +56,61 @@ else:  # Python 3.10: the same parser, as a package
 TEXT_DIR = Path(__file__).with_name("texts")
 FIELDS = ("symptom", "ask", "fix", "formula")
 NOT_RULES = ("messages", "options")   # sub-tables of a question that are no rule
+LANGUAGES = ("en", "ko")              # en: the TOML files themselves; the others: texts/<lang>.po
+LANGUAGE_VARIABLE = "LABSUPPORT_LANG"
+_LANGUAGE = [os.environ.get(LANGUAGE_VARIABLE, "en") if os.environ.get(LANGUAGE_VARIABLE) in LANGUAGES else "en"]
+
+
+def language(lang: str | None = None) -> str:
+    """The language of the checks' feedback texts, set to ``lang`` when given ("en" or "ko"); returns
+    the language in force.  The default is ``$LABSUPPORT_LANG`` when it names one, else English."""
+    if lang is not None:
+        if lang not in LANGUAGES:
+            raise ValueError(f"no feedback texts in {lang!r}: choose one of {', '.join(LANGUAGES)}")
+        _LANGUAGE[0] = lang
+    return _LANGUAGE[0]
+
+
+@functools.lru_cache(maxsize=None)
+def catalog(lang: str) -> Mapping[str, str]:
+    """English template → its translation, from ``texts/<lang>.po`` (entries untranslated or marked
+    fuzzy are left out: their English shows)."""
+    import polib  # noqa: PLC0415 - only when a translation is asked for
+
+    path = TEXT_DIR / f"{lang}.po"
+    if not path.is_file():
+        return {}
+    entries = polib.pofile(str(path))
+    return {e.msgid: e.msgstr for e in entries if e.msgstr and not e.obsolete and "fuzzy" not in e.flags}
+
+
+def translate(text: Any) -> Any:
+    """``text`` in the language in force (itself when it is no string or has no translation)."""
+    if _LANGUAGE[0] == "en" or not isinstance(text, str):
+        return text
+    return catalog(_LANGUAGE[0]).get(text, text)
+
+
+def text_leaves(chapter: str) -> list[tuple[str, str]]:
+    """(where, text) of every text in ``texts/<chapter>.toml`` a learner reads, in the file's order
+    (``"q1.tie_not_first.symptom"``, ``"q1.hint[0]"``, ``"q4.mean_of_means.symptom.then"``)."""
+    with open(TEXT_DIR / f"{chapter}.toml", "rb") as handle:
+        data = tomllib.load(handle)
+    out: list[tuple[str, str]] = []
+
+    def walk(where: str, value: Any) -> None:
+        if isinstance(value, str):
+            out.append((where, value))
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                walk(f"{where}[{i}]", item)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if key != "if":                    # a text table's fact key, not a text
+                    walk(f"{where}.{key}" if where else key, item)
+
+    walk("", data)
+    return out
 
 
 @dataclass(frozen=True)
@@ -59,7 +122,7 @@ class Choice:
     otherwise: str
 
     def __call__(self, facts: Mapping[str, Any]) -> str:
-        return (self.then if facts[self.key] else self.otherwise).format_map(facts)
+        return translate(self.then if facts[self.key] else self.otherwise).format_map(facts)
 
 
 def _text(where: str, value: Any) -> Any:
@@ -85,7 +148,7 @@ class QuestionTexts:
     def say(self, key: str, /, **facts: Any) -> str:
         """The message ``key`` of this question, filled from ``facts`` (a ``str.format`` template; a
         fact may itself be called ``key``)."""
-        return self.messages[key].format_map(facts)
+        return translate(self.messages[key]).format_map(facts)
 
 
 @functools.lru_cache(maxsize=None)

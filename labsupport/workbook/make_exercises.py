@@ -68,8 +68,12 @@ def strip_solutions(source: str, where: str = "cell") -> tuple[str, int]:
     return "\n".join(out), regions
 
 
-def make_exercise(solution: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
-    """The exercise version of a solution notebook (no solutions, no outputs)."""
+def make_exercise(solution: nbformat.NotebookNode, name: str, banner: str | None = None,
+                  title: tuple[str | None, str | None] = (None, None)) -> nbformat.NotebookNode:
+    """The exercise version of a solution notebook (no solutions, no outputs).  Another edition
+    (:mod:`labsupport.workbook.translations`) passes its own ``banner`` and the ``title`` words to
+    replace, (the solutions' words, the exercises' words)."""
+    old, new = title[0] or "exercises with solutions", title[1] or "exercises"
     nb = copy.deepcopy(solution)
     total = 0
     for i, cell in enumerate(nb.cells):
@@ -81,10 +85,10 @@ def make_exercise(solution: nbformat.NotebookNode, name: str) -> nbformat.Notebo
         cell.outputs = []
         cell.execution_count = None
     if nb.cells and nb.cells[0].cell_type == "markdown":  # "…: exercises with solutions" → "…: exercises"
-        nb.cells[0].source = nb.cells[0].source.replace("exercises with solutions", "exercises", 1)
+        nb.cells[0].source = nb.cells[0].source.replace(old, new, 1)
     if total == 0:
         raise SolutionMarkupError(f"{name}: no '### BEGIN SOLUTION' region found; is this a solutions notebook?")
-    nb.cells.insert(1, nbformat.v4.new_markdown_cell(BANNER.format(name=name), id="exercise-banner"))
+    nb.cells.insert(1, nbformat.v4.new_markdown_cell((banner or BANNER).format(name=name), id="exercise-banner"))
     nb.metadata.pop("widgets", None)
     nb.metadata.pop("papermill", None)
     return nb
