@@ -27,13 +27,13 @@ from typing import Any, Sequence
 
 import nbformat
 
-__all__ = ["WORDS_PER_MINUTE", "SECONDS_PER_CODE_LINE", "RUN_MINUTES_PER_CODE_CELL", "Estimate", "estimate",
-           "sentence", "stated", "write"]
+__all__ = ["WORDS_PER_MINUTE", "SECONDS_PER_CODE_LINE", "RUN_MINUTES_PER_CODE_CELL", "SENTENCE", "STATED", "Estimate",
+           "estimate", "sentence", "stated", "write"]
 
 WORDS_PER_MINUTE = 180
 SECONDS_PER_CODE_LINE = 6
 RUN_MINUTES_PER_CODE_CELL = 0.5
-_STATED = re.compile(r"\*\*Time to complete\*\* about \d+ minutes(?: \(a model: [^)]*\))?\.")
+STATED = re.compile(r"\*\*Time to complete\*\* about \d+ minutes(?: \(a model: [^)]*\))?\.")
 
 
 @dataclass(frozen=True)
@@ -59,22 +59,26 @@ def _lesson(cells: Sequence[Any]) -> Sequence[Any]:
 def estimate(path: str | Path) -> Estimate:
     """Count the lesson of the notebook at ``path`` (the title cell's own sentence is not counted)."""
     cells = _lesson(nbformat.read(path, as_version=4).cells)
-    words = sum(len(_STATED.sub("", c.source).split()) for c in cells if c.cell_type == "markdown")
+    words = sum(len(STATED.sub("", c.source).split()) for c in cells if c.cell_type == "markdown")
     code = [c for c in cells if c.cell_type == "code"]
     lines = sum(1 for c in code for line in c.source.splitlines() if line.strip() and not line.lstrip().startswith("#"))
     return Estimate(words, lines, len(code))
 
 
-def sentence(est: Estimate) -> str:
-    """The title cell's sentence for ``est``."""
-    return (f"**Time to complete** about {est.minutes} minutes (a model: {est.words:,} words at {WORDS_PER_MINUTE} "
-            f"a minute, {est.code_lines} lines of code at {SECONDS_PER_CODE_LINE} s, {est.code_cells} cells run at "
-            f"{RUN_MINUTES_PER_CODE_CELL * 60:.0f} s; the appendix and the exercises are extra).")
+#: the title cell's sentence; another edition translates this template (translations/ko/workbook.po)
+SENTENCE = ("**Time to complete** about {minutes} minutes (a model: {words:,} words at {wpm} a minute, {lines} lines "
+            "of code at {line_s} s, {cells} cells run at {cell_s:.0f} s; the appendix and the exercises are extra).")
+
+
+def sentence(est: Estimate, template: str = SENTENCE) -> str:
+    """The title cell's sentence for ``est`` (``template``: :data:`SENTENCE` or a translation of it)."""
+    return template.format(minutes=est.minutes, words=est.words, wpm=WORDS_PER_MINUTE, lines=est.code_lines,
+                           line_s=SECONDS_PER_CODE_LINE, cells=est.code_cells, cell_s=RUN_MINUTES_PER_CODE_CELL * 60)
 
 
 def stated(path: str | Path) -> str | None:
     """The sentence the title cell states now (None when it has none)."""
-    m = _STATED.search(nbformat.read(path, as_version=4).cells[0].source)
+    m = STATED.search(nbformat.read(path, as_version=4).cells[0].source)
     return m.group(0) if m else None
 
 
@@ -82,7 +86,7 @@ def write(path: str | Path) -> bool:
     """Put :func:`sentence` into the title cell; True when the file changed."""
     nb = nbformat.read(path, as_version=4)
     title = nb.cells[0]
-    new = _STATED.sub(sentence(estimate(path)), title.source, count=1)
+    new = STATED.sub(sentence(estimate(path)), title.source, count=1)
     if new == title.source:
         return False
     title.source = new

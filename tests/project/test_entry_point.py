@@ -16,13 +16,14 @@ import pytest
 from labsupport import __main__ as entry
 from labsupport.paths import REPO_ROOT
 
-NAMES = ["preprocess", "runall", "grade", "make-exercises", "build-sequences-per-dataset", "train"]
+NAMES = ["preprocess", "runall", "grade", "make-exercises", "translations", "build-sequences-per-dataset", "train"]
 #: the one line a Ctrl-C while importing prints, per command (as the shims printed it)
 INTERRUPTED = {
     "preprocess": "preprocess: interrupted (Ctrl-C)",
     "runall": "runall: interrupted (Ctrl-C)",
     "grade": "grade: interrupted (Ctrl-C)",
     "make-exercises": "make_exercises: interrupted (Ctrl-C)",
+    "translations": "translations: interrupted (Ctrl-C)",
     "build-sequences-per-dataset": "build-sequences-per-dataset: interrupted (Ctrl-C)",
     "train": "error: interrupted (Ctrl-C) while starting; nothing was written",
 }
@@ -36,7 +37,7 @@ def _run(*args: str, cwd=REPO_ROOT, **env: str) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
-def test_the_commands_are_the_six_and_each_names_a_module_with_main():
+def test_the_commands_are_the_seven_and_each_names_a_module_with_main():
     assert list(entry.COMMANDS) == NAMES and entry.ALIASES == {"make_exercises": "make-exercises"}
     for name, command in entry.COMMANDS.items():
         module = __import__(command.module, fromlist=["main"])
