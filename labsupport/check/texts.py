@@ -58,7 +58,7 @@ FIELDS = ("symptom", "ask", "fix", "formula")
 NOT_RULES = ("messages", "options")   # sub-tables of a question that are no rule
 LANGUAGES = ("en", "ko")              # en: the TOML files themselves; the others: texts/<lang>.po
 LANGUAGE_VARIABLE = "LABSUPPORT_LANG"
-_LANGUAGE = [os.environ.get(LANGUAGE_VARIABLE, "en") if os.environ.get(LANGUAGE_VARIABLE) in LANGUAGES else "en"]
+_LANGUAGE = [os.environ.get(LANGUAGE_VARIABLE) if os.environ.get(LANGUAGE_VARIABLE) in LANGUAGES else "en"]
 
 
 def language(lang: str | None = None) -> str:

@@ -107,20 +107,27 @@ def _load(path: Path) -> polib.POFile:
         raise TranslationError(f"{path}: not a readable gettext catalog ({exc}): fix or restore it") from exc
 
 
+def _fresh(old: polib.POFile, edition: Edition, project: str) -> polib.POFile:
+    """An empty catalog with ``old``'s header (or a new one for ``project``)."""
+    fresh = polib.POFile(wrapwidth=0)
+    fresh.metadata = old.metadata or {"Project-Id-Version": project, "Language": edition.lang, "MIME-Version": "1.0",
+                                      "Content-Type": "text/plain; charset=UTF-8", "Content-Transfer-Encoding": "8bit"}
+    return fresh
+
+
 def update_catalog(edition: Edition, stem: str) -> polib.POFile:
     """The chapter's catalog brought up to its English cells (msgmerge's rules): a new cell gets an
     empty entry, a cell whose English changed keeps its translation marked fuzzy with the previous
     English, a cell that is gone becomes obsolete (``#~``).  Entries follow the notebooks' order."""
     old = _load(edition.catalog(stem))
-    by_context = {e.msgctxt: e for e in old if not e.obsolete}
-    fresh = polib.POFile(wrapwidth=0)
-    fresh.metadata = old.metadata or {"Project-Id-Version": "nemo-data-path-workbook", "Language": edition.lang,
-                                      "MIME-Version": "1.0", "Content-Type": "text/plain; charset=UTF-8",
-                                      "Content-Transfer-Encoding": "8bit"}
+    by_context = {e.msgctxt: e for e in old}            # an obsolete entry whose cell came back revives
+    fresh = _fresh(old, edition, "nemo-data-path-workbook")
     seen = set()
     for context, english in _markdown_cells(edition, stem):
         seen.add(context)
         entry = by_context.get(context)
+        if entry is not None:
+            entry.obsolete = False
         if entry is None:
             entry = polib.POEntry(msgctxt=context, msgid=english, msgstr="")
         elif entry.msgid != english:
@@ -143,10 +150,7 @@ def update_feedback_catalog(edition: Edition) -> polib.POFile:
     old = _load(_feedback_path(edition))
     by_id = {e.msgid: e for e in old if not e.obsolete}
     by_place = {place: e for e in old if e.msgstr for place, _ in e.occurrences}
-    fresh = polib.POFile(wrapwidth=0)
-    fresh.metadata = old.metadata or {"Project-Id-Version": "nemo-data-path-workbook feedback",
-                                      "Language": edition.lang, "MIME-Version": "1.0",
-                                      "Content-Type": "text/plain; charset=UTF-8", "Content-Transfer-Encoding": "8bit"}
+    fresh = _fresh(old, edition, "nemo-data-path-workbook feedback")
     made: dict[str, polib.POEntry] = {}
     for chapter in sorted(p.stem for p in TEXT_DIR.glob("ch[0-9][0-9].toml")):
         for where, english in text_leaves(chapter):
@@ -169,7 +173,8 @@ def update_feedback_catalog(edition: Edition) -> polib.POFile:
 
 
 def _feedback_path(edition: Edition) -> Path:
-    return edition.root / TEXT_DIR.relative_to(REPO_ROOT) / f"{edition.lang}.po"
+    """The feedback catalog beside the TOML texts it translates (``labsupport/check/texts/<lang>.po``)."""
+    return edition.root / "labsupport" / "check" / TEXT_DIR.name / f"{edition.lang}.po"
 
 
 def _fields(template: str) -> list[str] | None:
@@ -196,13 +201,14 @@ def _headings(text: str) -> list[str]:
     return [anchor(line) for line in text.splitlines() if re.match(r"#{1,6} ", line)]
 
 
-def translate_notebook(edition: Edition, folder: str, name: str,
-                       catalog: polib.POFile) -> nbformat.NotebookNode:
+def translate_notebook(edition: Edition, folder: str, name: str, catalog: polib.POFile,
+                       own: dict[str, str] | None = None) -> nbformat.NotebookNode:
     """The English ``folder/name`` with its markdown in ``edition.lang`` (English where untranslated);
-    a link to a heading of the notebook (``](#Under-the-hood:-…)``) follows the heading's translation."""
+    a link to a heading of the notebook (``](#Under-the-hood:-…)``) follows the heading's translation.
+    ``own``: the edition's ``workbook.po`` texts (:func:`workbook_texts`), read here when not given."""
     nb = nbformat.read(edition.root / folder / name, as_version=4)
     texts = _translated(catalog)
-    template = _workbook_texts(edition).get("reading_time#sentence", reading_time.SENTENCE)
+    template = (workbook_texts(edition) if own is None else own).get("reading_time#sentence", reading_time.SENTENCE)
     anchors: dict[str, str] = {}
     for cell in nb.cells:
         if cell.cell_type == "markdown":
@@ -219,13 +225,12 @@ def translate_notebook(edition: Edition, folder: str, name: str,
     return nb
 
 
-def _workbook_texts(edition: Edition) -> dict[str, str]:
+def workbook_texts(edition: Edition) -> dict[str, str]:
     """The edition's translations of the workbook's own texts (``workbook.po``), by context."""
     return {e.msgctxt: e.msgstr for e in _load(edition.catalogs / "workbook.po") if e.msgstr and "fuzzy" not in e.flags}
 
 
-def _exercise(edition: Edition, solution: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
-    texts = _workbook_texts(edition)
+def _exercise(solution: nbformat.NotebookNode, name: str, texts: dict[str, str]) -> nbformat.NotebookNode:
     nb = make_exercise(solution, name, banner=texts.get("make_exercises#banner"),
                        title=(texts.get("make_exercises#title-solutions"), texts.get("make_exercises#title-exercises")))
     nb.metadata["workbook_edition"] = dict(solution.metadata["workbook_edition"], source=f"solutions/{name}")
@@ -235,16 +240,17 @@ def _exercise(edition: Edition, solution: nbformat.NotebookNode, name: str) -> n
 def generate(edition: Edition) -> dict[Path, str]:
     """Every file ``translations`` writes, as text: the updated catalogs and the notebooks of the edition."""
     files: dict[Path, str] = {_feedback_path(edition): str(update_feedback_catalog(edition))}
+    own = workbook_texts(edition)
     for stem in edition.chapters():
         catalog = update_catalog(edition, stem)
         files[edition.catalog(stem)] = str(catalog)
         name = f"{stem}.ipynb"
         for folder in SOURCES:
             if (edition.root / folder / name).is_file():
-                nb = translate_notebook(edition, folder, name, catalog)
+                nb = translate_notebook(edition, folder, name, catalog, own)
                 files[edition.out / folder / name] = render(nb)
                 if folder == "solutions":
-                    files[edition.out / "exercises" / name] = render(_exercise(edition, nb, name))
+                    files[edition.out / "exercises" / name] = render(_exercise(nb, name, own))
     return files
 
 
@@ -272,10 +278,11 @@ def entry_problems(entry: polib.POEntry, where: str) -> list[str]:
     return []
 
 
-def problems(edition: Edition) -> list[str]:
-    """Every reason the committed edition is not what ``translations`` makes of the English, one line each."""
+def problems(edition: Edition, expected: dict[Path, str] | None = None) -> list[str]:
+    """Every reason the committed edition is not what ``translations`` makes of the English, one line each
+    (``expected``: what :func:`generate` returns, made here when not given)."""
     found = []
-    expected = generate(edition)
+    expected = generate(edition) if expected is None else expected
     for stem in edition.chapters():
         catalog = polib.pofile(expected[edition.catalog(stem)], wrapwidth=0)
         for entry in catalog:
@@ -290,6 +297,15 @@ def problems(edition: Edition) -> list[str]:
                          f"copy the English into its msgid and update the msgstr")
         elif context.startswith("reading_time") and _fields(entry.msgstr) != _fields(english):
             found.append(f"translations/{edition.lang}/workbook.po [{context}]: keep the {{fields}} of the English")
+    words = workbook_texts(edition).get("make_exercises#title-solutions")
+    for stem in edition.chapters():
+        korean = edition.out / "solutions" / f"{stem}.ipynb"
+        if words and korean in expected:
+            title = nbformat.reads(expected[korean], as_version=4).cells[0]
+            english = nbformat.read(edition.root / "solutions" / f"{stem}.ipynb", as_version=4).cells[0].source
+            if title.source != english and words not in title.source:
+                found.append(f"translations/{edition.lang}/{stem}.po [solutions/{stem}.ipynb#{title.id}]: the title "
+                             f"lacks {words!r}, the words the exercise title replaces: translate its words so")
     feedback = _feedback_path(edition)
     for entry in polib.pofile(expected[feedback], wrapwidth=0):
         if not entry.obsolete:
@@ -327,13 +343,14 @@ def _main(argv: list[str] | None) -> int:
         for line in found:
             print(line)
         return 1 if found else 0
-    for path, text in generate(edition).items():
+    files = generate(edition)
+    for path, text in files.items():
         current = path.read_text(encoding="utf-8") if path.is_file() else None
         if current != text:
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(path, text)
             print(f"wrote {path.relative_to(edition.root)}")
-    untranslated = [p for p in problems(edition) if "no translation" in p or "fuzzy" in p]
+    untranslated = [p for p in problems(edition, files) if "no translation" in p or "fuzzy" in p]
     if untranslated:
         print(f"{len(untranslated)} cell(s) keep their English text until translated: "
               f"`python -m labsupport translations --check` lists them")

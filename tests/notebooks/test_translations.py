@@ -180,3 +180,30 @@ def test_a_korean_submission_is_graded_as_the_english_one():
             rows[root] = [(r.question, r.status, r.points, r.flags) for r in graded.rows]
         assert rows[KO.out] == rows[REPO_ROOT], f"{folder}: Korean {rows[KO.out]} != English {rows[REPO_ROOT]}"
         assert rows[REPO_ROOT]
+
+
+def test_a_cell_removed_then_restored_gets_its_translation_back(tmp_path):
+    edition = _tiny_repo(tmp_path)
+    path = edition.root / "notebooks" / "03_blending.ipynb"
+    original = path.read_text(encoding="utf-8")
+    nb = nbformat.read(path, as_version=4)
+    gone = next(c for c in nb.cells[1:] if c.cell_type == "markdown")
+    nb.cells.remove(gone)
+    nbformat.write(nb, path)
+    _write(edition)
+    catalog = polib.pofile(str(edition.catalog("03_blending")))
+    entry = catalog.find(gone.source, msgctxt=f"notebooks/03_blending.ipynb#{gone.id}", include_obsolete_entries=True)
+    assert entry is not None and entry.obsolete and entry.msgstr
+    path.write_text(original, encoding="utf-8")
+    _write(edition)
+    assert not translations.problems(edition)
+
+
+def test_a_solutions_title_without_the_replaced_words_is_named(tmp_path):
+    edition = _tiny_repo(tmp_path)
+    catalog = polib.pofile(str(edition.catalog("03_blending")))
+    title = next(e for e in catalog if e.msgctxt.startswith("solutions/"))
+    title.msgstr = title.msgstr.replace("연습 문제와 풀이", "풀이가 있는 연습 문제")
+    catalog.save()
+    _write(edition)
+    assert any("the title lacks '연습 문제와 풀이'" in p for p in translations.problems(edition))
